@@ -1,0 +1,47 @@
+"""The WSGI application: routes, middleware, error handling, and the services handlers use."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import falcon
+from oslo_config import cfg
+
+from acceld.api import errors, middleware, routes
+from acceld.api.policy import Policy
+from acceld.db.engine import Database
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class ApiServices:
+    """What handlers reach through ``req.context.api``."""
+
+    conf: cfg.ConfigOpts
+    db: Database
+    policy: Policy
+    conductor: object | None = None  # acceld.clients.conductor.ConductorClient, when running
+
+
+def build_app(conf: cfg.ConfigOpts, db: Database, conductor: object | None = None) -> falcon.App:
+    """The Falcon app alone (no auth middleware): what in-process tests drive."""
+    services = ApiServices(conf=conf, db=db, policy=Policy(conf), conductor=conductor)
+    app = falcon.App(middleware=[middleware.RequestPlumbing(services)])
+    app.req_options.strip_url_path_trailing_slash = True
+    app.req_options.auto_parse_form_urlencoded = False
+    app.resp_options.secure_cookies_by_default = False
+    errors.install(app)
+    routes.install(app)
+    return app
+
+
+def wsgi_app(conf: cfg.ConfigOpts, db: Database, conductor: object | None = None):  # type: ignore[no-untyped-def]
+    """The full WSGI pipeline, with Keystone authentication when configured."""
+    app = build_app(conf, db, conductor)
+    if conf.auth_strategy == "keystone":
+        from acceld.api.auth import keystone_pipeline
+
+        return keystone_pipeline(app, conf)
+    return app

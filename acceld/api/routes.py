@@ -1,0 +1,47 @@
+"""The whole public API on one page: path -> method -> handler.
+
+Every path is served both at the root and under ``/accelerator`` (how
+deployments mount Cyborg). Handlers are plain functions ``(req, resp, **params)``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import falcon
+
+from acceld.api.handlers import device_profiles, root
+
+Handler = Callable[..., None]
+
+ROUTES: dict[str, dict[str, Handler]] = {
+    "/": {"GET": root.versions},
+    "/v2": {"GET": root.v2},
+    "/v2/device_profiles": {
+        "GET": device_profiles.list_profiles,
+        "POST": device_profiles.create_profile,
+        "DELETE": device_profiles.delete_by_query,
+    },
+    "/v2/device_profiles/{ident}": {
+        "GET": device_profiles.show_profile,
+        "DELETE": device_profiles.delete_profiles,
+    },
+}
+
+PREFIXES = ("", "/accelerator")
+
+
+class _Resource:
+    """Adapts one route's method table to Falcon's ``on_<method>`` responders."""
+
+    def __init__(self, methods: dict[str, Handler]) -> None:
+        for method, handler in methods.items():
+            setattr(self, f"on_{method.lower()}", handler)
+
+
+def install(app: falcon.App) -> None:
+    for path, methods in ROUTES.items():
+        resource = _Resource(methods)
+        for prefix in PREFIXES:
+            full = (prefix + path).rstrip("/") or "/"
+            app.add_route(full, resource)

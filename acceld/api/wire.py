@@ -1,0 +1,89 @@
+"""Reading request bodies and query strings, writing JSON responses."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import falcon
+import orjson
+from jsonschema import Draft202012Validator
+
+from acceld.api import errors
+
+_JSON_TYPES = ("application/json",)
+
+
+def read_json(req: falcon.Request) -> Any:
+    """The request body as JSON; 415 for another media type, 413 if too big, 400 if malformed."""
+    content_type = (req.content_type or "").split(";", 1)[0].strip().lower()
+    if content_type and content_type not in _JSON_TYPES and not content_type.endswith("+json"):
+        raise errors.UnsupportedMediaType(
+            f"Content-Type {content_type!r} is not supported; send application/json.")
+    limit = req.context.api.conf.api.max_request_body_size
+    raw = req.bounded_stream.read(limit + 1)
+    if len(raw) > limit:
+        raise errors.PayloadTooLarge(f"Request body exceeds the limit of {limit} bytes.")
+    if not raw.strip():
+        raise errors.BadRequest("The request body is empty; a JSON document is required.")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise errors.BadRequest(f"Malformed JSON in request body: {exc}") from None
+
+
+def validate(validator: Draft202012Validator, document: Any, what: str = "request body") -> None:
+    """400 naming the first problem found, with its location."""
+    error = next(iter(validator.iter_errors(document)), None)
+    if error is None:
+        return
+    best = _deepest(error)
+    where = "/".join(str(p) for p in best.absolute_path)
+    location = f" at '{where}'" if where else ""
+    raise errors.BadRequest(f"Invalid {what}{location}: {best.message}")
+
+
+def _deepest(error):  # type: ignore[no-untyped-def]
+    while error.context:
+        error = min(error.context, key=lambda e: (-len(e.absolute_path), e.message))
+    return error
+
+
+def query_params(req: falcon.Request, allowed: Iterable[str]) -> dict[str, str]:
+    """The query string as a dict; 400 for a parameter the endpoint does not know or repeats."""
+    allowed = set(allowed)
+    params: dict[str, str] = {}
+    for name, value in falcon.uri.parse_query_string(req.query_string, keep_blank=True,
+                                                     csv=False).items():
+        if name not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise errors.BadRequest(f"Unknown query parameter {name!r}; allowed: {known}.")
+        if isinstance(value, list):
+            raise errors.BadRequest(f"Query parameter {name!r} is given more than once.")
+        params[name] = value
+    return params
+
+
+def respond(resp: falcon.Response, body: Any, status: int = 200) -> None:
+    resp.status = status
+    resp.content_type = falcon.MEDIA_JSON
+    resp.data = orjson.dumps(body)
+
+
+def no_content(resp: falcon.Response, status: int = 204) -> None:
+    resp.status = status
+    resp.data = b""
+
+
+def base_url(req: falcon.Request) -> str:
+    """Scheme, host and port for links: ``[api] public_endpoint``, else the request's."""
+    configured = req.context.api.conf.api.public_endpoint
+    return configured.rstrip("/") if configured else req.prefix
+
+
+def self_link(req: falcon.Request, collection: str, ident: str) -> list[dict[str, str]]:
+    return [{"href": f"{base_url(req)}/accelerator/v2/{collection}/{ident}", "rel": "self"}]
+
+
+def timestamp(value) -> str | None:  # type: ignore[no-untyped-def]
+    """UTC timestamps as upstream writes them: ISO 8601 with +00:00."""
+    return None if value is None else value.isoformat() + "+00:00"

@@ -1,0 +1,122 @@
+"""The `acceld` command: one entry point for every service and admin task."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from oslo_config import cfg
+
+from acceld import config, logs
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config-file", action="append", default=[], metavar="FILE",
+                        help="INI config file (repeatable; later files win).")
+    parser.add_argument("--state-path", help="Override [DEFAULT] state_path.")
+
+
+def _load(args: argparse.Namespace) -> cfg.ConfigOpts:
+    conf = config.load(config_files=args.config_file)
+    if getattr(args, "state_path", None):
+        conf.set_override("state_path", args.state_path)
+    if getattr(args, "port", None) and args.command in ("api", "all"):
+        conf.set_override("port", args.port, group="api")
+    if getattr(args, "workers", None):
+        conf.set_override("workers", args.workers, group="api")
+    return conf
+
+
+def cmd_all(args: argparse.Namespace) -> int:
+    from acceld.services import allinone
+
+    conf = _load(args)
+    logs.setup(conf, "all")
+    return allinone.run(conf, args.config_file)
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    from acceld.services import api_server
+
+    conf = _load(args)
+    logs.setup(conf, "api")
+    api_server.run(conf)
+    return 0
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from acceld.db import migrate
+    from acceld.db.engine import from_config
+
+    conf = _load(args)
+    logs.setup(conf, "db")
+    db = from_config(conf)
+    migrate.upgrade(db)
+    print(f"database at revision {migrate.current_revision(db)}")
+    return 0
+
+
+def cmd_config_sample(args: argparse.Namespace) -> int:
+    from acceld.sample import config_sample
+
+    sys.stdout.write(config_sample())
+    return 0
+
+
+def cmd_policy_sample(args: argparse.Namespace) -> int:
+    from acceld.sample import policy_sample
+
+    sys.stdout.write(policy_sample())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="acceld", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("all", help="Run every service on this machine (the all-in-one).")
+    _common(p)
+    p.add_argument("--port", type=int, help="Public API port (default 6666).")
+    p.add_argument("--workers", type=int, help="API worker processes (default 1).")
+    p.set_defaults(func=cmd_all)
+
+    p = sub.add_parser("api", help="Serve the public REST API.")
+    _common(p)
+    p.add_argument("--port", type=int, help="Public API port (default 6666).")
+    p.add_argument("--workers", type=int, help="API worker processes.")
+    p.set_defaults(func=cmd_api)
+
+    p = sub.add_parser("db", help="Database administration.")
+    dbsub = p.add_subparsers(dest="db_command", required=True)
+    q = dbsub.add_parser("upgrade", help="Migrate the schema to the latest version (idempotent).")
+    _common(q)
+    q.set_defaults(func=cmd_db_upgrade)
+
+    p = sub.add_parser("config", help="Configuration helpers.")
+    csub = p.add_subparsers(dest="config_command", required=True)
+    q = csub.add_parser("sample", help="Print a commented sample config file.")
+    q.set_defaults(func=cmd_config_sample)
+
+    p = sub.add_parser("policy", help="Policy helpers.")
+    psub = p.add_subparsers(dest="policy_command", required=True)
+    q = psub.add_parser("sample", help="Print every policy rule with its default.")
+    q.set_defaults(func=cmd_policy_sample)
+
+    for register in EXTRA_COMMANDS:
+        register(sub, _common)
+    return parser
+
+
+# Later services (conductor, agent, driver, status, simulate) register their subcommands here:
+# each is a function(subparsers, add_common_options).
+EXTRA_COMMANDS: list[Callable[..., None]] = []
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

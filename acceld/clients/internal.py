@@ -1,0 +1,52 @@
+"""HTTP between acceld's own services, every call signed (see acceld.internal.auth)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+import requests
+
+from acceld.internal import auth
+
+
+class InternalError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class InternalClient:
+    """Signed JSON calls to one internal server (a driver, an agent or the conductor)."""
+
+    def __init__(self, base_url: str, secret: bytes, *, timeout: float = 10.0,
+                 verify: str | bool = True) -> None:
+        if "://" not in base_url:
+            base_url = f"http://{base_url}"
+        self.base_url = base_url.rstrip("/")
+        self._prefix = urlsplit(self.base_url).path
+        self._secret = secret
+        self._timeout = timeout
+        self._verify = verify
+        self._session = requests.Session()
+
+    def call(self, method: str, path: str, body: Any = None, *,
+             timeout: float | None = None) -> Any:
+        """Send ``body`` as JSON; return the decoded answer (None when empty).
+
+        Raises InternalError for an error status, requests.RequestException when unreachable.
+        """
+        data = orjson.dumps(body) if body is not None else b""
+        headers = {auth.HEADER: auth.sign(self._secret, method, self._prefix + path, data)}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        resp = self._session.request(method, self.base_url + path, data=data, headers=headers,
+                                     timeout=timeout or self._timeout, verify=self._verify)
+        if resp.status_code >= 400:
+            raise InternalError(resp.status_code, resp.text[:500])
+        return orjson.loads(resp.content) if resp.content else None
+
+    def close(self) -> None:
+        self._session.close()

@@ -1,0 +1,200 @@
+"""Every acceld option, in one place.
+
+Defaults describe the all-in-one: SQLite under the state path, no Keystone,
+every service on 127.0.0.1. A config file (``--config-file``) overrides them,
+and any option can also come from the environment as ``OS_<GROUP>__<OPTION>``
+(oslo.config's environment source), e.g. ``OS_DATABASE__CONNECTION``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Sequence
+
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+CONF = cfg.CONF
+
+default_opts = [
+    cfg.StrOpt("host", default=socket.gethostname(), sample_default="<hostname>",
+               help="Name of this node. The agent reports its hardware under this name "
+                    "and the conductor finds the compute-node provider in Placement by it, "
+                    "so it must match Nova's hypervisor hostname."),
+    cfg.StrOpt("state_path", default="./.acceld",
+               help="Directory for local state: the SQLite database and generated secrets."),
+    cfg.StrOpt("auth_strategy", default="noauth", choices=["noauth", "keystone"],
+               help="noauth trusts identity headers (X-User-Id, X-Project-Id, X-Roles, "
+                    "X-Service-Roles); keystone validates tokens with keystonemiddleware."),
+    cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
+    cfg.StrOpt("log_file", help="Write logs to this file instead of standard error."),
+]
+
+api_opts = [
+    cfg.HostAddressOpt("host_ip", default="127.0.0.1", help="Address the public API listens on."),
+    cfg.PortOpt("port", default=6666, help="Port the public API listens on."),
+    cfg.IntOpt("workers", default=1, min=1, help="Number of API worker processes."),
+    cfg.StrOpt("public_endpoint",
+               help="Base URL used in links, e.g. https://cloud.example.com:6666. "
+                    "Unset: taken from the request."),
+    cfg.IntOpt("max_request_body_size", default=1024 * 1024, min=1024,
+               help="Largest request body accepted, in bytes; larger bodies get 413."),
+    cfg.IntOpt("max_patch_operations", default=1000, min=1,
+               help="Most ARQs one PATCH may bind or unbind; more get 400."),
+    cfg.IntOpt("max_arqs_per_delete", default=1000, min=1,
+               help="Most ARQ uuids one DELETE ?arqs= list may name; more get 400."),
+    cfg.StrOpt("noauth_user_id", default="admin",
+               help="noauth: user id when a request carries no X-User-Id."),
+    cfg.StrOpt("noauth_project_id", default="admin",
+               help="noauth: project id when a request carries no X-Project-Id."),
+    cfg.ListOpt("noauth_roles", default=["admin", "member", "reader", "manager"],
+                help="noauth: roles when a request carries no X-Roles."),
+    cfg.ListOpt("noauth_service_roles", default=["service"],
+                help="noauth: service roles when a request carries none of the identity "
+                     "headers, so that the CLI and SDK can bind without Keystone."),
+    cfg.BoolOpt("require_service_token_for_bind", default=True,
+                help="Require the service role (a service token) for bind, unbind, delete "
+                     "by instance and delete of a bound ARQ, as upstream does."),
+    cfg.StrOpt("service_role", default="service",
+               help="Role a service token must carry for the operations above."),
+]
+
+database_opts = [
+    cfg.StrOpt("connection", secret=True,
+               help="SQLAlchemy URL. Unset: sqlite:///<state_path>/acceld.sqlite. "
+                    "PostgreSQL: postgresql+psycopg://user:pw@host/acceld; "
+                    "MariaDB/MySQL: mysql+pymysql://user:pw@host/acceld."),
+    cfg.IntOpt("sqlite_busy_timeout", default=30000, min=0,
+               help="Milliseconds a SQLite writer waits for the write lock."),
+    cfg.IntOpt("pool_size", default=5, min=1, help="Connections kept per process (server databases)."),
+    cfg.IntOpt("max_overflow", default=10, min=0, help="Extra connections allowed beyond pool_size."),
+    cfg.BoolOpt("echo", default=False, help="Log every SQL statement (debugging)."),
+]
+
+internal_opts = [
+    cfg.StrOpt("shared_secret", secret=True,
+               help="Secret every internal call (driver, agent, conductor) is signed with. "
+                    "Unset: read from <state_path>/internal.secret, created with mode 0600."),
+    cfg.IntOpt("credential_ttl", default=60, min=5,
+               help="Seconds an internal credential stays valid; a used one cannot be replayed."),
+    cfg.StrOpt("tls_cert_file", help="PEM certificate for internal servers (enables TLS)."),
+    cfg.StrOpt("tls_key_file", help="PEM private key for internal servers."),
+    cfg.StrOpt("tls_ca_file", help="CA bundle internal clients use to verify internal servers."),
+]
+
+conductor_opts = [
+    cfg.HostAddressOpt("host_ip", default="127.0.0.1", help="Address the conductor listens on."),
+    cfg.PortOpt("port", default=6667, help="Port of the conductor's internal API."),
+    cfg.StrOpt("url", help="URL agents and API workers use to reach the conductor. "
+                           "Unset: http://<host_ip>:<port>."),
+    cfg.FloatOpt("bind_poll_interval", default=1.0, min=0.01,
+                 help="Seconds between scans for pending bind jobs (a safety net; the API "
+                      "also wakes the conductor directly)."),
+    cfg.IntOpt("bind_workers", default=4, min=1, help="Threads that complete bind jobs."),
+    cfg.IntOpt("bind_lease_seconds", default=60, min=5,
+               help="A bind job claimed by a conductor that died is retried after this."),
+    cfg.IntOpt("agent_down_intervals", default=3, min=2,
+               help="An agent silent for this many heartbeat intervals is marked down."),
+    cfg.BoolOpt("reserve_devices_of_down_agents", default=True,
+                help="Reserve the Placement inventory of a down agent's devices."),
+]
+
+agent_opts = [
+    cfg.HostAddressOpt("host_ip", default="127.0.0.1", help="Address the agent listens on."),
+    cfg.PortOpt("port", default=6668, help="Port of the agent's internal API."),
+    cfg.StrOpt("advertise_endpoint",
+               help="host:port the conductor uses to reach this agent. Unset: host_ip:port."),
+    cfg.ListOpt("enabled_drivers", default=["fake", "pci"],
+                help="In-process drivers the agent loads (entry points in acceld.drivers)."),
+    cfg.IntOpt("heartbeat_interval", default=10, min=1,
+               help="Seconds between heartbeats to the conductor."),
+    cfg.IntOpt("discovery_interval", default=60, min=1,
+               help="Seconds between rescans of the hardware."),
+    cfg.StrOpt("bitstream_dir",
+               help="Directory of bitstream and firmware files named by image id, for clouds "
+                    "without Glance."),
+]
+
+# [nova], [placement] and [glance] also get keystoneauth's standard options (auth_type,
+# endpoint_override, ...): endpoint_override reaches a service without a catalog (tests).
+nova_opts = [
+    cfg.FloatOpt("retry_initial_delay", default=0.5, min=0, help="First retry delay, seconds."),
+    cfg.IntOpt("retry_attempts", default=6, min=1, help="Attempts per event batch."),
+]
+
+placement_opts = [
+    cfg.BoolOpt("check_allocations", default=True,
+                help="When binding, require the instance's Placement allocation to include "
+                     "the device provider."),
+]
+
+glance_opts: list[cfg.Opt] = []
+
+GROUPS: dict[str | None, list[cfg.Opt]] = {
+    None: default_opts,
+    "api": api_opts,
+    "database": database_opts,
+    "internal": internal_opts,
+    "conductor": conductor_opts,
+    "agent": agent_opts,
+    "nova": nova_opts,
+    "placement": placement_opts,
+    "glance": glance_opts,
+}
+
+# Services reached through keystoneauth: the standard session, auth and adapter options.
+KEYSTONEAUTH_GROUPS = ("nova", "placement", "glance")
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register every option group on ``conf`` (idempotent)."""
+    for group, opts in GROUPS.items():
+        conf.register_opts(opts, group=group)
+    for group in KEYSTONEAUTH_GROUPS:
+        ks_loading.register_session_conf_options(conf, group)
+        ks_loading.register_auth_conf_options(conf, group)
+        ks_loading.register_adapter_conf_options(conf, group)
+    _register_policy_opts(conf)
+
+
+def _register_policy_opts(conf: cfg.ConfigOpts) -> None:
+    from oslo_policy import opts as policy_opts
+
+    policy_opts.set_defaults(conf, policy_file="policy.yaml")
+
+
+def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
+    """Options per group, for the sample config."""
+    out: list[tuple[str | None, list[cfg.Opt]]] = [("DEFAULT", default_opts)]
+    out += [(g, o) for g, o in GROUPS.items() if g is not None and o]
+    for group in KEYSTONEAUTH_GROUPS:
+        ks_opts = (ks_loading.get_session_conf_options()
+                   + ks_loading.get_adapter_conf_options()
+                   + ks_loading.get_auth_common_conf_options())
+        for i, (g, opts) in enumerate(out):
+            if g == group:
+                out[i] = (g, opts + ks_opts)
+                break
+        else:
+            out.append((group, ks_opts))
+    return out
+
+
+def load(argv: Sequence[str] = (), config_files: Sequence[str] | None = None,
+         conf: cfg.ConfigOpts | None = None) -> cfg.ConfigOpts:
+    """Parse config files and the environment into ``conf`` (default: the global CONF)."""
+    conf = conf if conf is not None else CONF
+    register_opts(conf)
+    files = list(config_files) if config_files else None
+    conf(list(argv), project="acceld", default_config_files=files or [],
+         default_config_dirs=[], validate_default_values=True)
+    return conf
+
+
+def database_url(conf: cfg.ConfigOpts) -> str:
+    """The configured database URL, defaulting to SQLite under the state path."""
+    if conf.database.connection:
+        return conf.database.connection
+    path = os.path.abspath(os.path.join(conf.state_path, "acceld.sqlite"))
+    return f"sqlite:///{path}"

@@ -1,0 +1,235 @@
+"""The whole schema: upstream Cyborg's v2 tables plus what acceld adds.
+
+Queries use these tables through SQLAlchemy Core (``Model.__table__``), not ORM
+sessions: list endpoints turn rows into JSON directly, which is several times
+cheaper per row. Alembic migrations in ``migrations/`` create exactly this
+schema; a test compares the two on every backend.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import (BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String,
+                        Text, UniqueConstraint)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Microsecond timestamps everywhere (MySQL/MariaDB default to whole seconds).
+Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+
+
+def utcnow() -> dt.datetime:
+    """Naive UTC now: every timestamp column stores UTC without a zone."""
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TimestampMixin:
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False, default=utcnow)
+    updated_at: Mapped[dt.datetime | None] = mapped_column(Timestamp, nullable=True,
+                                                           onupdate=utcnow)
+
+
+class Device(TimestampMixin, Base):
+    """A physical accelerator on a node, found by its control path (PCI address)."""
+
+    __tablename__ = "devices"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    type: Mapped[str] = mapped_column(String(30), nullable=False)
+    vendor: Mapped[str] = mapped_column(String(255), nullable=False)
+    model: Mapped[str] = mapped_column(String(255), nullable=False)
+    std_board_info: Mapped[str | None] = mapped_column(Text)
+    vendor_board_info: Mapped[str | None] = mapped_column(Text)
+    hostname: Mapped[str] = mapped_column(String(255), nullable=False)
+    # 'enabled' or 'maintaining' (disabled by an operator, or held while in use but gone).
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="enabled")
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    # The seed's hardware readiness: 'ready', 'setup_required' or 'reboot_required'.
+    acc_status: Mapped[str] = mapped_column(String(32), nullable=False, default="ready")
+    # Set when the driver no longer reports the device but a handle is still in use.
+    vanished: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    __table_args__ = (
+        Index("ix_devices_hostname", "hostname"),
+        Index("ix_devices_type", "type"),
+        Index("ix_devices_vendor", "vendor"),
+    )
+
+
+class ControlpathId(TimestampMixin, Base):
+    """How the host reaches a device (a PCI address, as JSON text)."""
+
+    __tablename__ = "controlpath_ids"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"),
+                                           nullable=False)
+    cpid_type: Mapped[str] = mapped_column(String(16), nullable=False)
+    cpid_info: Mapped[str] = mapped_column(String(255), nullable=False)
+    __table_args__ = (
+        Index("ix_controlpath_ids_device_id", "device_id"),
+        Index("ix_controlpath_ids_info", "cpid_info"),
+    )
+
+
+class Deployable(TimestampMixin, Base):
+    """A unit of a device that can be offered (one Placement resource provider)."""
+
+    __tablename__ = "deployables"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("deployables.id"))
+    root_id: Mapped[int | None] = mapped_column(ForeignKey("deployables.id"))
+    name: Mapped[str] = mapped_column(String(255), nullable=False, unique=True)
+    num_accelerators: Mapped[int] = mapped_column(Integer, nullable=False)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"),
+                                           nullable=False)
+    driver_name: Mapped[str | None] = mapped_column(String(100))
+    rp_uuid: Mapped[str | None] = mapped_column(String(36))
+    bitstream_id: Mapped[str | None] = mapped_column(String(36))
+    __table_args__ = (
+        Index("ix_deployables_device_id", "device_id"),
+        Index("ix_deployables_rp_uuid", "rp_uuid"),
+    )
+
+
+class Attribute(TimestampMixin, Base):
+    """A key/value fact about a deployable: ``rc`` (resource class), ``trait<N>``, ..."""
+
+    __tablename__ = "attributes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    deployable_id: Mapped[int] = mapped_column(
+        ForeignKey("deployables.id", ondelete="CASCADE"), nullable=False)
+    key: Mapped[str] = mapped_column(String(255), nullable=False)
+    value: Mapped[str] = mapped_column(String(255), nullable=False)
+    __table_args__ = (
+        UniqueConstraint("deployable_id", "key", name="uq_attributes_deployable_id_key"),
+        Index("ix_attributes_key", "key"),
+    )
+
+
+class AttachHandle(TimestampMixin, Base):
+    """What a VM gets attached to: a PCI function, an mdev, ... Taken by one ARQ at a time."""
+
+    __tablename__ = "attach_handles"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    deployable_id: Mapped[int] = mapped_column(
+        ForeignKey("deployables.id", ondelete="CASCADE"), nullable=False)
+    cpid_id: Mapped[int | None] = mapped_column(
+        ForeignKey("controlpath_ids.id", ondelete="SET NULL"))
+    attach_type: Mapped[str] = mapped_column(String(16), nullable=False)
+    # JSON text of the address parts, e.g. {"domain": "0000", "bus": "af", ...}.
+    attach_info: Mapped[str] = mapped_column(String(255), nullable=False)
+    in_use: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    __table_args__ = (
+        Index("ix_attach_handles_deployable_id_in_use", "deployable_id", "in_use"),
+    )
+
+
+class DeviceProfile(TimestampMixin, Base):
+    """A named request for accelerators, in request groups (JSON text)."""
+
+    __tablename__ = "device_profiles"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    name: Mapped[str] = mapped_column(String(255), nullable=False, unique=True)
+    description: Mapped[str | None] = mapped_column(Text)
+    profile_json: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class AcceleratorRequest(TimestampMixin, Base):
+    """An ARQ: one accelerator of one profile group, bound to an instance by Nova."""
+
+    __tablename__ = "accelerator_requests"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    device_profile_id: Mapped[int] = mapped_column(ForeignKey("device_profiles.id"),
+                                                   nullable=False)
+    device_profile_group_id: Mapped[int] = mapped_column(Integer, nullable=False)
+    project_id: Mapped[str | None] = mapped_column(String(255))
+    hostname: Mapped[str | None] = mapped_column(String(255))
+    device_rp_uuid: Mapped[str | None] = mapped_column(String(36))
+    instance_uuid: Mapped[str | None] = mapped_column(String(36))
+    attach_handle_id: Mapped[int | None] = mapped_column(
+        ForeignKey("attach_handles.id", ondelete="SET NULL"))
+    deployable_id: Mapped[int | None] = mapped_column(
+        ForeignKey("deployables.id", ondelete="SET NULL"))
+    bind_failure_reason: Mapped[str | None] = mapped_column(Text)
+    __table_args__ = (
+        Index("ix_accelerator_requests_instance_uuid", "instance_uuid"),
+        Index("ix_accelerator_requests_project_id", "project_id"),
+        Index("ix_accelerator_requests_device_profile_id", "device_profile_id"),
+        Index("ix_accelerator_requests_attach_handle_id", "attach_handle_id"),
+    )
+
+
+class BindJob(TimestampMixin, Base):
+    """A bind (or Nova notification) still to finish; survives a conductor crash."""
+
+    __tablename__ = "bind_jobs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    arq_id: Mapped[int] = mapped_column(
+        ForeignKey("accelerator_requests.id", ondelete="CASCADE"), nullable=False, unique=True)
+    instance_uuid: Mapped[str | None] = mapped_column(String(36))
+    # 'pending' (bind to do) or 'notify' (bind resolved, Nova event still to send).
+    phase: Mapped[str] = mapped_column(String(16), nullable=False, default="pending")
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    __table_args__ = (Index("ix_bind_jobs_phase_lease", "phase", "lease_expires_at"),)
+
+
+class Agent(TimestampMixin, Base):
+    """A node agent the conductor has heard from, and whether it is alive."""
+
+    __tablename__ = "agents"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255), nullable=False, unique=True)
+    endpoint: Mapped[str] = mapped_column(String(255), nullable=False)
+    # 'up' or 'down'.
+    state: Mapped[str] = mapped_column(String(8), nullable=False, default="up")
+    hardware_digest: Mapped[str | None] = mapped_column(String(64))
+    heartbeat_interval: Mapped[int] = mapped_column(Integer, nullable=False, default=10)
+    last_seen_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False, default=utcnow)
+
+
+class Lease(Base):
+    """A named lease so that one conductor among several runs each periodic sweep."""
+
+    __tablename__ = "leases"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), nullable=False)
+    expires_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
+
+
+class PlacementSync(Base):
+    """What was last written to Placement per deployable provider, to write only changes."""
+
+    __tablename__ = "placement_sync"
+    rp_uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255), nullable=False)
+    digest: Mapped[str | None] = mapped_column(String(64))
+    # Set when the provider must be written again (changed, or a previous write failed).
+    dirty: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    generation: Mapped[int | None] = mapped_column(BigInteger)
+    updated_at: Mapped[dt.datetime | None] = mapped_column(Timestamp, onupdate=utcnow)
+
+
+devices = Device.__table__
+controlpath_ids = ControlpathId.__table__
+deployables = Deployable.__table__
+attributes = Attribute.__table__
+attach_handles = AttachHandle.__table__
+device_profiles = DeviceProfile.__table__
+accelerator_requests = AcceleratorRequest.__table__
+bind_jobs = BindJob.__table__
+agents = Agent.__table__
+leases = Lease.__table__
+placement_sync = PlacementSync.__table__

@@ -1,0 +1,112 @@
+"""`acceld all`: every service on one machine, one Ctrl-C to stop them all.
+
+Each service runs as its own process (the same commands a cloud runs
+separately), started in order; a line ``acceld <service>: <url>`` is printed
+once the service answers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from oslo_config import cfg
+
+from acceld.db import migrate
+from acceld.db.engine import from_config
+from acceld.services.secrets import ensure_secret_file
+
+
+@dataclass
+class Service:
+    name: str
+    argv: list[str]
+    url: str
+    ready_url: str
+
+
+def services(conf: cfg.ConfigOpts, common: list[str]) -> list[Service]:
+    """The services the all-in-one starts, in start order."""
+    api_url = f"http://{conf.api.host_ip}:{conf.api.port}/accelerator/v2"
+    api_args = ["--port", str(conf.api.port), "--workers", str(conf.api.workers)]
+    return [Service("api", ["api", *common, *api_args], api_url, api_url)]
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=1.0):
+                return True
+        except urllib.error.HTTPError:
+            return True  # it answers; auth or a 4xx is still an answer
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.05)
+    return False
+
+
+def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
+    state_path = os.path.abspath(conf.state_path)
+    os.makedirs(state_path, exist_ok=True)
+    if not conf.internal.shared_secret:
+        ensure_secret_file(state_path)
+    db = from_config(conf)
+    migrate.upgrade(db)
+    db.dispose()
+
+    common = ["--state-path", state_path]
+    for path in config_files:
+        common += ["--config-file", path]
+    procs: list[subprocess.Popen] = []
+    stopping = False
+
+    def stop(*_args) -> None:  # type: ignore[no-untyped-def]
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        for service in services(conf, common):
+            argv = [sys.executable, "-m", "acceld.cli", *service.argv]
+            proc = subprocess.Popen(argv, start_new_session=True)
+            procs.append(proc)
+            if not _wait_ready(proc, service.ready_url) or stopping:
+                if not stopping:
+                    print(f"acceld {service.name} failed to start", file=sys.stderr, flush=True)
+                return 1
+            print(f"acceld {service.name}: {service.url}", flush=True)
+        while not stopping:
+            for proc in procs:
+                if proc.poll() is not None:
+                    print(f"acceld: a service exited ({proc.args[3]}, status {proc.returncode});"
+                          " stopping", file=sys.stderr, flush=True)
+                    return 1
+            time.sleep(0.2)
+        return 0
+    finally:
+        _stop_all(procs)
+
+
+def _stop_all(procs: list[subprocess.Popen]) -> None:
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 15
+    for proc in reversed(procs):
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -1,0 +1,51 @@
+"""`acceld api`: the public API in gunicorn sync workers (processes scale; threads don't)."""
+
+from __future__ import annotations
+
+import logging
+
+from gunicorn.app.base import BaseApplication
+from oslo_config import cfg
+
+from acceld import logs
+
+LOG = logging.getLogger(__name__)
+
+
+class _Gunicorn(BaseApplication):
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.conf = conf
+        super().__init__()
+
+    def load_config(self) -> None:
+        api = self.conf.api
+        settings = {
+            "bind": f"{api.host_ip}:{api.port}",
+            "workers": api.workers,
+            "worker_class": "sync",
+            "timeout": 120,
+            "graceful_timeout": 10,
+            "keepalive": 5,
+            "proc_name": "acceld-api",
+            "control_socket_disable": True,
+            "accesslog": None,
+            "errorlog": "-",
+            "loglevel": "debug" if self.conf.debug else "info",
+            "limit_request_line": 8190,
+        }
+        for key, value in settings.items():
+            if key in self.cfg.settings:
+                self.cfg.set(key, value)
+
+    def load(self):  # type: ignore[no-untyped-def]
+        # Runs in each worker after fork: the engine and its pool belong to that process.
+        from acceld.api.app import wsgi_app
+        from acceld.clients.conductor import client_from_config
+        from acceld.db.engine import from_config
+
+        logs.setup(self.conf, "api")
+        return wsgi_app(self.conf, from_config(self.conf), client_from_config(self.conf))
+
+
+def run(conf: cfg.ConfigOpts) -> None:
+    _Gunicorn(conf).run()

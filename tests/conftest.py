@@ -1,0 +1,153 @@
+"""Shared fixtures: configuration, a database on every backend, the in-process API.
+
+Tests that take the ``db`` fixture run once per backend: SQLite always, and
+PostgreSQL and MariaDB when ACCELD_TEST_POSTGRES_URL / ACCELD_TEST_MYSQL_URL
+are set (skipped with the reason otherwise). `.ci/run` sets both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from typing import Iterator
+
+import pytest
+from falcon import testing
+from oslo_config import cfg
+from sqlalchemy import delete, event
+
+from acceld import config
+from acceld.db import migrate
+from acceld.db.engine import Database
+from acceld.db.models import Base
+
+SERVER_BACKENDS = {
+    "postgresql": "ACCELD_TEST_POSTGRES_URL",
+    "mysql": "ACCELD_TEST_MYSQL_URL",
+}
+BACKENDS = ["sqlite", *SERVER_BACKENDS]
+
+
+def server_url(backend: str) -> str | None:
+    return os.environ.get(SERVER_BACKENDS[backend]) or None
+
+
+def _reset_server_schema(db: Database) -> None:
+    """Start a test session from an empty schema, then migrate it."""
+    from sqlalchemy import MetaData, text
+
+    with db.engine.begin() as conn:
+        meta = MetaData()
+        meta.reflect(conn)
+        meta.drop_all(conn)
+        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+    migrate.upgrade(db)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("template") / "acceld.sqlite")
+    db = Database(f"sqlite:///{path}")
+    migrate.upgrade(db)
+    db.dispose()
+    return path
+
+
+_server_dbs: dict[str, Database] = {}
+
+
+def server_database(backend: str) -> Database:
+    """One migrated database per server backend per test session."""
+    url = server_url(backend)
+    if url is None:
+        pytest.skip(f"{backend}: set {SERVER_BACKENDS[backend]} to run on it")
+    if backend not in _server_dbs:
+        db = Database(url)
+        _reset_server_schema(db)
+        _server_dbs[backend] = db
+    return _server_dbs[backend]
+
+
+def clear_tables(db: Database) -> None:
+    with db.engine.begin() as conn:
+        for table in reversed(Base.metadata.sorted_tables):
+            conn.execute(delete(table))
+
+
+@pytest.fixture(params=BACKENDS)
+def db(request, tmp_path, sqlite_template) -> Iterator[Database]:
+    """A migrated, empty database on each backend."""
+    backend = request.param
+    if backend == "sqlite":
+        path = str(tmp_path / "acceld.sqlite")
+        shutil.copy(sqlite_template, path)
+        database = Database(f"sqlite:///{path}")
+        yield database
+        database.dispose()
+        return
+    database = server_database(backend)
+    clear_tables(database)
+    yield database
+    clear_tables(database)
+
+
+@pytest.fixture
+def sqlite_db(tmp_path, sqlite_template) -> Iterator[Database]:
+    """SQLite only: for tests about the API surface rather than the database."""
+    path = str(tmp_path / "acceld.sqlite")
+    shutil.copy(sqlite_template, path)
+    database = Database(f"sqlite:///{path}")
+    yield database
+    database.dispose()
+
+
+def make_conf(state_path: str, **overrides) -> cfg.ConfigOpts:
+    conf = cfg.ConfigOpts()
+    config.load(conf=conf)
+    conf.set_override("state_path", state_path)
+    for key, value in overrides.items():
+        group, _, name = key.rpartition("__")
+        conf.set_override(name, value, group=group or None)
+    return conf
+
+
+@pytest.fixture
+def conf(tmp_path) -> cfg.ConfigOpts:
+    return make_conf(str(tmp_path))
+
+
+@pytest.fixture
+def app(conf, db):
+    from acceld.api.app import build_app
+
+    return build_app(conf, db)
+
+
+@pytest.fixture
+def client(app) -> testing.TestClient:
+    return testing.TestClient(app)
+
+
+@contextlib.contextmanager
+def count_queries(db: Database) -> Iterator[list[str]]:
+    """Collect the SQL statements run on ``db`` inside the block."""
+    statements: list[str] = []
+
+    def _record(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+        if not statement.lstrip().upper().startswith(("BEGIN", "PRAGMA")):
+            statements.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", _record)
+    try:
+        yield statements
+    finally:
+        event.remove(db.engine, "before_cursor_execute", _record)
+
+
+def pytest_report_header(config) -> list[str]:  # type: ignore[no-untyped-def]
+    lines = []
+    for backend, var in SERVER_BACKENDS.items():
+        state = "on" if server_url(backend) else f"SKIPPED (set {var} to run on it)"
+        lines.append(f"acceld database backend {backend}: {state}")
+    return lines
