@@ -45,6 +45,17 @@ def cmd_api(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_conductor(args: argparse.Namespace) -> int:
+    from acceld.conductor import service
+
+    conf = _load(args)
+    if args.port:
+        conf.set_override("port", args.port, group="conductor")
+    logs.setup(conf, "conductor")
+    service.run(conf)
+    return 0
+
+
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from acceld.db import migrate
     from acceld.db.engine import from_config
@@ -86,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="Public API port (default 6666).")
     p.add_argument("--workers", type=int, help="API worker processes.")
     p.set_defaults(func=cmd_api)
+
+    p = sub.add_parser("conductor", help="Run the conductor (inventory, binds, Placement).")
+    _common(p)
+    p.add_argument("--port", type=int, help="Internal API port (default 6667).")
+    p.set_defaults(func=cmd_conductor)
 
     p = sub.add_parser("db", help="Database administration.")
     dbsub = p.add_subparsers(dest="db_command", required=True)

@@ -43,5 +43,5 @@ def setup(conf: cfg.ConfigOpts, service: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if conf.debug else logging.INFO)
-    for noisy in ("urllib3", "keystoneauth", "stevedore", "alembic.runtime.migration"):
+    for noisy in ("urllib3", "keystoneauth", "stevedore", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

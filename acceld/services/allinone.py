@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,14 +29,19 @@ class Service:
     name: str
     argv: list[str]
     url: str
-    ready_url: str
+    ready_url: str  # http(s)://... is polled with GET; tcp://host:port is connected to
 
 
 def services(conf: cfg.ConfigOpts, common: list[str]) -> list[Service]:
     """The services the all-in-one starts, in start order."""
     api_url = f"http://{conf.api.host_ip}:{conf.api.port}/accelerator/v2"
     api_args = ["--port", str(conf.api.port), "--workers", str(conf.api.workers)]
-    return [Service("api", ["api", *common, *api_args], api_url, api_url)]
+    conductor_url = f"http://{conf.conductor.host_ip}:{conf.conductor.port}"
+    return [
+        Service("conductor", ["conductor", *common, "--port", str(conf.conductor.port)],
+                conductor_url, f"tcp://{conf.conductor.host_ip}:{conf.conductor.port}"),
+        Service("api", ["api", *common, *api_args], api_url, api_url),
+    ]
 
 
 def _wait_ready(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool:
@@ -43,6 +49,14 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return False
+        if url.startswith("tcp://"):
+            host, _, port = url[len("tcp://"):].rpartition(":")
+            try:
+                socket.create_connection((host, int(port)), timeout=1.0).close()
+                return True
+            except OSError:
+                time.sleep(0.05)
+                continue
         try:
             with urllib.request.urlopen(url, timeout=1.0):
                 return True

@@ -1,0 +1,125 @@
+"""`acceld conductor`: the internal API agents talk to, plus the conductor's background work.
+
+The conductor is assembled from components. Each contributes internal routes
+(served on ``[conductor] port``) and periodic tasks; a task marked ``exclusive``
+runs on one conductor at a time when several share a database (a lease row
+decides which). Components:
+
+- binding (acceld.conductor.binding): completes bind jobs, notifies Nova;
+- agents and reconciliation (acceld.conductor.agents, .reconcile): hello,
+  heartbeats, inventory diffs, liveness;
+- placement (acceld.conductor.placement_sync): mirrors inventory to Placement.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from oslo_config import cfg
+
+from acceld.db import leases
+from acceld.db.engine import Database
+from acceld.internal.server import Handler, InternalServer, build_app
+from acceld.services.secrets import internal_secret
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class PeriodicTask:
+    name: str
+    interval: float
+    run: Callable[[], None]
+    exclusive: bool = False  # one conductor at a time, by database lease
+
+
+class Component(Protocol):
+    def routes(self) -> dict[str, dict[str, Handler]]: ...
+    def periodic_tasks(self) -> list[PeriodicTask]: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+@dataclass
+class Conductor:
+    conf: cfg.ConfigOpts
+    db: Database
+    components: list[Component] = field(default_factory=list)
+    instance_id: str = field(default_factory=lambda: f"conductor-{uuid.uuid4().hex[:12]}")
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.server: InternalServer | None = None
+
+    def start(self) -> None:
+        routes: dict[str, dict[str, Handler]] = {}
+        for component in self.components:
+            routes.update(component.routes())
+        app = build_app(internal_secret(self.conf), self.conf.internal.credential_ttl, routes)
+        self.server = InternalServer(app, self.conf.conductor.host_ip, self.conf.conductor.port,
+                                     cert_file=self.conf.internal.tls_cert_file,
+                                     key_file=self.conf.internal.tls_key_file).start()
+        for component in self.components:
+            component.start()
+        for component in self.components:
+            for task in component.periodic_tasks():
+                thread = threading.Thread(target=self._loop, args=(task,), daemon=True,
+                                          name=f"periodic-{task.name}")
+                thread.start()
+                self._threads.append(thread)
+        LOG.info("Conductor %s listening on %s", self.instance_id, self.server.url)
+
+    def _loop(self, task: PeriodicTask) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                if not task.exclusive or leases.acquire(
+                        self.db, task.name, self.instance_id, max(task.interval * 3, 10)):
+                    task.run()
+            except Exception:  # noqa: BLE001 - a failing task must not stop the others
+                LOG.exception("Periodic task %s failed", task.name)
+            self._stop.wait(max(0.0, task.interval - (time.monotonic() - started)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        for component in reversed(self.components):
+            component.stop()
+        if self.server:
+            self.server.stop()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def wait(self) -> None:
+        """Block until SIGTERM or SIGINT, then stop."""
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        while not self._stop.wait(0.5):
+            pass
+        self.stop()
+
+
+# Component factories, in start order. Each takes (conf, db) and returns a Component.
+COMPONENT_FACTORIES: list[Callable[[cfg.ConfigOpts, Database], Component]] = []
+
+
+def build(conf: cfg.ConfigOpts, db: Database) -> Conductor:
+    return Conductor(conf, db, [factory(conf, db) for factory in COMPONENT_FACTORIES])
+
+
+def run(conf: cfg.ConfigOpts) -> None:
+    from acceld.db import migrate
+    from acceld.db.engine import from_config
+
+    db = from_config(conf)
+    if migrate.current_revision(db) != migrate.head_revision():
+        raise SystemExit("The database schema is not current: run `acceld db upgrade`.")
+    conductor = build(conf, db)
+    conductor.start()
+    conductor.wait()

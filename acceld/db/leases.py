@@ -1,0 +1,30 @@
+"""Named leases in the database, so one conductor among several runs each exclusive task."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import insert, or_, update
+from sqlalchemy.exc import IntegrityError
+
+from acceld.db.engine import Database
+from acceld.db.models import leases, utcnow
+
+
+def acquire(db: Database, name: str, owner: str, seconds: float) -> bool:
+    """Take or renew lease ``name`` for ``owner``; False if another owner holds it."""
+    now = utcnow()
+    expires = now + dt.timedelta(seconds=seconds)
+    with db.write() as conn:
+        taken = conn.execute(update(leases).where(
+            leases.c.name == name,
+            or_(leases.c.owner == owner, leases.c.expires_at < now),
+        ).values(owner=owner, expires_at=expires)).rowcount
+        if taken:
+            return True
+    try:
+        with db.write() as conn:
+            conn.execute(insert(leases).values(name=name, owner=owner, expires_at=expires))
+        return True
+    except IntegrityError:
+        return False

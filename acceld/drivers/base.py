@@ -1,0 +1,153 @@
+"""The driver interface: everything a vendor needs to write an acceld driver.
+
+A driver finds one kind of hardware on a node and describes it as
+:class:`HardwareRecord` objects. The node agent calls :meth:`Driver.discover`
+(in process) or the driver's ``GET /hardware`` (an external driver process,
+the seed's Driver API); both produce the same JSON, described by
+``docs/hardware-record.schema.json``, and go through one reconciliation path
+in the conductor.
+
+Optional abilities, each refused with :class:`NotSupported` by default:
+
+- :meth:`Driver.program`: write a bitstream (FPGA) or a firmware image.
+- :meth:`Driver.prepare_attach_handle` / :meth:`Driver.release_attach_handle`:
+  make an attach handle usable before a VM gets it (e.g. create a vGPU mdev)
+  and undo that after unbind.
+
+Names. A deployable's ``name`` from a driver is local to the node (a PCI
+address, ``FakeDevice``); the inventory stores ``<hostname>_<name>``, which is
+also the Placement provider name.
+"""
+
+from __future__ import annotations
+
+import abc
+import uuid as uuidlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from oslo_config import cfg
+
+# Device types the API shows (upstream's set).
+DEVICE_TYPES = ("GPU", "FPGA", "AICHIP", "QAT", "NIC", "SSD")
+# The seed's hardware states: only 'ready' hardware is offered as accelerators.
+ACC_STATUSES = ("ready", "setup_required", "reboot_required")
+ATTACH_TYPES = ("PCI", "MDEV", "TEST_PCI")
+# Namespace for uuids derived from stable hardware identity.
+HARDWARE_NAMESPACE = uuidlib.UUID("6c0bd3c2-3a33-4f0e-9d5c-2f7e0b1a9a41")
+
+
+class NotSupported(Exception):
+    """The driver cannot do what was asked (program, firmware, ...). Answered with a 4xx."""
+
+
+class DriverError(Exception):
+    """The driver tried and failed (tool exited non-zero, device busy, ...)."""
+
+
+@dataclass
+class AttachHandle:
+    """What a VM is attached to. ``attach_info`` holds strings only (PCI address parts, mdev uuid)."""
+
+    attach_type: str
+    attach_info: dict[str, str]
+    in_use: bool = False
+
+
+@dataclass
+class Deployable:
+    """One offerable unit: a Placement provider with ``num_accelerators`` of resource class ``rc``."""
+
+    name: str
+    num_accelerators: int
+    # 'rc' (resource class) and 'trait0'..'traitN'; more keys are kept as attributes too.
+    attributes: dict[str, str]
+    attach_handles: list[AttachHandle] = field(default_factory=list)
+    bitstream_id: str | None = None
+
+
+@dataclass
+class HardwareRecord:
+    """The seed's hardware item (uuid, acc_specs, acc_status) plus what the inventory needs."""
+
+    uuid: str
+    type: str
+    vendor: str
+    model: str
+    driver_name: str
+    controlpath_id: dict[str, Any]  # {"cpid_type": "PCI", "cpid_info": {domain, bus, ...}}
+    acc_specs: dict[str, Any] = field(default_factory=dict)
+    acc_status: str = "ready"
+    status_reason: str | None = None
+    std_board_info: dict[str, Any] = field(default_factory=dict)
+    vendor_board_info: dict[str, Any] = field(default_factory=dict)
+    deployables: list[Deployable] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HardwareRecord":
+        """From JSON already validated against the hardware record schema."""
+        deployables = [
+            Deployable(name=d["name"], num_accelerators=d["num_accelerators"],
+                       attributes=dict(d.get("attributes", {})),
+                       attach_handles=[AttachHandle(**h) for h in d.get("attach_handles", [])],
+                       bitstream_id=d.get("bitstream_id"))
+            for d in data.get("deployables", [])
+        ]
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["deployables"] = deployables
+        return cls(**fields)
+
+
+def hardware_uuid(hostname: str, driver_name: str, local_id: str) -> str:
+    """A stable uuid for hardware: the same device on the same node keeps its uuid."""
+    return str(uuidlib.uuid5(HARDWARE_NAMESPACE, f"{hostname}/{driver_name}/{local_id}"))
+
+
+def pci_address_parts(address: str) -> dict[str, str]:
+    """'0000:5e:00.1' -> {'domain': '0000', 'bus': '5e', 'device': '00', 'function': '1'}."""
+    domain, bus, rest = address.split(":")
+    device, function = rest.split(".")
+    return {"domain": domain, "bus": bus, "device": device, "function": function}
+
+
+def pci_controlpath(address: str) -> dict[str, Any]:
+    return {"cpid_type": "PCI", "cpid_info": pci_address_parts(address)}
+
+
+def pci_handle(address: str) -> AttachHandle:
+    return AttachHandle(attach_type="PCI", attach_info=pci_address_parts(address))
+
+
+class Driver(abc.ABC):
+    """Base class of every driver, in-tree or from another package.
+
+    Register a driver as an entry point in the ``acceld.drivers`` group, e.g. in
+    pyproject.toml: ``[project.entry-points."acceld.drivers"] mydrv = "mypkg:MyDriver"``.
+    """
+
+    #: The entry point name; also recorded as each deployable's ``driver_name``.
+    name: ClassVar[str]
+    #: The seed's hardware type, sent in ``POST /hello`` (e.g. "FPGA", "GPU", "CRYPTO").
+    hardware_type: ClassVar[str]
+
+    def __init__(self, conf: cfg.ConfigOpts, hostname: str) -> None:
+        self.conf = conf
+        self.hostname = hostname
+
+    @abc.abstractmethod
+    def discover(self) -> list[HardwareRecord]:
+        """Scan the node now and describe all hardware this driver handles."""
+
+    def program(self, deployable_name: str, image_path: str, kind: str = "bitstream") -> None:
+        """Write ``image_path`` to the deployable; ``kind`` is 'bitstream' or 'firmware'."""
+        raise NotSupported(f"driver {self.name} cannot program {kind} images")
+
+    def prepare_attach_handle(self, handle: AttachHandle) -> AttachHandle:
+        """Make a handle usable before binding; return it, possibly with updated info."""
+        return handle
+
+    def release_attach_handle(self, handle: AttachHandle) -> None:
+        """Undo prepare_attach_handle after unbind."""
