@@ -75,9 +75,14 @@ def no_content(resp: falcon.Response, status: int = 204) -> None:
 
 
 def base_url(req: falcon.Request) -> str:
-    """Scheme, host and port for links: ``[api] public_endpoint``, else the request's."""
-    configured = req.context.api.conf.api.public_endpoint
-    return configured.rstrip("/") if configured else req.prefix
+    """Scheme, host and port for links: ``[api] public_endpoint``, else the request's.
+
+    Computed once per request: list endpoints build a link per row."""
+    base = req.context.get("base_url")
+    if base is None:
+        configured = req.context.api.conf.api.public_endpoint
+        base = req.context.base_url = configured.rstrip("/") if configured else req.prefix
+    return base
 
 
 def self_link(req: falcon.Request, collection: str, ident: str) -> list[dict[str, str]]:
