@@ -44,4 +44,7 @@ def v2(req: falcon.Request, resp: falcon.Response) -> None:
     """GET /accelerator/v2: the v2 document, as openstacksdk's discovery expects it."""
     doc = _v2(req, trailing="/")
     doc["id"] = "v2.0"
+    # No "version" key here: keystoneauth's discovery reads body["version"] as a nested
+    # version object, so a string there fails every SDK and CLI call (upstream sends none).
+    del doc["version"]
     wire.respond(resp, doc)
