@@ -161,7 +161,10 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 def _register_policy_opts(conf: cfg.ConfigOpts) -> None:
     from oslo_policy import opts as policy_opts
 
-    policy_opts.set_defaults(conf, policy_file="policy.yaml")
+    # Only the persona defaults apply unless an operator opts back into upstream's
+    # transition mode (new default OR deprecated rule) with enforce_new_defaults = False.
+    policy_opts.set_defaults(conf, policy_file="policy.yaml", enforce_new_defaults=True,
+                             enforce_scope=True)
 
 
 def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:

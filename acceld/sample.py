@@ -39,15 +39,32 @@ def _default(opt: cfg.Opt) -> str:
 
 
 def policy_sample() -> str:
+    """Every rule as YAML an operator can copy into policy.yaml: description, operations,
+    scope, the default (commented out) and, for a replaced rule, the deprecated one."""
     from acceld.api.policy import RULES
 
     out = io.StringIO()
-    out.write("# acceld policy. Uncomment a rule to override its default.\n")
+    out.write("# acceld policy (upstream Cyborg's rule names and defaults).\n"
+              "# Uncomment a rule to override its default. The file is\n"
+              "# [oslo_policy] policy_file (default policy.yaml beside the config file).\n")
     for rule in RULES:
         out.write("\n")
         for line in textwrap.wrap(rule.description or "", 76):
             out.write(f"# {line}\n")
         for op in getattr(rule, "operations", None) or []:
             out.write(f"# {op['method']}  {op['path']}\n")
+        if rule.scope_types:
+            out.write(f"# Intended scope(s): {', '.join(rule.scope_types)}\n")
+        if rule.deprecated_for_removal:
+            out.write(f"# DEPRECATED: {rule.name!r} is deprecated for removal since "
+                      f"{rule.deprecated_since}.\n")
+            for line in textwrap.wrap(rule.deprecated_reason or "", 76):
+                out.write(f"# {line}\n")
         out.write(f'#"{rule.name}": "{rule.check_str}"\n')
+        old = rule.deprecated_rule
+        if old is not None:
+            out.write(f'# DEPRECATED\n# "{old.name}":"{old.check_str}" has been deprecated since '
+                      f'{old.deprecated_since} in favor of "{rule.name}":"{rule.check_str}".\n')
+            for line in textwrap.wrap(old.deprecated_reason or "", 76):
+                out.write(f"# {line}\n")
     return out.getvalue()

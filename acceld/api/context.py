@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from oslo_config import cfg
 
 _IDENTITY_HEADERS = ("X-USER-ID", "X-PROJECT-ID", "X-ROLES", "X-SERVICE-ROLES")
+_SYSTEM_SCOPE = "OPENSTACK-SYSTEM-SCOPE"  # set by keystonemiddleware for system-scoped tokens
 
 
 def _split(value: str | None) -> list[str]:
@@ -22,6 +23,9 @@ class RequestContext:
     roles: list[str] = field(default_factory=list)
     service_roles: list[str] = field(default_factory=list)
     request_id: str = ""
+    # "all" for a system-scoped token (OpenStack-System-Scope): refused by every rule,
+    # since upstream's rules are all project-scoped.
+    system_scope: str | None = None
 
     @property
     def is_admin(self) -> bool:
@@ -32,8 +36,8 @@ class RequestContext:
 
     def policy_credentials(self) -> dict:
         return {"user_id": self.user_id, "project_id": self.project_id, "roles": self.roles,
-                "service_roles": self.service_roles, "system_scope": None,
-                "domain_id": None, "is_admin_project": True}
+                "service_roles": self.service_roles, "system_scope": self.system_scope,
+                "domain_id": None, "is_admin_project": True, "is_admin": self.is_admin}
 
 
 def from_headers(headers: dict[str, str], conf: cfg.ConfigOpts, request_id: str) -> RequestContext:
@@ -50,8 +54,8 @@ def from_headers(headers: dict[str, str], conf: cfg.ConfigOpts, request_id: str)
             [r.lower() for r in conf.api.noauth_roles],
             service_roles=[r.lower() for r in conf.api.noauth_service_roles] if anonymous
             else _split(get("X-SERVICE-ROLES")),
-            request_id=request_id)
+            request_id=request_id, system_scope=get(_SYSTEM_SCOPE) or None)
     return RequestContext(user_id=get("X-USER-ID"), project_id=get("X-PROJECT-ID"),
                           roles=_split(get("X-ROLES")),
                           service_roles=_split(get("X-SERVICE-ROLES")),
-                          request_id=request_id)
+                          request_id=request_id, system_scope=get(_SYSTEM_SCOPE) or None)

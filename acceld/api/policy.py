@@ -1,8 +1,17 @@
 """Policy: upstream Cyborg's rule names and defaults, enforced with oslo.policy.
 
-Upstream evaluates every rule against the caller's own project, and keeps
+Every rule upstream Cyborg registers exists here with the same name and the
+same default, including the legacy base rules and, for each API rule, the
+deprecated rule it replaced (oslo.policy ``DeprecatedRule``). acceld sets
+``[oslo_policy] enforce_new_defaults = True`` by default, so only the new
+persona defaults apply; an operator who sets it to False gets upstream's
+transition behaviour (new default OR the deprecated rule).
+
+Upstream evaluates every rule against the caller's own project and keeps
 tenants apart in its queries; acceld does the same (handlers filter by
-project). Operators override rules in a policy file (``[oslo_policy]``).
+project and answer 404 for another project's data). Operators override rules
+in a policy file (``[oslo_policy] policy_file``, default ``policy.yaml``,
+found next to the config files).
 """
 
 from __future__ import annotations
@@ -15,72 +24,163 @@ from oslo_policy import policy
 from acceld.api import errors
 from acceld.api.context import RequestContext
 
+# Release names, as oslo.log's versionutils spells them (not imported: oslo.log is not a
+# dependency of acceld).
+WALLABY = "W"
+GAZPACHO = "G"
+
 ADMIN = "role:admin"
+PROJECT_ADMIN = "role:admin and project_id:%(project_id)s"
 PROJECT_MEMBER = "role:member and project_id:%(project_id)s"
 PROJECT_READER = "role:reader and project_id:%(project_id)s"
 PROJECT_MANAGER = "role:manager and project_id:%(project_id)s"
 SERVICE = "role:service"
 
-_base = [
+_LEGACY_REASON = ("The legacy rules predate the reader/member/manager/admin personas and "
+                  "project scope. They are kept so that policy files written for them still "
+                  "parse, and will be removed.")
+
+# Rule names the API rules' defaults refer to.
+_ADMIN = "rule:admin_api"
+_READER_OR_ADMIN = "rule:project_reader_or_admin"
+_MEMBER_OR_SERVICE = "rule:project_member_or_service"
+_MANAGER_OR_ADMIN = "rule:project_manager_or_admin"
+# The deprecated defaults the API rules replaced.
+_OLD_OWNER = "rule:admin_or_owner"
+_OLD_IS_ADMIN = "rule:is_admin"
+_OLD_MEMBER_OR_ADMIN = "rule:project_member_or_admin"
+
+_admin_or_owner_deprecated = policy.DeprecatedRule(
+    name="admin_or_owner", check_str="is_admin:True or project_id:%(project_id)s",
+    deprecated_reason="Replaced by the persona rules (reader, member, manager, admin).",
+    deprecated_since=WALLABY)
+
+BASE_RULES = [
     policy.RuleDefault("admin_api", ADMIN, "Administrators of the cloud."),
+    policy.RuleDefault("project_admin_api", PROJECT_ADMIN,
+                       "Administrators of the target project."),
     policy.RuleDefault("project_member_api", PROJECT_MEMBER, "Members of the target project."),
     policy.RuleDefault("project_reader_api", PROJECT_READER, "Readers of the target project."),
-    policy.RuleDefault("project_manager_api", PROJECT_MANAGER, "Managers of the target project."),
-    policy.RuleDefault("service_api", SERVICE, "Other OpenStack services (Nova)."),
+    policy.RuleDefault("project_manager_api", PROJECT_MANAGER,
+                       "Managers of the target project."),
+    policy.RuleDefault("service_api", SERVICE,
+                       "Other OpenStack services (Nova), by the service role."),
+    policy.RuleDefault("project_member_or_admin", "rule:project_member_api or rule:admin_api",
+                       "Members of the target project, or administrators.",
+                       deprecated_rule=_admin_or_owner_deprecated),
     policy.RuleDefault("project_reader_or_admin", "rule:project_reader_api or rule:admin_api",
-                       "Readers of the project, or administrators."),
-    policy.RuleDefault("project_member_or_service", "rule:project_member_api or rule:service_api",
-                       "Members of the project, or services."),
+                       "Readers of the target project, or administrators.",
+                       deprecated_rule=_admin_or_owner_deprecated),
     policy.RuleDefault("project_manager_or_admin", "rule:project_manager_api or rule:admin_api",
-                       "Managers of the project, or administrators."),
+                       "Managers of the target project, or administrators."),
+    policy.RuleDefault("project_member_or_service", "rule:project_member_api or rule:service_api",
+                       "Members of the target project, or services."),
 ]
 
 
-def _op(name: str, check: str, method: str, path: str, description: str) -> policy.DocumentedRuleDefault:
-    return policy.DocumentedRuleDefault(name=name, check_str=check, description=description,
-                                        operations=[{"method": method, "path": path}],
-                                        scope_types=["project"])
+def _legacy(name: str, check: str, description: str) -> policy.RuleDefault:
+    return policy.RuleDefault(name, check, description, deprecated_for_removal=True,
+                              deprecated_reason=_LEGACY_REASON, deprecated_since=WALLABY)
 
 
-_READER = "rule:project_reader_or_admin"
-_MEMBER = "rule:project_member_or_service"
-_MANAGER = "rule:project_manager_or_admin"
-_ADMIN = "rule:admin_api"
+LEGACY_RULES = [
+    _legacy("public_api", "is_public_api:True", "Legacy: requests to public routes."),
+    _legacy("allow", "@", "Legacy: always allowed."),
+    _legacy("deny", "!", "Legacy: never allowed."),
+    _legacy("default", "rule:admin_or_owner", "Legacy: the rule used when none is named."),
+    _legacy("is_admin", "rule:admin_api", "Legacy: full API access."),
+    _legacy("admin_or_owner", "is_admin:True or project_id:%(project_id)s",
+            "Legacy: administrators or the owning project."),
+    _legacy("admin_or_user", "is_admin:True or user_id:%(user_id)s",
+            "Legacy: administrators or the owning user."),
+]
 
-RULES = _base + [
-    _op("cyborg:arq:get_all", _READER, "GET", "/v2/accelerator_requests", "List ARQs."),
-    _op("cyborg:arq:get_one", _READER, "GET", "/v2/accelerator_requests/{uuid}", "Show an ARQ."),
-    _op("cyborg:arq:create", _MEMBER, "POST", "/v2/accelerator_requests", "Create ARQs."),
-    _op("cyborg:arq:update", _MEMBER, "PATCH", "/v2/accelerator_requests",
-        "Bind or unbind ARQs."),
-    _op("cyborg:arq:delete", _MEMBER, "DELETE", "/v2/accelerator_requests", "Delete ARQs."),
-    _op("cyborg:device_profile:get_all", _READER, "GET", "/v2/device_profiles",
-        "List device profiles."),
-    _op("cyborg:device_profile:get_one", _READER, "GET", "/v2/device_profiles/{uuid}",
-        "Show a device profile."),
-    _op("cyborg:device_profile:create", _ADMIN, "POST", "/v2/device_profiles",
-        "Create a device profile."),
-    _op("cyborg:device_profile:delete", _ADMIN, "DELETE", "/v2/device_profiles/{uuid}",
-        "Delete device profiles."),
-    _op("cyborg:device:get_all", _MANAGER, "GET", "/v2/devices", "List devices."),
-    _op("cyborg:device:get_one", _MANAGER, "GET", "/v2/devices/{uuid}", "Show a device."),
-    _op("cyborg:device:disable", _ADMIN, "POST", "/v2/devices/{uuid}/disable",
-        "Disable a device."),
-    _op("cyborg:device:enable", _ADMIN, "POST", "/v2/devices/{uuid}/enable",
-        "Enable a device."),
-    _op("cyborg:deployable:get_all", _MANAGER, "GET", "/v2/deployables", "List deployables."),
-    _op("cyborg:deployable:get_one", _MANAGER, "GET", "/v2/deployables/{uuid}",
-        "Show a deployable."),
-    _op("cyborg:deployable:program", _ADMIN, "PATCH", "/v2/deployables/{uuid}/program",
-        "Program a deployable."),
-    _op("cyborg:attribute:get_all", _MANAGER, "GET", "/v2/attributes", "List attributes."),
-    _op("cyborg:attribute:get_one", _MANAGER, "GET", "/v2/attributes/{uuid}",
-        "Show an attribute."),
-    _op("cyborg:attribute:create", _ADMIN, "POST", "/v2/attributes", "Create an attribute."),
-    _op("cyborg:attribute:delete", _ADMIN, "DELETE", "/v2/attributes/{uuid}",
+
+def _deprecated(name: str, old: str, reason: str, since: str = GAZPACHO) -> policy.DeprecatedRule:
+    return policy.DeprecatedRule(name=name, check_str=old, deprecated_reason=reason,
+                                 deprecated_since=since)
+
+
+def _op(name: str, check: str, operations: list[tuple[str, str]], description: str,
+        old: str | None = None, reason: str = "", since: str = GAZPACHO,
+        ) -> policy.DocumentedRuleDefault:
+    return policy.DocumentedRuleDefault(
+        name=name, check_str=check, description=description,
+        operations=[{"method": m, "path": p} for m, p in operations],
+        scope_types=["project"],
+        deprecated_rule=_deprecated(name, old, reason, since) if old else None)
+
+
+_ARQ_READ = "Readers of the owning project may now read its ARQs explicitly."
+_ARQ_WRITE = "ARQ writes moved to the member and service personas."
+_INVENTORY_READ = ("Project managers may now read the hardware inventory (capacity planning, "
+                   "troubleshooting).")
+_INVENTORY_WRITE = "Changing shared hardware stays with administrators."
+_DP_READ = "The owner rule was too strict for reading device profiles."
+_DP_WRITE = "Device profiles are shared by every project: only administrators change them."
+
+ARQ = "/v2/accelerator_requests"
+DP = "/v2/device_profiles"
+
+API_RULES = [
+    _op("cyborg:arq:get_all", _READER_OR_ADMIN, [("GET", ARQ)], "List ARQs.",
+        _OLD_OWNER, _ARQ_READ),
+    _op("cyborg:arq:get_one", _READER_OR_ADMIN, [("GET", ARQ + "/{arqs_uuid}")], "Show an ARQ.",
+        _OLD_OWNER, _ARQ_READ),
+    _op("cyborg:arq:create", _MEMBER_OR_SERVICE, [("POST", ARQ)], "Create ARQs.",
+        _OLD_MEMBER_OR_ADMIN, _ARQ_WRITE),
+    _op("cyborg:arq:delete", _MEMBER_OR_SERVICE,
+        [("DELETE", ARQ), ("DELETE", ARQ + "/{arqs_uuid}")], "Delete ARQs.",
+        _OLD_OWNER, _ARQ_WRITE),
+    _op("cyborg:arq:update", _MEMBER_OR_SERVICE,
+        [("PATCH", ARQ), ("PATCH", ARQ + "/{arqs_uuid}")], "Bind or unbind ARQs.",
+        _OLD_OWNER, _ARQ_WRITE),
+    _op("cyborg:device_profile:get_all", _READER_OR_ADMIN, [("GET", DP)],
+        "List device profiles.", _OLD_OWNER, _DP_READ, WALLABY),
+    _op("cyborg:device_profile:get_one", _READER_OR_ADMIN,
+        [("GET", DP + "/{device_profiles_uuid}")], "Show a device profile.",
+        _OLD_OWNER, _DP_READ, WALLABY),
+    _op("cyborg:device_profile:create", _ADMIN, [("POST", DP)], "Create a device profile.",
+        _OLD_IS_ADMIN, _DP_WRITE, WALLABY),
+    _op("cyborg:device_profile:delete", _ADMIN,
+        [("DELETE", DP + "/{device_profiles_uuid}"),
+         ("DELETE", DP + "?value={device_profile_name1}")], "Delete device profiles.",
+        _OLD_OWNER, _DP_WRITE, WALLABY),
+    _op("cyborg:device:get_all", _MANAGER_OR_ADMIN, [("GET", "/v2/devices")], "List devices.",
+        _ADMIN, _INVENTORY_READ),
+    _op("cyborg:device:get_one", _MANAGER_OR_ADMIN, [("GET", "/v2/devices/{uuid}")],
+        "Show a device.", _ADMIN, _INVENTORY_READ),
+    _op("cyborg:device:disable", _ADMIN,
+        [("POST", "/v2/devices/{uuid}/disable"), ("PATCH", "/v2/devices/{uuid}")],
+        "Disable a device (maintenance).", _ADMIN, _INVENTORY_WRITE),
+    _op("cyborg:device:enable", _ADMIN,
+        [("POST", "/v2/devices/{uuid}/enable"), ("PATCH", "/v2/devices/{uuid}")],
+        "Enable a device.", _ADMIN, _INVENTORY_WRITE),
+    _op("cyborg:deployable:get_all", _MANAGER_OR_ADMIN, [("GET", "/v2/deployables")],
+        "List deployables.", _ADMIN, _INVENTORY_READ),
+    _op("cyborg:deployable:get_one", _MANAGER_OR_ADMIN, [("GET", "/v2/deployables/{uuid}")],
+        "Show a deployable.", _ADMIN, _INVENTORY_READ),
+    _op("cyborg:deployable:program", _ADMIN,
+        [("PATCH", "/v2/deployables/{uuid}/program"), ("PATCH", "/v2/deployables/{uuid}")],
+        "Program a deployable (FPGA bitstream).", _ADMIN, _INVENTORY_WRITE),
+    _op("cyborg:attribute:get_all", _MANAGER_OR_ADMIN, [("GET", "/v2/attributes")],
+        "List attributes.", _ADMIN, _INVENTORY_READ),
+    _op("cyborg:attribute:get_one", _MANAGER_OR_ADMIN, [("GET", "/v2/attributes/{uuid}")],
+        "Show an attribute.", _ADMIN, _INVENTORY_READ),
+    # Upstream never changed these two, so they have no deprecated rule.
+    _op("cyborg:attribute:create", _ADMIN, [("POST", "/v2/attributes")],
+        "Create an attribute."),
+    _op("cyborg:attribute:delete", _ADMIN, [("DELETE", "/v2/attributes/{uuid}")],
         "Delete an attribute."),
-    _op("acceld:host:get_all", _ADMIN, "GET", "/v2/hosts", "List agents and their liveness."),
+    # acceld's own (microversion 2.4).
+    _op("acceld:host:get_all", _ADMIN, [("GET", "/v2/hosts")],
+        "List agents and their liveness."),
 ]
+
+RULES = BASE_RULES + LEGACY_RULES + API_RULES
+
+# Upstream's rule names, checked by the tests: none may go missing.
+UPSTREAM_RULE_NAMES = frozenset(r.name for r in RULES if not r.name.startswith("acceld:"))
 
 
 def list_rules() -> list[policy.RuleDefault]:
@@ -109,7 +209,8 @@ class Policy:
 
     def authorize(self, rule: str, ctx: RequestContext, target: dict | None = None) -> None:
         """403 unless ``ctx`` may do ``rule``. The default target is the caller's project."""
-        target = target if target is not None else {"project_id": ctx.project_id}
+        if target is None:
+            target = {"project_id": ctx.project_id, "user_id": ctx.user_id}
         if not self._allowed(rule, ctx, target):
             raise errors.Forbidden(f"Policy doesn't allow {rule} to be performed.")
 
@@ -120,7 +221,7 @@ class Policy:
             self._decisions.clear()
             self._loaded_at = now
         key = (rule, ctx.user_id, ctx.project_id, tuple(ctx.roles), tuple(ctx.service_roles),
-               tuple(sorted(target.items())))
+               ctx.system_scope, tuple(sorted(target.items())))
         allowed = self._decisions.get(key)
         if allowed is None:
             try:
