@@ -96,6 +96,9 @@ conductor_opts = [
                help="A bind job claimed by a conductor that died is retried after this."),
     cfg.IntOpt("agent_down_intervals", default=3, min=2,
                help="An agent silent for this many heartbeat intervals is marked down."),
+    cfg.FloatOpt("agent_check_interval", default=2.0, min=0.05,
+                 help="Seconds between liveness sweeps over the agents (one conductor "
+                      "at a time runs it)."),
     cfg.BoolOpt("reserve_devices_of_down_agents", default=True,
                 help="Reserve the Placement inventory of a down agent's devices."),
 ]
@@ -116,6 +119,55 @@ agent_opts = [
                     "without Glance."),
 ]
 
+driver_opts = [
+    cfg.HostAddressOpt("host_ip", default="127.0.0.1",
+                       help="Address an external driver process (`acceld driver NAME`) "
+                            "listens on."),
+    cfg.PortOpt("port", default=0,
+                help="Port of an external driver process; 0 picks a free one."),
+    cfg.StrOpt("agent_url",
+               help="URL an external driver process registers with. Unset: "
+                    "http://<[agent] host_ip>:<[agent] port>."),
+]
+
+fake_driver_opts = [
+    cfg.ListOpt("devices", default=["FPGA"],
+                help="Simulated devices, one entry per device, by type: FPGA, GPU, QAT, "
+                     "AICHIP, NIC, SSD. The default is what upstream's fake driver reports: "
+                     "one FPGA named FakeDevice."),
+    cfg.IntOpt("attach_handles", default=16, min=1, max=256,
+               help="Attach handles (and accelerators) per simulated device."),
+    cfg.StrOpt("spec_file",
+               help="JSON file describing the simulated devices, read again at every "
+                    "discovery (so a running demo or test can change its hardware). "
+                    "Overrides `devices`; see docs/drivers.md for its format."),
+    cfg.StrOpt("state_dir",
+               help="Where programming is recorded (one JSON file per deployable). "
+                    "Unset: <state_path>/fake_driver."),
+]
+
+pci_driver_opts = [
+    cfg.StrOpt("sysfs_root", default="/sys",
+               help="Root of the sysfs tree scanned (devices under bus/pci/devices)."),
+    cfg.MultiStrOpt("device_spec",
+                    default=['[{"vendor_id": "10de"}, {"vendor_id": "1002"}, '
+                             '{"vendor_id": "8086"}, {"vendor_id": "10ee"}, '
+                             '{"vendor_id": "1172"}, {"vendor_id": "19e5"}, '
+                             '{"vendor_id": "1da3"}]'],
+                    help="Nova-style allow-list (repeatable; each value a JSON object or a "
+                         "list of objects) with vendor_id, product_id, address (glob string "
+                         "or regex object) and the tags resource_class and traits. A PCI "
+                         "function is reported when any entry matches and its class is in "
+                         "device_classes."),
+    cfg.ListOpt("device_classes", default=["0x0300", "0x0302", "0x0380", "0x1200", "0x0b40"],
+                help="PCI classes (base and sub class, 0xBBSS) the driver reports; the class "
+                     "decides the device type: 03xx GPU, 1200 FPGA or AICHIP, 0b40 QAT, "
+                     "0108 SSD, 0200 NIC. Others cannot be reported."),
+    cfg.StrOpt("rc", default="CUSTOM_PCI",
+               help="Resource class of PCI deployables when the matching allow-list entry "
+                    "names none."),
+]
+
 # [nova], [placement] and [glance] also get keystoneauth's standard options (auth_type,
 # endpoint_override, ...): endpoint_override reaches a service without a catalog (tests).
 nova_opts = [
@@ -127,6 +179,16 @@ placement_opts = [
     cfg.BoolOpt("check_allocations", default=True,
                 help="When binding, require the instance's Placement allocation to include "
                      "the device provider."),
+    cfg.FloatOpt("sync_interval", default=2.0, min=0.05,
+                 help="Seconds between passes that write changed (dirty) accelerator "
+                      "providers to Placement."),
+    cfg.FloatOpt("full_sync_interval", default=60.0, min=1,
+                 help="Seconds between passes that compare every accelerator provider "
+                      "with the database, catching changes nobody marked."),
+    cfg.FloatOpt("retry_max_delay", default=60.0, min=0.1,
+                 help="Longest wait, in seconds, between retries while Placement is "
+                      "unreachable or a compute-node provider is missing (the wait "
+                      "doubles from sync_interval up to this)."),
 ]
 
 glance_opts: list[cfg.Opt] = []
@@ -138,6 +200,9 @@ GROUPS: dict[str | None, list[cfg.Opt]] = {
     "internal": internal_opts,
     "conductor": conductor_opts,
     "agent": agent_opts,
+    "driver": driver_opts,
+    "fake_driver": fake_driver_opts,
+    "pci_driver": pci_driver_opts,
     "nova": nova_opts,
     "placement": placement_opts,
     "glance": glance_opts,
