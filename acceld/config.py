@@ -208,6 +208,78 @@ GROUPS: dict[str | None, list[cfg.Opt]] = {
     "glance": glance_opts,
 }
 
+# In-tree hardware drivers (acceld/drivers/<group>.py): one group per driver.
+
+
+def _sysfs_root_opt() -> cfg.StrOpt:
+    return cfg.StrOpt("sysfs_root", default="/sys",
+                      help="Where sysfs is mounted; tests point it at a fixture tree.")
+
+
+def _resource_class_opt(default: str) -> cfg.StrOpt:
+    return cfg.StrOpt("resource_class", default=default, regex=r"^(CUSTOM_)?[A-Z0-9_]+$",
+                      help="Placement resource class of this driver's deployables.")
+
+
+def _tool_timeout_opt() -> cfg.IntOpt:
+    return cfg.IntOpt("program_timeout", default=900, min=1,
+                      help="Seconds a programming tool may run before it is stopped and "
+                           "the program request fails.")
+
+
+GROUPS.update({
+    "nvidia_gpu": [
+        _sysfs_root_opt(),
+        cfg.BoolOpt("use_nvml", default=True,
+                    help="Use NVML (nvidia-ml-py) when it imports and initialises; "
+                         "otherwise, or when false, read sysfs only."),
+        cfg.ListOpt("enabled_vgpu_types", default=[],
+                    help="vGPU types to offer, by mdev type id (nvidia-223) or type name "
+                         "(GRID T4-2B, NVIDIA H200X-1-18C). A GPU offering one of them is "
+                         "not offered whole (PGPU)."),
+    ],
+    "intel_fpga": [
+        _sysfs_root_opt(),
+        cfg.StrOpt("fpgaconf_path", default="/usr/bin/fpgaconf",
+                   help="OPAE's fpgaconf, used to program bitstreams."),
+        _tool_timeout_opt(),
+    ],
+    "xilinx_fpga": [
+        _sysfs_root_opt(),
+        cfg.StrOpt("xbmgmt_path", default="/opt/xilinx/xrt/bin/xbmgmt",
+                   help="XRT's xbmgmt, used to program the shell and the base firmware."),
+        _tool_timeout_opt(),
+    ],
+    "intel_qat": [
+        _sysfs_root_opt(),
+        _resource_class_opt("CUSTOM_QAT"),
+    ],
+    "nvme": [
+        _sysfs_root_opt(),
+        _resource_class_opt("CUSTOM_SSD"),
+        cfg.StrOpt("mounts_path", default="/proc/mounts",
+                   help="The mount table; a controller with a mounted namespace is never "
+                        "offered."),
+        cfg.ListOpt("addresses", default=[],
+                    help="PCI addresses of the controllers to offer. Empty: every controller "
+                         "that is not in use by the host."),
+    ],
+    "nic": [
+        _sysfs_root_opt(),
+        _resource_class_opt("CUSTOM_NIC"),
+        cfg.ListOpt("physical_device_mappings", default=[],
+                    help="physnet:PF pairs, e.g. physnet2:enp94s0f0 or "
+                         "physnet2:0000:5e:00.0 (a netdev name or a PCI address). Only "
+                         "these PFs are reported; their VFs carry CUSTOM_PHYSNET_<NAME>."),
+    ],
+    "ascend": [
+        _sysfs_root_opt(),
+        _resource_class_opt("CUSTOM_ASCEND"),
+        cfg.StrOpt("version_info_path", default="/usr/local/Ascend/driver/version.info",
+                   help="The Ascend driver's version.info (Version=...)."),
+    ],
+})
+
 # Services reached through keystoneauth: the standard session, auth and adapter options.
 KEYSTONEAUTH_GROUPS = ("nova", "placement", "glance")
 
