@@ -9,6 +9,8 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.acceld-installed
 STAMP_TEST := $(VENV)/.acceld-test-installed
+# A real Keystone for the auth tests, in its own venv, plus its prepared template.
+STAMP_KEYSTONE := .keystone/template-30.0.0/template.json
 
 .PHONY: run test bench venv clean
 
@@ -29,7 +31,11 @@ venv: $(STAMP_RUN)
 run: $(STAMP_RUN)
 	$(BIN)/acceld all --port $(PORT) --state-path $(STATE_PATH)
 
-test: $(STAMP_TEST)
+$(STAMP_KEYSTONE): tests/support/keystone.py | $(STAMP_TEST)
+	rm -rf .keystone/template-30.0.0
+	$(BIN)/python -m tests.support.keystone
+
+test: $(STAMP_TEST) $(STAMP_KEYSTONE)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:
