@@ -80,7 +80,8 @@ class HardwareRecord:
     acc_status: str = "ready"
     status_reason: str | None = None
     std_board_info: dict[str, Any] = field(default_factory=dict)
-    vendor_board_info: dict[str, Any] = field(default_factory=dict)
+    # A JSON object, or a plain string as upstream's fake driver reports ("fake_vendor_info").
+    vendor_board_info: dict[str, Any] | str = field(default_factory=dict)
     deployables: list[Deployable] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,7 +89,11 @@ class HardwareRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "HardwareRecord":
-        """From JSON already validated against the hardware record schema."""
+        """From JSON already validated against the hardware record schema.
+
+        ``acc_status`` may also be the seed's object form
+        (``{"setup_required": true, "reboot_required": false}``); it becomes one word.
+        """
         deployables = [
             Deployable(name=d["name"], num_accelerators=d["num_accelerators"],
                        attributes=dict(d.get("attributes", {})),
@@ -98,7 +103,23 @@ class HardwareRecord:
         ]
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         fields["deployables"] = deployables
+        fields["acc_status"] = normalize_acc_status(data.get("acc_status", "ready"))
         return cls(**fields)
+
+
+def normalize_acc_status(value: str | dict[str, Any]) -> str:
+    """The seed's ``{"setup_required": bool, "reboot_required": bool}`` as one of ACC_STATUSES.
+
+    Setup comes first: hardware that needs setup cannot be used after a reboot either.
+    The seed's own example misspells ``reboot_equired``; both spellings are read.
+    """
+    if isinstance(value, str):
+        return value
+    if value.get("setup_required"):
+        return "setup_required"
+    if value.get("reboot_required") or value.get("reboot_equired"):
+        return "reboot_required"
+    return "ready"
 
 
 def hardware_uuid(hostname: str, driver_name: str, local_id: str) -> str:
