@@ -1,0 +1,184 @@
+"""acceld behind a real Keystone: tokens, policy personas, service tokens, tenant isolation.
+
+One Keystone (from the prepared template, a few seconds) and one `acceld api`
+process with ``auth_strategy = keystone`` serve the whole module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import requests
+
+from acceld.db import migrate
+from acceld.db.engine import Database
+from tests.support import inventory, keystone
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PROFILE = "ks-fpga"
+
+
+@pytest.fixture(scope="module")
+def ks(tmp_path_factory) -> Iterator[keystone.Keystone]:
+    server = keystone.start(tmp_path_factory.mktemp("keystone"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def api(ks, tmp_path_factory) -> Iterator[dict]:
+    """`acceld api` on the port the catalog names, validating tokens with Keystone."""
+    state = tmp_path_factory.mktemp("acceld")
+    db_url = f"sqlite:///{state}/acceld.sqlite"
+    conf = state / "acceld.conf"
+    conf.write_text(
+        f"[DEFAULT]\nauth_strategy = keystone\nstate_path = {state}\ndebug = true\n"
+        f"log_file = {state}/api.log\n"
+        f"[database]\nconnection = {db_url}\n"
+        f"[internal]\nshared_secret = internal-secret-for-tests\n"
+        f"[api]\nhost_ip = 127.0.0.1\nport = {ks.api_port}\n"
+        + ks.authtoken_section())
+    db = Database(db_url)
+    migrate.upgrade(db)
+    acceld = Path(sys.executable).with_name("acceld")
+    with open(state / "stderr.log", "wb") as err:
+        proc = subprocess.Popen([str(acceld), "api", "--config-file", str(conf)],
+                                stdout=err, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{ks.api_port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (state / "stderr.log").read_text()[-3000:]
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(base + "/accelerator/v2", timeout=2).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "acceld api did not start"
+            time.sleep(0.1)
+        yield {"base": base, "db": db, "state": state, "tokens": set()}
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        db.dispose()
+
+
+def _call(api: dict, ks: keystone.Keystone, method: str, path: str, user: str | None = None,
+          service: str | None = None, **kwargs) -> requests.Response:
+    headers = dict(kwargs.pop("headers", {}))
+    if user:
+        headers["X-Auth-Token"] = ks.token(user)
+        api["tokens"].add(headers["X-Auth-Token"])
+    if service:
+        headers["X-Service-Token"] = ks.token(service)
+        api["tokens"].add(headers["X-Service-Token"])
+    return requests.request(method, api["base"] + "/accelerator" + path, headers=headers,
+                            timeout=30, **kwargs)
+
+
+@pytest.mark.parametrize("path", ["/", "/accelerator", "/v2", "/accelerator/v2",
+                                  "/accelerator/v2/"])
+def test_version_documents_need_no_token(api, path) -> None:
+    resp = requests.get(api["base"] + path, timeout=10)
+    assert resp.status_code == 200, resp.text
+
+
+def test_no_token_is_401(api, ks) -> None:
+    resp = _call(api, ks, "GET", "/v2/device_profiles")
+    assert resp.status_code == 401
+    assert resp.headers["WWW-Authenticate"] == f'Keystone uri="{ks.url}/v3"'
+
+
+def test_garbage_token_is_401(api, ks) -> None:
+    resp = _call(api, ks, "GET", "/v2/device_profiles", headers={"X-Auth-Token": "gAAAA-bogus"})
+    assert resp.status_code == 401
+
+
+def test_member_cannot_create_a_profile_admin_can(api, ks) -> None:
+    body = [{"name": PROFILE, "groups": [{"resources:FPGA": "1"}]}]
+    # Forged identity headers are replaced by what Keystone says about the token.
+    forged = {"X-Roles": "admin", "X-Project-Id": "admin", "X-Service-Roles": "service"}
+    denied = _call(api, ks, "POST", "/v2/device_profiles", "demo-member", json=body,
+                   headers=forged)
+    assert denied.status_code == 403, denied.text
+    assert "cyborg:device_profile:create" in denied.json()["error_message"]
+    created = _call(api, ks, "POST", "/v2/device_profiles", "demo-admin", json=body)
+    assert created.status_code == 201, created.text
+    listed = _call(api, ks, "GET", "/v2/device_profiles", "demo-reader")
+    assert [p["name"] for p in listed.json()["device_profiles"]] == [PROFILE]
+
+
+def test_manager_reads_inventory_member_does_not(api, ks) -> None:
+    assert _call(api, ks, "GET", "/v2/devices", "demo-manager").status_code == 200
+    assert _call(api, ks, "GET", "/v2/devices", "demo-member").status_code == 403
+
+
+def _create_arq(api, ks, user: str) -> dict:  # type: ignore[no-untyped-def]
+    resp = _call(api, ks, "POST", "/v2/accelerator_requests", user,
+                 json={"device_profile_name": PROFILE})
+    assert resp.status_code == 201, resp.text
+    return resp.json()["arqs"][0]
+
+
+def test_project_b_never_sees_project_a_arqs(api, ks) -> None:
+    arq = _create_arq(api, ks, "demo-member")
+    assert arq["project_id"] == ks.project_id("demo")
+    mine = _call(api, ks, "GET", "/v2/accelerator_requests", "demo-reader").json()["arqs"]
+    assert arq["uuid"] in [a["uuid"] for a in mine]
+    theirs = _call(api, ks, "GET", "/v2/accelerator_requests", "demo2-member").json()["arqs"]
+    assert arq["uuid"] not in [a["uuid"] for a in theirs]
+    one = _call(api, ks, "GET", f"/v2/accelerator_requests/{arq['uuid']}", "demo2-member")
+    assert one.status_code == 404
+    gone = _call(api, ks, "DELETE", f"/v2/accelerator_requests/{arq['uuid']}", "demo2-member")
+    assert gone.status_code == 404
+    still = _call(api, ks, "GET", f"/v2/accelerator_requests/{arq['uuid']}", "demo-reader")
+    assert still.status_code == 200
+
+
+def _bind_body(arq_uuid: str, rp_uuid: str) -> dict:
+    return {arq_uuid: [
+        {"op": "add", "path": "/hostname", "value": "node1"},
+        {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+        {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())},
+    ]}
+
+
+def test_bind_needs_a_service_token(api, ks) -> None:
+    with api["db"].write() as conn:
+        device = inventory.add_device(conn, hostname="node1")
+        deployable = inventory.add_deployable(conn, device["id"], name="node1_ks")
+        inventory.add_attach_handles(conn, deployable["id"], 1)
+    arq = _create_arq(api, ks, "demo-member")
+    body = _bind_body(arq["uuid"], deployable["rp_uuid"])
+    without = _call(api, ks, "PATCH", "/v2/accelerator_requests", "demo-member", json=body)
+    assert without.status_code == 403, without.text
+    # A service token of a user without the service role is not a service token.
+    wrong = _call(api, ks, "PATCH", "/v2/accelerator_requests", "demo-member", "norole",
+                  json=body)
+    assert wrong.status_code == 401, wrong.text
+    bound = _call(api, ks, "PATCH", "/v2/accelerator_requests", "demo-member", "nova",
+                  json=body)
+    assert bound.status_code == 202, bound.text
+    shown = _call(api, ks, "GET", f"/v2/accelerator_requests/{arq['uuid']}", "demo-reader")
+    assert shown.json()["state"] in ("BindStarted", "Bound", "BindFailed")
+
+
+def test_logs_never_contain_tokens(api, ks) -> None:
+    """Runs last in the module: every token used above must be absent from every log."""
+    assert api["tokens"], "no token was used"
+    logs = {p.name: p.read_text(errors="replace") for p in api["state"].glob("*.log")}
+    assert any(text.strip() for text in logs.values()), "the API wrote no log at all"
+    for token in api["tokens"]:
+        for name, text in logs.items():
+            assert token not in text, f"a token leaked into {name}"
+            assert token[:40] not in text, f"a token prefix leaked into {name}"
+    assert keystone.PASSWORD not in "".join(logs.values())
