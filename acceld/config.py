@@ -44,6 +44,9 @@ api_opts = [
                help="Most ARQs one PATCH may bind or unbind; more get 400."),
     cfg.IntOpt("max_arqs_per_delete", default=1000, min=1,
                help="Most ARQ uuids one DELETE ?arqs= list may name; more get 400."),
+    cfg.IntOpt("max_arqs_per_create", default=1000, min=1,
+               help="Most ARQs one POST /accelerator_requests may create (the sum of the "
+                    "profile's resources:* amounts); a larger profile gets 400."),
     cfg.StrOpt("noauth_user_id", default="admin",
                help="noauth: user id when a request carries no X-User-Id."),
     cfg.StrOpt("noauth_project_id", default="admin",
@@ -94,6 +97,9 @@ conductor_opts = [
     cfg.IntOpt("bind_workers", default=4, min=1, help="Threads that complete bind jobs."),
     cfg.IntOpt("bind_lease_seconds", default=60, min=5,
                help="A bind job claimed by a conductor that died is retried after this."),
+    cfg.FloatOpt("bind_delay_for_tests", default=0.0, min=0.0,
+                 help="Testing only: seconds each bind waits before its transaction, so that "
+                      "a crash test can kill the conductor in the middle of a batch. Leave 0."),
     cfg.IntOpt("agent_down_intervals", default=3, min=2,
                help="An agent silent for this many heartbeat intervals is marked down."),
     cfg.FloatOpt("agent_check_interval", default=2.0, min=0.05,
@@ -101,6 +107,10 @@ conductor_opts = [
                       "at a time runs it)."),
     cfg.BoolOpt("reserve_devices_of_down_agents", default=True,
                 help="Reserve the Placement inventory of a down agent's devices."),
+    cfg.IntOpt("program_timeout", default=100, min=5,
+               help="Seconds one program request (bitstream or firmware: download and "
+                    "write) may take, end to end. Keep it below the API server's worker "
+                    "timeout (120 s): the API waits for the result."),
 ]
 
 agent_opts = [

@@ -67,6 +67,18 @@ class UnsupportedMediaType(ApiError):
     status = 415
 
 
+class BadGateway(ApiError):
+    """502: a backend acceld relies on (agent, driver, Glance) failed; the message says which."""
+
+    status = 502
+
+
+class ServiceUnavailable(ApiError):
+    """503: a backend acceld relies on (conductor, agent, Glance) cannot be reached now."""
+
+    status = 503
+
+
 class Locked(ApiError):
     """423: the answer is not known yet (an ARQ bind still resolving). Empty body, as upstream."""
 

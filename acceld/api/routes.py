@@ -10,7 +10,7 @@ from typing import Callable
 
 import falcon
 
-from acceld.api.handlers import device_profiles, root
+from acceld.api.handlers import attributes, deployables, device_profiles, devices, root
 
 Handler = Callable[..., None]
 
@@ -25,6 +25,26 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v2/device_profiles/{ident}": {
         "GET": device_profiles.show_profile,
         "DELETE": device_profiles.delete_profiles,
+    },
+    "/v2/devices": {"GET": devices.list_devices},
+    "/v2/devices/{uuid}": {"GET": devices.show_device, "PATCH": devices.patch_device},
+    "/v2/devices/{uuid}/enable": {"POST": devices.enable_device},
+    "/v2/devices/{uuid}/disable": {"POST": devices.disable_device},
+    "/v2/deployables": {"GET": deployables.list_deployables},
+    "/v2/deployables/{uuid}": {
+        "GET": deployables.show_deployable,
+        "PATCH": deployables.patch_deployable,
+    },
+    "/v2/deployables/{uuid}/program": {"PATCH": deployables.program},
+    # openstacksdk and the CLI repeat the uuid after /program.
+    "/v2/deployables/{uuid}/program/{again}": {"PATCH": deployables.program},
+    "/v2/attributes": {
+        "GET": attributes.list_attributes,
+        "POST": attributes.create_attribute,
+    },
+    "/v2/attributes/{uuid}": {
+        "GET": attributes.show_attribute,
+        "DELETE": attributes.delete_attribute,
     },
 }
 

@@ -1,0 +1,162 @@
+"""/v2/deployables: offerable units of devices, and programming them (bitstreams, firmware).
+
+A program request goes API -> conductor -> the node's agent -> the
+deployable's driver, synchronously; ``bitstream_id`` changes only when the
+driver succeeded. Two request forms:
+
+- upstream's ``PATCH /{uuid}/program`` (also at the SDK's ``/{uuid}/program/{uuid}``)
+  with ``[{"path": "/program", "op": "replace", "value": [{"image_uuid": ...}]}]``:
+  200 with the deployable;
+- the seed's ``PATCH /{uuid}`` with one ``/bitstream`` or ``/firmware`` operation:
+  204, no body.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+
+import falcon
+import orjson
+import requests
+
+from acceld.api import errors, wire
+from acceld.api.schemas import deployables as schemas
+from acceld.clients.internal import InternalError
+from acceld.db import deployables as db
+
+COLLECTION = "deployables"
+
+
+def to_wire(req: falcon.Request, row, attrs: list[tuple[str, str]]) -> dict:  # type: ignore[no-untyped-def]
+    base = wire.base_url(req)
+    return {
+        "uuid": row.uuid,
+        "parent_id": row.parent_id,
+        "root_id": row.root_id,
+        "name": row.name,
+        "num_accelerators": row.num_accelerators,
+        "device_id": row.device_id,
+        # A JSON string of one-key objects, in creation order, formatted as upstream's.
+        "attributes_list": json.dumps([{k: v} for k, v in attrs]),
+        "rp_uuid": row.rp_uuid,
+        "driver_name": row.driver_name,
+        "bitstream_id": row.bitstream_id,
+        "links": [
+            {"href": f"{base}/accelerator/v2/{COLLECTION}/{row.uuid}", "rel": "self"},
+            {"href": f"{base}/accelerator/{COLLECTION}/{row.uuid}", "rel": "bookmark"},
+        ],
+        "created_at": wire.timestamp(row.created_at),
+        "updated_at": wire.timestamp(row.updated_at),
+    }
+
+
+def list_deployables(req: falcon.Request, resp: falcon.Response) -> None:
+    api = req.context.api
+    api.policy.authorize("cyborg:deployable:get_all", req.context.ctx)
+    params = wire.query_params(req, db.FILTERS)
+    wire.validate(schemas.LIST_QUERY, params, "query string")
+    filters: dict[str, object] = dict(params)
+    if "device_id" in filters:
+        filters["device_id"] = int(params["device_id"])
+    if "rp_uuid" in filters:
+        filters["rp_uuid"] = str(uuidlib.UUID(params["rp_uuid"]))
+    with api.db.read() as conn:
+        rows, attrs = db.list_deployables(conn, filters)
+    wire.respond(resp, {"deployables": [to_wire(req, r, attrs.get(r.id, [])) for r in rows]})
+
+
+def show_deployable(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
+    api = req.context.api
+    api.policy.authorize("cyborg:deployable:get_one", req.context.ctx)
+    wire.query_params(req, ())
+    wire.respond(resp, _load(req, uuid))
+
+
+def program(req: falcon.Request, resp: falcon.Response, uuid: str,
+            again: str | None = None) -> None:
+    """Upstream's PATCH /{uuid}/program (and /{uuid}/program/{uuid}): 200 with the deployable."""
+    api = req.context.api
+    api.policy.authorize("cyborg:deployable:program", req.context.ctx)
+    wire.query_params(req, ())
+    if again is not None and canonical(again) != canonical(uuid):
+        raise errors.BadRequest(f"The path names two deployables ({uuid} and {again}); "
+                                "send PATCH /deployables/{uuid}/program.")
+    body = wire.read_json(req)
+    wire.validate(schemas.PROGRAM, body)
+    _program(req, uuid, "bitstream", body[0]["value"][0]["image_uuid"])
+    wire.respond(resp, _load(req, uuid))
+
+
+def patch_deployable(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
+    """The seed's PATCH /{uuid} on /bitstream or /firmware: 204, no body."""
+    api = req.context.api
+    api.policy.authorize("cyborg:deployable:program", req.context.ctx)
+    wire.query_params(req, ())
+    body = wire.read_json(req)
+    wire.validate(schemas.SEED_PATCH, body)
+    op = body[0]
+    _program(req, uuid, op["path"].lstrip("/"), op["value"])
+    wire.no_content(resp)
+
+
+def _load(req: falcon.Request, uuid: str) -> dict:
+    with req.context.api.db.read() as conn:
+        row, attrs = db.get_by_uuid(conn, canonical(uuid))
+    if row is None:
+        raise _not_found(uuid)
+    return to_wire(req, row, attrs)
+
+
+def _program(req: falcon.Request, uuid: str, kind: str, image_id: str) -> None:
+    """Ask the conductor to program; map its answer to the client's error, if any."""
+    api = req.context.api
+    uuid = canonical(uuid)
+    with api.db.read() as conn:
+        if db.program_target(conn, uuid) is None:
+            raise _not_found(uuid)
+    if api.conductor is None:
+        raise errors.ServiceUnavailable(
+            "Programming needs the conductor, and this API server has no internal secret to "
+            "call it with; configure [internal] shared_secret.")
+    body = {"kind": kind, "image_id": str(uuidlib.UUID(image_id))}
+    try:
+        api.conductor.call("POST", f"/deployables/{uuid}/program", body,
+                           timeout=api.conf.conductor.program_timeout + 10)
+    except InternalError as exc:
+        raise backend_error(exc) from None
+    except requests.RequestException as exc:
+        raise errors.ServiceUnavailable(f"The conductor could not be reached to program "
+                                        f"deployable {uuid}: {exc.__class__.__name__}.") from None
+
+
+# Conductor answers passed on as they are: client mistakes and states the client can act on.
+_PASSED_ON = {400: errors.BadRequest, 404: errors.NotFound, 409: errors.Conflict,
+              502: errors.BadGateway, 503: errors.ServiceUnavailable}
+
+
+def backend_error(exc: InternalError) -> errors.ApiError:
+    """The client-facing error for a failed internal call, keeping the backend's message."""
+    message = exc.message
+    try:
+        message = orjson.loads(exc.message)["error"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        pass
+    if exc.status == 401:
+        return errors.BadGateway("The conductor refused the API's internal credential; "
+                                 "check that both use the same [internal] shared_secret.")
+    kind = _PASSED_ON.get(exc.status)
+    if kind is None:
+        kind = errors.BadRequest if exc.status < 500 else errors.BadGateway
+    return kind(message)
+
+
+def canonical(uuid: str) -> str:
+    try:
+        return str(uuidlib.UUID(uuid))
+    except ValueError:
+        return uuid
+
+
+def _not_found(uuid: str) -> errors.NotFound:
+    return errors.NotFound(f"Deployable {uuid} could not be found.")

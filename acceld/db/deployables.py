@@ -1,0 +1,70 @@
+"""Deployable queries, with their attributes fetched in one more query (never per row)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+from sqlalchemy import Connection, Row, Select, select, update
+
+from acceld.db.models import attributes, deployables, devices, utcnow
+
+_COLUMNS = (deployables.c.id, deployables.c.uuid, deployables.c.parent_id,
+            deployables.c.root_id, deployables.c.name, deployables.c.num_accelerators,
+            deployables.c.device_id, deployables.c.driver_name, deployables.c.rp_uuid,
+            deployables.c.bitstream_id, deployables.c.created_at, deployables.c.updated_at)
+
+# Query parameter -> column; all equality filters on indexed or unique columns.
+FILTERS = {"name": deployables.c.name, "device_id": deployables.c.device_id,
+           "rp_uuid": deployables.c.rp_uuid, "driver_name": deployables.c.driver_name}
+
+
+def _filtered(query: Select, filters: dict[str, object]) -> Select:
+    for name, column in FILTERS.items():
+        if name in filters:
+            query = query.where(column == filters[name])
+    return query
+
+
+def list_deployables(conn: Connection, filters: dict[str, object]
+                     ) -> tuple[Sequence[Row], dict[int, list[tuple[str, str]]]]:
+    """Rows and, per deployable id, its (key, value) attributes: two queries in all."""
+    rows = conn.execute(_filtered(select(*_COLUMNS), filters)
+                        .order_by(deployables.c.id)).all()
+    if not rows:
+        return rows, {}
+    ids = _filtered(select(deployables.c.id), filters).scalar_subquery()
+    return rows, _attributes_where(conn, attributes.c.deployable_id.in_(ids))
+
+
+def get_by_uuid(conn: Connection, uuid: str
+                ) -> tuple[Row | None, list[tuple[str, str]]]:
+    row = conn.execute(select(*_COLUMNS).where(deployables.c.uuid == uuid)).first()
+    if row is None:
+        return None, []
+    return row, _attributes_where(conn, attributes.c.deployable_id == row.id).get(row.id, [])
+
+
+def _attributes_where(conn: Connection, condition) -> dict[int, list[tuple[str, str]]]:  # type: ignore[no-untyped-def]
+    found: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for dep_id, key, value in conn.execute(
+            select(attributes.c.deployable_id, attributes.c.key, attributes.c.value)
+            .where(condition).order_by(attributes.c.deployable_id, attributes.c.id)):
+        found[dep_id].append((key, value))
+    return found
+
+
+def program_target(conn: Connection, uuid: str) -> Row | None:
+    """What programming needs: the deployable, its driver, its node and its device status."""
+    return conn.execute(
+        select(deployables.c.id, deployables.c.uuid, deployables.c.name,
+               deployables.c.driver_name, deployables.c.bitstream_id,
+               devices.c.hostname, devices.c.uuid.label("device_uuid"))
+        .join(devices, devices.c.id == deployables.c.device_id)
+        .where(deployables.c.uuid == uuid)).first()
+
+
+def record_bitstream(conn: Connection, deployable_id: int, bitstream_id: str) -> bool:
+    """Set bitstream_id after a successful program; False if the deployable is gone."""
+    return bool(conn.execute(update(deployables).where(deployables.c.id == deployable_id)
+                             .values(bitstream_id=bitstream_id, updated_at=utcnow())).rowcount)

@@ -1,0 +1,62 @@
+"""Device queries: the inventory's physical accelerators and their operator status."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from sqlalchemy import Connection, Row, select, update
+
+from acceld.db.models import deployables, devices, placement_sync, utcnow
+
+# The stored values of the operator status. The seed's 'disabled' is stored as upstream's
+# 'maintaining'; bind refuses any device whose status is not ENABLED.
+ENABLED = "enabled"
+MAINTAINING = "maintaining"
+
+_COLUMNS = (devices.c.id, devices.c.uuid, devices.c.type, devices.c.vendor, devices.c.model,
+            devices.c.std_board_info, devices.c.vendor_board_info, devices.c.hostname,
+            devices.c.status, devices.c.status_reason, devices.c.created_at,
+            devices.c.updated_at)
+
+FILTERS = ("type", "vendor", "hostname")
+
+
+def list_devices(conn: Connection, filters: dict[str, str]) -> Sequence[Row]:
+    """One query; every filter is an indexed equality on its column."""
+    query = select(*_COLUMNS).order_by(devices.c.id)
+    for name in FILTERS:
+        if name in filters:
+            query = query.where(devices.c[name] == filters[name])
+    return conn.execute(query).all()
+
+
+def get_by_uuid(conn: Connection, uuid: str) -> Row | None:
+    return conn.execute(select(*_COLUMNS).where(devices.c.uuid == uuid)).first()
+
+
+def set_status(conn: Connection, device_id: int, status: str, reason: str | None) -> bool:
+    """Compare-and-set the status; False when it already had it (nothing written).
+
+    The reason is replaced either way it is given: an operator may re-disable a
+    device to record a better reason, so a differing reason alone also writes.
+    """
+    changed = conn.execute(update(devices).where(
+        devices.c.id == device_id,
+        (devices.c.status != status) | (devices.c.status_reason.is_distinct_from(reason)),
+    ).values(status=status, status_reason=reason, updated_at=utcnow())).rowcount
+    if changed:
+        mark_providers_dirty(conn, device_id)
+    return bool(changed)
+
+
+def mark_providers_dirty(conn: Connection, device_id: int) -> int:
+    """The Placement hook: the device's providers must be written again.
+
+    The Placement sync (acceld.conductor.placement_sync) reserves the whole
+    inventory of a provider whose device is not enabled, and releases it when
+    the device is enabled again; it writes every provider whose row is dirty.
+    """
+    provider_uuids = select(deployables.c.rp_uuid).where(
+        deployables.c.device_id == device_id, deployables.c.rp_uuid.is_not(None))
+    return conn.execute(update(placement_sync).where(
+        placement_sync.c.rp_uuid.in_(provider_uuids)).values(dirty=True)).rowcount

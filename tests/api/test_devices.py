@@ -1,0 +1,243 @@
+"""/v2/devices: list, filters, show, status at 2.3, enable and disable in both forms."""
+
+import json
+import uuid
+
+import pytest
+from sqlalchemy import insert, select
+
+from acceld.db.models import devices, placement_sync, utcnow
+from tests.conftest import count_queries
+from tests.helpers import ADMIN, fault, member, version
+from tests.support import inventory
+
+URL = "/accelerator/v2/devices"
+MANAGER = {"X-User-Id": "mgr", "X-Project-Id": "project-m", "X-Roles": "manager,member,reader"}
+FIELDS_2_0 = {"uuid", "type", "vendor", "model", "std_board_info", "vendor_board_info",
+              "hostname", "links", "created_at", "updated_at"}
+
+
+def add(db, **kwargs):
+    with db.write() as conn:
+        return inventory.add_device(conn, **kwargs)
+
+
+def stored(db, device_uuid):
+    with db.read() as conn:
+        return conn.execute(select(devices).where(devices.c.uuid == device_uuid)).one()
+
+
+def status_patch(value, reason=None):
+    op = {"path": "/status", "op": "replace", "value": value}
+    if reason is not None:
+        op["reason"] = reason
+    return [op]
+
+
+def test_list_shape_at_2_0(client, db):
+    dev = add(db, hostname="node1", std_board_info={"device_id": "0xabcd", "class": "Fake"})
+    result = client.simulate_get(URL, headers=ADMIN)
+    assert result.status_code == 200
+    [body] = result.json["devices"]
+    assert set(body) == FIELDS_2_0
+    assert list(body)[:7] == ["uuid", "type", "vendor", "model", "std_board_info",
+                              "vendor_board_info", "hostname"]
+    assert body["uuid"] == dev["uuid"]
+    assert body["type"] == "FPGA" and body["vendor"] == "0x8086"
+    # Board info stays a JSON string on the wire, as upstream sends it.
+    assert json.loads(body["std_board_info"]) == {"device_id": "0xabcd", "class": "Fake"}
+    assert body["links"] == [{"href": f"http://falconframework.org/accelerator/v2/devices/"
+                                      f"{dev['uuid']}", "rel": "self"}]
+    assert body["created_at"].endswith("+00:00") and body["updated_at"] is None
+    assert "id" not in body
+
+
+@pytest.mark.parametrize("v, shown", [("2.2", False), ("2.3", True), ("2.4", True)])
+def test_status_shown_from_2_3(client, db, v, shown):
+    dev = add(db, status="maintaining")
+    listed = client.simulate_get(URL, headers={**ADMIN, **version(v)}).json["devices"][0]
+    one = client.simulate_get(f"{URL}/{dev['uuid']}", headers={**ADMIN, **version(v)}).json
+    for body in (listed, one):
+        assert ("status" in body) is shown
+        if shown:
+            assert body["status"] == "maintaining"
+
+
+def test_filters(client, db):
+    add(db, hostname="a", type="FPGA", vendor="0x8086")
+    add(db, hostname="a", type="GPU", vendor="0x10de")
+    add(db, hostname="b", type="GPU", vendor="0x10de")
+
+    def hosts(query):
+        result = client.simulate_get(URL, query_string=query, headers=ADMIN)
+        assert result.status_code == 200
+        return sorted((d["hostname"], d["type"]) for d in result.json["devices"])
+
+    assert hosts("type=GPU") == [("a", "GPU"), ("b", "GPU")]
+    assert hosts("vendor=0x8086") == [("a", "FPGA")]
+    assert hosts("hostname=a&type=GPU") == [("a", "GPU")]
+    assert hosts("hostname=nowhere") == []
+
+
+@pytest.mark.parametrize("query", ["status=enabled", "type=GPU&type=FPGA", f"type={'x' * 256}"])
+def test_bad_query_is_400(client, db, query):
+    add(db)
+    result = client.simulate_get(URL, query_string=query, headers=ADMIN)
+    assert result.status_code == 400
+
+
+def test_list_runs_constant_queries(client, db):
+    now = utcnow()
+    rows = [{"uuid": str(uuid.uuid4()), "type": "GPU", "vendor": "0x10de", "model": "A100",
+             "std_board_info": "{}", "vendor_board_info": "{}", "hostname": f"n{i % 10}",
+             "status": "enabled", "acc_status": "ready", "vanished": False, "created_at": now}
+            for i in range(1000)]
+    with db.write() as conn:
+        conn.execute(insert(devices), rows)
+    with count_queries(db) as statements:
+        result = client.simulate_get(URL, headers={**ADMIN, **version("2.3")})
+    assert result.status_code == 200
+    assert len(result.json["devices"]) == 1000
+    assert len(statements) == 1
+
+
+def test_show(client, db):
+    dev = add(db)
+    result = client.simulate_get(f"{URL}/{dev['uuid'].upper()}", headers=ADMIN)
+    assert result.status_code == 200
+    assert result.json["uuid"] == dev["uuid"]
+    assert set(result.json) == FIELDS_2_0
+
+
+@pytest.mark.parametrize("ident", [str(uuid.uuid4()), "not-a-uuid"])
+def test_show_unknown_is_404(client, db, ident):
+    result = client.simulate_get(f"{URL}/{ident}", headers=ADMIN)
+    assert result.status_code == 404
+    assert ident in fault(result)
+
+
+def test_read_policy(client, db):
+    dev = add(db)
+    # A manager of any project may read the inventory (upstream's default); a member may not.
+    assert client.simulate_get(URL, headers=MANAGER).status_code == 200
+    assert client.simulate_get(f"{URL}/{dev['uuid']}", headers=MANAGER).status_code == 200
+    assert client.simulate_get(URL, headers=member("p9")).status_code == 403
+    assert client.simulate_get(f"{URL}/{dev['uuid']}", headers=member("p9")).status_code == 403
+
+
+@pytest.mark.parametrize("action, before, after", [("disable", "enabled", "maintaining"),
+                                                   ("enable", "maintaining", "enabled")])
+def test_upstream_enable_disable(client, db, action, before, after):
+    dev = add(db, status=before)
+    result = client.simulate_post(f"{URL}/{dev['uuid']}/{action}", headers=ADMIN)
+    assert result.status_code == 200
+    assert result.content == b""
+    row = stored(db, dev["uuid"])
+    assert row.status == after
+    assert row.updated_at is not None
+    shown = client.simulate_get(f"{URL}/{dev['uuid']}", headers={**ADMIN, **version("2.3")})
+    assert shown.json["status"] == after
+
+
+def test_upstream_enable_disable_are_idempotent(client, db):
+    dev = add(db)
+    for _ in range(2):
+        assert client.simulate_post(f"{URL}/{dev['uuid']}/disable",
+                                    headers=ADMIN).status_code == 200
+    assert stored(db, dev["uuid"]).status == "maintaining"
+    for _ in range(2):
+        assert client.simulate_post(f"{URL}/{dev['uuid']}/enable",
+                                    headers=ADMIN).status_code == 200
+    assert stored(db, dev["uuid"]).status == "enabled"
+
+
+def test_seed_patch_disable_with_reason_then_enable(client, db):
+    dev = add(db)
+    result = client.simulate_patch(f"{URL}/{dev['uuid']}", headers=ADMIN,
+                                   json=status_patch("disabled", "fan failure"))
+    assert result.status_code == 204
+    assert result.content == b""
+    row = stored(db, dev["uuid"])
+    assert (row.status, row.status_reason) == ("maintaining", "fan failure")
+    result = client.simulate_patch(f"{URL}/{dev['uuid']}", headers=ADMIN,
+                                   json=status_patch("enabled"))
+    assert result.status_code == 204
+    row = stored(db, dev["uuid"])
+    assert (row.status, row.status_reason) == ("enabled", None)
+
+
+def test_disable_marks_the_devices_providers_for_placement(client, db):
+    with db.write() as conn:
+        dev = inventory.add_device(conn)
+        dep = inventory.add_deployable(conn, dev["id"])
+        other_dev = inventory.add_device(conn)
+        other = inventory.add_deployable(conn, other_dev["id"])
+        for rp in (dep["rp_uuid"], other["rp_uuid"]):
+            conn.execute(insert(placement_sync).values(rp_uuid=rp, hostname="node1",
+                                                       digest="d", dirty=False))
+    assert client.simulate_post(f"{URL}/{dev['uuid']}/disable", headers=ADMIN).status_code == 200
+    with db.read() as conn:
+        dirty = dict(conn.execute(select(placement_sync.c.rp_uuid, placement_sync.c.dirty)).all())
+    assert dirty == {dep["rp_uuid"]: True, other["rp_uuid"]: False}
+
+
+@pytest.mark.parametrize("body", [
+    [],
+    {"path": "/status", "op": "replace", "value": "disabled"},
+    status_patch("maintaining"),
+    status_patch("enabled") + status_patch("disabled"),
+    [{"path": "/hostname", "op": "replace", "value": "x"}],
+    [{"path": "/status", "op": "add", "value": "disabled"}],
+    [{"path": "/status", "op": "replace"}],
+    [{"path": "/status", "op": "replace", "value": "disabled", "extra": 1}],
+    [{"path": "/status", "op": "replace", "value": "disabled", "reason": 5}],
+    [{"path": "/status", "op": "replace", "value": "disabled", "reason": "r" * 256}],
+])
+def test_seed_patch_rejects_bad_input(client, db, body):
+    dev = add(db)
+    result = client.simulate_patch(f"{URL}/{dev['uuid']}", headers=ADMIN, json=body)
+    assert result.status_code == 400
+    row = stored(db, dev["uuid"])
+    assert (row.status, row.status_reason, row.updated_at) == ("enabled", None, None)
+
+
+def test_seed_patch_malformed_json(client, db):
+    dev = add(db)
+    result = client.simulate_patch(f"{URL}/{dev['uuid']}", headers={
+        **ADMIN, "Content-Type": "application/json"}, body=b"[{")
+    assert result.status_code == 400
+    assert stored(db, dev["uuid"]).status == "enabled"
+
+
+@pytest.mark.parametrize("how", ["post", "patch"])
+def test_unknown_device_is_404(client, db, how):
+    missing = str(uuid.uuid4())
+    if how == "post":
+        result = client.simulate_post(f"{URL}/{missing}/disable", headers=ADMIN)
+    else:
+        result = client.simulate_patch(f"{URL}/{missing}", headers=ADMIN,
+                                       json=status_patch("disabled"))
+    assert result.status_code == 404
+    assert missing in fault(result)
+
+
+@pytest.mark.parametrize("headers", [MANAGER, member("p9")])
+def test_enable_disable_need_admin(client, db, headers):
+    dev = add(db)
+    assert client.simulate_post(f"{URL}/{dev['uuid']}/disable",
+                                headers=headers).status_code == 403
+    assert client.simulate_patch(f"{URL}/{dev['uuid']}", headers=headers,
+                                 json=status_patch("disabled")).status_code == 403
+    assert stored(db, dev["uuid"]).status == "enabled"
+
+
+def test_wrong_methods(client, db):
+    dev = add(db)
+    assert client.simulate_get(f"{URL}/{dev['uuid']}/disable", headers=ADMIN).status_code == 405
+    assert client.simulate_delete(f"{URL}/{dev['uuid']}", headers=ADMIN).status_code == 405
+    assert client.simulate_post(URL, headers=ADMIN, json={}).status_code == 405
+
+
+def test_served_at_root_too(client, db):
+    add(db)
+    assert len(client.simulate_get("/v2/devices", headers=ADMIN).json["devices"]) == 1
