@@ -9,14 +9,15 @@ from typing import Any
 import requests
 from oslo_config import cfg
 
-from acceld.clients.internal import InternalClient, InternalError
+from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
 from acceld.services.secrets import SECRET_FILE, internal_secret
 
 LOG = logging.getLogger(__name__)
 
 
 def conductor_url(conf: cfg.ConfigOpts) -> str:
-    return conf.conductor.url or f"http://{conf.conductor.host_ip}:{conf.conductor.port}"
+    return conf.conductor.url or (
+        f"{scheme(conf)}://{conf.conductor.host_ip}:{conf.conductor.port}")
 
 
 class ConductorClient:
@@ -42,4 +43,4 @@ def client_from_config(conf: cfg.ConfigOpts) -> ConductorClient | None:
         LOG.warning("No internal secret: the API will not call the conductor directly.")
         return None
     return ConductorClient(conductor_url(conf), internal_secret(conf),
-                           verify=conf.internal.tls_ca_file or True)
+                           verify=tls_verify(conf))

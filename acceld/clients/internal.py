@@ -11,6 +11,16 @@ import requests
 from acceld.internal import auth
 
 
+def tls_verify(conf) -> str | bool:  # type: ignore[no-untyped-def]
+    """How internal clients verify TLS servers: ``[internal] tls_ca_file``, else system CAs."""
+    return conf.internal.tls_ca_file or True
+
+
+def scheme(conf) -> str:  # type: ignore[no-untyped-def]
+    """``https`` when the internal servers are configured with a certificate."""
+    return "https" if conf.internal.tls_cert_file else "http"
+
+
 class InternalError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}")

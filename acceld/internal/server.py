@@ -100,7 +100,10 @@ class InternalServer:
         if cert_file:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(cert_file, key_file)
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            # The handshake happens in the request's thread, not in the accept loop, so
+            # a client that connects and stalls cannot block the server.
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True,
+                                                      do_handshake_on_connect=False)
             scheme = "https"
         self.port = self._server.server_address[1]
         self.url = f"{scheme}://{host}:{self.port}"
