@@ -47,6 +47,10 @@ api_opts = [
     cfg.IntOpt("max_arqs_per_create", default=1000, min=1,
                help="Most ARQs one POST /accelerator_requests may create (the sum of the "
                     "profile's resources:* amounts); a larger profile gets 400."),
+    cfg.StrOpt("tls_cert_file",
+               help="PEM certificate (chain) for the public API: set with tls_key_file to "
+                    "serve HTTPS directly from gunicorn."),
+    cfg.StrOpt("tls_key_file", help="PEM private key for the public API's certificate."),
     cfg.StrOpt("noauth_user_id", default="admin",
                help="noauth: user id when a request carries no X-User-Id."),
     cfg.StrOpt("noauth_project_id", default="admin",

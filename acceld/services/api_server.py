@@ -33,6 +33,8 @@ class _Gunicorn(BaseApplication):
             "loglevel": "debug" if self.conf.debug else "info",
             "limit_request_line": 8190,
         }
+        if api.tls_cert_file:
+            settings.update(certfile=api.tls_cert_file, keyfile=api.tls_key_file)
         for key, value in settings.items():
             if key in self.cfg.settings:
                 self.cfg.set(key, value)
