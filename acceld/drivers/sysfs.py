@@ -221,8 +221,3 @@ def parse_hex_id(text: str | None) -> str | None:
     """``sriov_vf_device``: '154c' today, '0x154c' after a 2025 kernel change; both -> '0x154c'."""
     return normalise_id(text)
 
-
-def trait_part(text: str) -> str:
-    """Upper-case a free-form name into a trait component: 'GRID T4-2B' -> 'GRID_T4_2B'."""
-    cleaned = re.sub(r"[^A-Z0-9]+", "_", text.upper()).strip("_")
-    return cleaned or "UNKNOWN"

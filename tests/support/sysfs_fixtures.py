@@ -1,0 +1,279 @@
+"""Builders for fixture sysfs trees shaped like the real kernel's.
+
+A :class:`SysfsTree` writes, under a temporary directory playing ``/sys``,
+the same files and symlinks a real node has (see
+``shared/reference/hardware-layouts.md``): the real device directory nested
+under its bridge in ``devices/``, the ``bus/pci/devices/<bdf>`` link to it,
+``driver`` and ``iommu_group`` links, ``physfn``/``virtfnN`` links for
+SR-IOV, ``mdev_supported_types``, the NVIDIA vendor-specific VFIO directory,
+OPAE/DFL FPGA regions, NVMe controllers and netdevs. Values are written as the
+kernel prints them (``0x%04x`` ids, trailing newline, padded NVMe strings).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _write(path: Path, value: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(value if value.endswith("\n") or value == "" else value + "\n")
+
+
+def _link(link: Path, target: Path) -> None:
+    """A relative symlink, as the kernel makes them."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(os.path.relpath(target, link.parent))
+
+
+class SysfsTree:
+    """A fixture ``/sys`` at ``root`` (pass ``str(tree.root)`` as the driver's sysfs_root)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        (self.root / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
+
+    # --- generic PCI -----------------------------------------------------------
+
+    def device_dir(self, address: str) -> Path:
+        """The real directory of a function (resolving the bus link)."""
+        return (self.root / "bus" / "pci" / "devices" / address).resolve()
+
+    def add_pci(self, address: str, vendor: str, device: str, class_code: str, *,
+                driver: str | None = None, subsystem_vendor: str | None = None,
+                subsystem_device: str = "0x0000", revision: str = "0x00",
+                numa_node: int = 0, iommu_group: int | None = None,
+                bridge: str | None = None) -> Path:
+        """One PCI function: ``devices/pci<dom>:<bus>/<bridge>/<bdf>`` and its bus link."""
+        domain = address[:4]
+        root_bus = f"pci{domain}:{address[5:7]}"
+        parent = self.root / "devices" / root_bus
+        if bridge:
+            parent = parent / bridge
+        path = parent / address
+        path.mkdir(parents=True, exist_ok=True)
+        dev = device[2:] if device.startswith("0x") else device
+        ven = vendor[2:] if vendor.startswith("0x") else vendor
+        cls = int(class_code, 16)
+        _write(path / "vendor", f"0x{ven}")
+        _write(path / "device", f"0x{dev}")
+        _write(path / "class", f"0x{cls:06x}")
+        _write(path / "subsystem_vendor", subsystem_vendor or f"0x{ven}")
+        _write(path / "subsystem_device", subsystem_device)
+        _write(path / "revision", revision)
+        _write(path / "numa_node", str(numa_node))
+        _write(path / "enable", "1")
+        _write(path / "driver_override", "(null)")
+        _write(path / "modalias", f"pci:v0000{ven.upper()}d0000{dev.upper()}"
+                                  f"sv0000{ven.upper()}sd00000000bc{cls >> 16:02X}"
+                                  f"sc{(cls >> 8) & 0xff:02X}i{cls & 0xff:02X}")
+        _write(path / "uevent", "\n".join([
+            *( [f"DRIVER={driver}"] if driver else []),
+            f"PCI_CLASS={cls:X}", f"PCI_ID={ven.upper()}:{dev.upper()}",
+            f"PCI_SLOT_NAME={address}"]))
+        _link(path / "subsystem", self.root / "bus" / "pci")
+        _link(self.root / "bus" / "pci" / "devices" / address, path)
+        if driver:
+            self.bind(address, driver)
+        if iommu_group is not None:
+            group = self.root / "kernel" / "iommu_groups" / str(iommu_group)
+            (group / "devices").mkdir(parents=True, exist_ok=True)
+            _link(path / "iommu_group", group)
+            _link(group / "devices" / address, path)
+        return path
+
+    def bind(self, address: str, driver: str) -> None:
+        path = self.device_dir(address)
+        drv = self.root / "bus" / "pci" / "drivers" / driver
+        drv.mkdir(parents=True, exist_ok=True)
+        _link(path / "driver", drv)
+        _link(drv / address, path)
+
+    def add_vfs(self, pf: str, vfs: list[str], vf_device: str, *, driver: str | None = None,
+                total: int | None = None, iommu_base: int | None = None) -> list[Path]:
+        """Enable SR-IOV on ``pf``: sriov_* files, virtfnN links, and each VF with physfn."""
+        pf_path = self.device_dir(pf)
+        vendor = (pf_path / "vendor").read_text().strip()
+        class_code = (pf_path / "class").read_text().strip()
+        numa = int((pf_path / "numa_node").read_text())
+        self.set_sriov(pf, total=total if total is not None else max(len(vfs), 1),
+                       numvfs=len(vfs), vf_device=vf_device)
+        bridge = os.path.relpath(pf_path.parent, self.root / "devices" / f"pci{pf[:4]}:{pf[5:7]}")
+        paths = []
+        for index, vf in enumerate(vfs):
+            vf_path = self.add_pci(vf, vendor, vf_device, class_code, driver=driver,
+                                   numa_node=numa,
+                                   iommu_group=None if iommu_base is None else iommu_base + index,
+                                   bridge=None if bridge == "." else bridge)
+            _link(vf_path / "physfn", pf_path)
+            _link(pf_path / f"virtfn{index}", vf_path)
+            paths.append(vf_path)
+        return paths
+
+    def set_sriov(self, pf: str, *, total: int, numvfs: int = 0, vf_device: str = "0000") -> None:
+        path = self.device_dir(pf)
+        _write(path / "sriov_totalvfs", str(total))
+        _write(path / "sriov_numvfs", str(numvfs))
+        _write(path / "sriov_offset", "16")
+        _write(path / "sriov_stride", "1")
+        _write(path / "sriov_drivers_autoprobe", "1")
+        _write(path / "sriov_vf_device", vf_device[2:] if vf_device.startswith("0x") else vf_device)
+
+    # --- mdev (vGPU) -----------------------------------------------------------
+
+    def add_mdev_type(self, parent: str, type_id: str, name: str | None, available: int, *,
+                      device_api: str = "vfio-pci", description: str | None = None) -> Path:
+        path = self.device_dir(parent) / "mdev_supported_types" / type_id
+        (path / "devices").mkdir(parents=True, exist_ok=True)
+        if name is not None:
+            _write(path / "name", name)
+        _write(path / "available_instances", str(available))
+        _write(path / "device_api", device_api)
+        if description is not None:
+            _write(path / "description", description)
+        _write(path / "create", "")
+        mdev_bus = self.root / "class" / "mdev_bus"
+        mdev_bus.mkdir(parents=True, exist_ok=True)
+        _link(mdev_bus / parent, self.device_dir(parent))
+        return path
+
+    def add_mdev(self, parent: str, type_id: str, uuid: str) -> Path:
+        """A created mdev: ``<parent>/<uuid>`` with mdev_type and remove, and its bus links."""
+        parent_path = self.device_dir(parent)
+        type_path = parent_path / "mdev_supported_types" / type_id
+        path = parent_path / uuid
+        path.mkdir(parents=True, exist_ok=True)
+        _link(path / "mdev_type", type_path)
+        _write(path / "remove", "")
+        _link(type_path / "devices" / uuid, path)
+        _link(self.root / "bus" / "mdev" / "devices" / uuid, path)
+        return path
+
+    def add_nvidia_vfio(self, vf: str, creatable: dict[int, str], current: int = 0) -> Path:
+        """vGPU 17+ vendor-specific VFIO: ``<vf>/nvidia/{creatable,current}_vgpu_type(s)``."""
+        path = self.device_dir(vf) / "nvidia"
+        lines = ["ID    : vGPU Name"] + [f"{tid:<5d} : {name}" for tid, name in creatable.items()]
+        _write(path / "creatable_vgpu_types", "\n".join(lines))
+        _write(path / "current_vgpu_type", str(current))
+        return path
+
+    def add_module_version(self, module: str, version: str) -> None:
+        _write(self.root / "module" / module / "version", version)
+
+    # --- netdev ----------------------------------------------------------------
+
+    def add_netdev(self, address: str, ifname: str) -> Path:
+        dev = self.device_dir(address)
+        path = dev / "net" / ifname
+        path.mkdir(parents=True, exist_ok=True)
+        _link(path / "device", dev)
+        _write(path / "address", "3c:fd:fe:00:00:01")
+        _link(self.root / "class" / "net" / ifname, path)
+        return path
+
+    # --- Intel FPGA ------------------------------------------------------------
+
+    def add_dfl_pf(self, address: str, *, region: int, fme: int, port: int | None,
+                   bitstream_id: str, interface_id: str, afu_id: str | None,
+                   ports_num: int = 1) -> Path:
+        """Upstream DFL: ``<pf>/fpga_region/regionN/{dfl-fme.M, dfl-port.K}``."""
+        dev = self.device_dir(address)
+        region_path = dev / "fpga_region" / f"region{region}"
+        fme_path = region_path / f"dfl-fme.{fme}"
+        _write(fme_path / "bitstream_id", bitstream_id)
+        _write(fme_path / "bitstream_metadata", "0x0")
+        _write(fme_path / "ports_num", str(ports_num))
+        _write(fme_path / "socket_id", "0")
+        pr = fme_path / f"dfl-fme-region.{fme + 1}" / "fpga_region" / f"region{region + 1}"
+        _write(pr / "compat_id", interface_id)
+        if port is not None:
+            self._dfl_port(region_path, port, afu_id)
+        _link(self.root / "class" / "fpga_region" / f"region{region}", region_path)
+        return region_path
+
+    def add_dfl_vf(self, address: str, *, region: int, port: int, afu_id: str | None) -> Path:
+        region_path = self.device_dir(address) / "fpga_region" / f"region{region}"
+        self._dfl_port(region_path, port, afu_id)
+        _link(self.root / "class" / "fpga_region" / f"region{region}", region_path)
+        return region_path
+
+    def _dfl_port(self, region_path: Path, port: int, afu_id: str | None) -> None:
+        port_path = region_path / f"dfl-port.{port}"
+        _write(port_path / "id", str(port))
+        _write(port_path / "power_state", "0")
+        if afu_id is not None:
+            _write(port_path / "afu_id", afu_id)
+
+    def add_intel_fpga_legacy(self, address: str, *, dev: int, fme: int | None,
+                              port: int | None, bitstream_id: str | None = None,
+                              interface_id: str | None = None,
+                              afu_id: str | None = None) -> Path:
+        """The out-of-tree OPAE driver: ``<pf>/fpga/intel-fpga-dev.N/intel-fpga-{fme,port}.M``."""
+        path = self.device_dir(address) / "fpga" / f"intel-fpga-dev.{dev}"
+        path.mkdir(parents=True, exist_ok=True)
+        _link(path / "device", self.device_dir(address))
+        if fme is not None:
+            fme_path = path / f"intel-fpga-fme.{fme}"
+            _write(fme_path / "bitstream_id", bitstream_id or "0x0")
+            _write(fme_path / "ports_num", "1")
+            _write(fme_path / "pr" / "interface_id", interface_id or "")
+        if port is not None:
+            port_path = path / f"intel-fpga-port.{port}"
+            _write(port_path / "id", str(port))
+            if afu_id is not None:
+                _write(port_path / "afu_id", afu_id)
+        _link(self.root / "class" / "fpga" / f"intel-fpga-dev.{dev}", path)
+        return path
+
+    # --- QAT -------------------------------------------------------------------
+
+    def add_qat_config(self, address: str, *, state: str = "up", services: str = "sym;asym",
+                       num_rps: int = 64) -> Path:
+        path = self.device_dir(address) / "qat"
+        _write(path / "state", state)
+        _write(path / "cfg_services", services)
+        _write(path / "num_rps", str(num_rps))
+        _write(path / "pm_idle_enabled", "1")
+        return path
+
+    # --- NVMe ------------------------------------------------------------------
+
+    def add_nvme(self, address: str, ctrl: int, *, model: str, serial: str,
+                 firmware: str = "2B2QEXM7", transport: str = "pcie", state: str = "live",
+                 namespaces: tuple[int, ...] = (1,), holders: dict[str, list[str]] | None = None
+                 ) -> Path:
+        """``<pci>/nvme/nvmeN`` with space-padded model/serial, namespaces and block links."""
+        dev = self.device_dir(address)
+        path = dev / "nvme" / f"nvme{ctrl}"
+        path.mkdir(parents=True, exist_ok=True)
+        _link(path / "device", dev)
+        _write(path / "model", model.ljust(40))
+        _write(path / "serial", serial.ljust(20))
+        _write(path / "firmware_rev", firmware.ljust(8))
+        _write(path / "address", address if transport == "pcie"
+               else "traddr=192.0.2.10,trsvcid=4420")
+        _write(path / "transport", transport)
+        _write(path / "state", state)
+        _write(path / "cntlid", "1")
+        _write(path / "subsysnqn", f"nqn.2014.08.org.nvmexpress:144d144d{serial}  {model}")
+        for nsid in namespaces:
+            name = f"nvme{ctrl}n{nsid}"
+            ns = path / name
+            _write(ns / "nsid", str(nsid))
+            _write(ns / "size", "1953525168")
+            (ns / "holders").mkdir(parents=True, exist_ok=True)
+            for holder in (holders or {}).get(name, []):
+                (ns / "holders" / holder).mkdir(parents=True, exist_ok=True)
+            _link(self.root / "block" / name, ns)
+        _link(self.root / "class" / "nvme" / f"nvme{ctrl}", path)
+        return path
+
+    def add_nvme_partition(self, ctrl: int, nsid: int, part: int) -> Path:
+        ns = self.root / "class" / "nvme" / f"nvme{ctrl}"
+        ns_path = ns.resolve() / f"nvme{ctrl}n{nsid}"
+        path = ns_path / f"nvme{ctrl}n{nsid}p{part}"
+        _write(path / "partition", str(part))
+        return path
