@@ -1,0 +1,59 @@
+"""Turning one node's hardware report into inventory: check, diff, commit, remember.
+
+A report is the agent's ``GET /hardware`` answer, ``{"hardware": [...], "digest": "..."}``.
+Each record is checked against the hardware record schema on its own; a bad
+one is logged and refused while the others are applied, and the rows the
+refused record's driver already had are kept as they were (nothing of the
+node's inventory is lost to a bad record). The node's adds, updates and
+removals and the new digest commit in one transaction, under a lock on the
+agent's row so that two reports of one node never interleave.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from acceld.db import agents as agents_db
+from acceld.db import inventory
+from acceld.db.engine import Database
+from acceld.drivers.record_schema import Problem, check_node
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    changes: inventory.Changes
+    problems: list[Problem]
+
+    def describe_problems(self) -> str:
+        return "; ".join(f"record {p.index}"
+                         + (f" (driver {p.driver_name})" if p.driver_name else "")
+                         + f" {p.message}" for p in self.problems)
+
+
+def apply_report(db: Database, hostname: str, report: Any) -> Outcome:
+    """Check and apply one report of ``hostname``; returns what changed and what was refused."""
+    hardware = report.get("hardware") if isinstance(report, dict) else None
+    digest = report.get("digest") if isinstance(report, dict) else None
+    checked = check_node(hardware)
+    for problem in checked.problems:
+        LOG.warning("Refused a hardware record from %s: record %s%s %s", hostname,
+                    problem.index, f" (driver {problem.driver_name})" if problem.driver_name
+                    else "", problem.message)
+    keep_all = any(p.driver_name is None for p in checked.problems)
+    keep_drivers = {p.driver_name for p in checked.problems if p.driver_name}
+    with db.write() as conn:
+        agent = agents_db.lock_agent(conn, hostname)
+        changes = inventory.reconcile_node(conn, hostname, checked.records,
+                                           keep_drivers=keep_drivers, keep_all=keep_all)
+        # Held devices wait for a release that no hardware change announces: forget the
+        # digest so the next heartbeat pulls again (a diff that writes nothing until then).
+        stored = digest if isinstance(digest, str) and not changes.held else None
+        if agent is not None and agent.hardware_digest != stored:
+            agents_db.set_digest(conn, hostname, stored)
+    if changes.writes:
+        LOG.info("Inventory of %s reconciled: %s", hostname, changes)
+    return Outcome(changes, checked.problems)

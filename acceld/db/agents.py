@@ -1,0 +1,96 @@
+"""The ``agents`` table: who reported, when, and whether they are considered alive.
+
+State changes are compare-and-set (``WHERE state = ... AND last_seen_at = ...``)
+so that a heartbeat racing the liveness sweep is never overwritten by it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from acceld.db.models import agents, utcnow
+
+
+@dataclass
+class Heartbeat:
+    """The agent row before this heartbeat (None fields for a first hello)."""
+
+    new: bool
+    previous_state: str | None
+    previous_seen: dt.datetime | None
+    stored_digest: str | None
+
+
+def record_heartbeat(conn: Connection, hostname: str, endpoint: str, interval: int,
+                     now: dt.datetime | None = None) -> Heartbeat:
+    """Upsert the agent's row: up, seen now. Returns what it was before."""
+    now = now or utcnow()
+    row = conn.execute(select(agents).where(agents.c.hostname == hostname)
+                       .with_for_update()).first()
+    if row is None:
+        conn.execute(insert(agents).values(hostname=hostname, endpoint=endpoint, state="up",
+                                           heartbeat_interval=interval, last_seen_at=now,
+                                           hardware_digest=None))
+        return Heartbeat(True, None, None, None)
+    values: dict[str, Any] = {"last_seen_at": now}
+    if row.state != "up":
+        values["state"] = "up"
+    if row.endpoint != endpoint:
+        values["endpoint"] = endpoint
+        values["hardware_digest"] = None  # a different agent process: pull its hardware
+    if row.heartbeat_interval != interval:
+        values["heartbeat_interval"] = interval
+    conn.execute(update(agents).where(agents.c.id == row.id).values(**values))
+    stored = None if "hardware_digest" in values else row.hardware_digest
+    return Heartbeat(False, row.state, row.last_seen_at, stored)
+
+
+def lock_agent(conn: Connection, hostname: str) -> Any:
+    """The agent's row, locked for the rest of the transaction (serialises reconciles)."""
+    return conn.execute(select(agents).where(agents.c.hostname == hostname)
+                        .with_for_update()).first()
+
+
+def set_digest(conn: Connection, hostname: str, digest: str | None) -> None:
+    conn.execute(update(agents).where(agents.c.hostname == hostname)
+                 .values(hardware_digest=digest))
+
+
+def overdue(conn: Connection, down_intervals: int, now: dt.datetime | None = None) -> list[Any]:
+    """Agents marked up whose last contact is older than ``down_intervals`` of their interval."""
+    now = now or utcnow()
+    rows = conn.execute(select(agents).where(agents.c.state == "up")).all()
+    return [r for r in rows
+            if now - r.last_seen_at > dt.timedelta(seconds=r.heartbeat_interval * down_intervals)]
+
+
+def mark_down(conn: Connection, row: Any) -> bool:
+    """Compare-and-set: only if nobody heard from the agent since ``row`` was read."""
+    return bool(conn.execute(update(agents).where(
+        agents.c.id == row.id, agents.c.state == "up",
+        agents.c.last_seen_at == row.last_seen_at).values(state="down")).rowcount)
+
+
+def list_agents(conn: Connection, state: str | None = None) -> list[Any]:
+    query = select(agents).order_by(agents.c.hostname)
+    if state:
+        query = query.where(agents.c.state == state)
+    return conn.execute(query).all()
+
+
+def get_agent(conn: Connection, hostname: str) -> Any:
+    return conn.execute(select(agents).where(agents.c.hostname == hostname)).first()
+
+
+def is_up(conn: Connection, hostname: str) -> bool:
+    """False only for a node whose agent reported before and is now marked down.
+
+    A node never heard from has no inventory of its own to bind; rows made by other
+    means (tests, an operator) are not refused for lack of an agent.
+    """
+    state = conn.execute(select(agents.c.state).where(agents.c.hostname == hostname)).scalar()
+    return state != "down"

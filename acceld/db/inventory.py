@@ -1,0 +1,390 @@
+"""A node's inventory in the database, and the diff that brings it in line with a report.
+
+``reconcile_node`` compares the records one node reports with the rows that
+node has: devices by control path, deployables by name, attributes by key,
+attach handles by attach info. It writes only the differences, inside the
+caller's transaction (so a node's adds, updates and removals commit
+together), and an unchanged node costs five SELECTs and no write.
+
+Rows in use are never pulled from under an instance: a device that
+disappears while one of its attach handles is in use stays, ``maintaining``
+and ``vanished`` with a reason, until the handle is released; a later
+reconcile then removes it. The same holds for a deployable or a handle that
+disappears while in use.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import orjson
+from sqlalchemy import Connection, delete, insert, select, update
+
+from acceld.db.models import (attach_handles, attributes, controlpath_ids, deployables, devices,
+                              placement_sync)
+from acceld.drivers.base import HardwareRecord
+from acceld.drivers.record_schema import identity, json_text
+
+LOG = logging.getLogger(__name__)
+
+VANISHED_PREFIX = "Hardware vanished"
+VANISHED_REASON = (VANISHED_PREFIX + " from its node while an attach handle is in use; "
+                   "held until released, then removed.")
+
+
+def deployable_name(hostname: str, local_name: str) -> str:
+    return f"{hostname}_{local_name}"
+
+
+def rp_uuid(name: str) -> str:
+    """The Placement provider uuid of a deployable: uuid3(NAMESPACE_DNS, name), as upstream."""
+    return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, name))
+
+
+def board_text(value: dict[str, Any] | str) -> str:
+    """Board info as stored: JSON text for an object, a plain string as is."""
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def not_ready_reason(record: HardwareRecord) -> str | None:
+    if record.acc_status == "ready":
+        return None
+    return record.status_reason or f"The hardware reports {record.acc_status}."
+
+
+@dataclass
+class Changes:
+    """What one reconcile did, for the log and the tests."""
+
+    added: int = 0
+    updated: int = 0
+    removed: int = 0
+    held: list[str] = field(default_factory=list)  # uuids of devices kept because in use
+    skipped: list[str] = field(default_factory=list)
+    dirty_rps: set[str] = field(default_factory=set)
+
+    @property
+    def writes(self) -> int:
+        return self.added + self.updated + self.removed
+
+    def __str__(self) -> str:
+        return (f"{self.added} added, {self.updated} updated, {self.removed} removed, "
+                f"{len(self.held)} held in use")
+
+
+@dataclass
+class _Node:
+    """The rows one node has now, keyed the way the diff matches them."""
+
+    devices: dict[str, Any]  # control path identity -> device row
+    cpid_of: dict[int, Any]  # device id -> controlpath row
+    deployables: dict[str, Any]  # full name -> row
+    deps_of: dict[int, list[Any]]  # device id -> deployable rows
+    attrs_of: dict[int, dict[str, Any]]  # deployable id -> key -> row
+    handles_of: dict[int, dict[str, Any]]  # deployable id -> attach identity -> row
+
+
+def _path_key(cpid_type: str, info: dict[str, Any]) -> str:
+    return cpid_type + identity(info)
+
+
+def _handle_key(attach_type: str, info: dict[str, Any]) -> str:
+    return attach_type + identity(info)
+
+
+def load_node(conn: Connection, hostname: str) -> _Node:
+    """Five queries, however big the node."""
+    dev_rows = conn.execute(select(devices).where(devices.c.hostname == hostname)).all()
+    on_node = select(devices.c.id).where(devices.c.hostname == hostname)
+    cpid_rows = conn.execute(select(controlpath_ids).where(
+        controlpath_ids.c.device_id.in_(on_node))).all()
+    dep_rows = conn.execute(select(deployables).where(
+        deployables.c.device_id.in_(on_node))).all()
+    deps_on_node = select(deployables.c.id).where(deployables.c.device_id.in_(on_node))
+    attr_rows = conn.execute(select(attributes).where(
+        attributes.c.deployable_id.in_(deps_on_node))).all()
+    handle_rows = conn.execute(select(attach_handles).where(
+        attach_handles.c.deployable_id.in_(deps_on_node))).all()
+
+    by_id = {row.id: row for row in dev_rows}
+    node = _Node({}, {}, {}, {}, {}, {})
+    for row in cpid_rows:
+        node.cpid_of[row.device_id] = row
+        node.devices[_path_key(row.cpid_type, orjson.loads(row.cpid_info))] = by_id[row.device_id]
+    for row in dep_rows:
+        node.deployables[row.name] = row
+        node.deps_of.setdefault(row.device_id, []).append(row)
+    for row in attr_rows:
+        node.attrs_of.setdefault(row.deployable_id, {})[row.key] = row
+    for row in handle_rows:
+        key = _handle_key(row.attach_type, orjson.loads(row.attach_info))
+        node.handles_of.setdefault(row.deployable_id, {})[key] = row
+    return node
+
+
+def reconcile_node(conn: Connection, hostname: str, records: Iterable[HardwareRecord], *,
+                   keep_drivers: set[str] | None = None, keep_all: bool = False) -> Changes:
+    """Make ``hostname``'s rows match ``records``, in the caller's transaction.
+
+    Devices not reported are removed, except those of a driver in ``keep_drivers``
+    (or all, with ``keep_all``): what a refused record described stays as it was.
+    """
+    records = list(records)
+    node = load_node(conn, hostname)
+    changes = Changes()
+    reported: set[str] = set()
+    taken = _taken_identities(conn, node, records, hostname)
+    for record in records:
+        key = _path_key(record.controlpath_id["cpid_type"], record.controlpath_id["cpid_info"])
+        reported.add(key)
+        row = node.devices.get(key)
+        if row is None:
+            device_id = _add_device(conn, hostname, record, changes, taken)
+        else:
+            device_id = row.id
+            _update_device(conn, row, record, node, changes)
+        _sync_deployables(conn, hostname, device_id, record, node, changes, taken)
+    for key, row in node.devices.items():
+        if key in reported:
+            continue
+        drivers = {d.driver_name for d in node.deps_of.get(row.id, [])}
+        if keep_all or (keep_drivers and drivers & keep_drivers):
+            continue
+        _remove_device(conn, row, node, changes)
+    if changes.dirty_rps:
+        mark_dirty(conn, hostname, changes.dirty_rps)
+    return changes
+
+
+@dataclass
+class _Taken:
+    device_uuids: set[str]
+    deployable_names: set[str]
+
+
+def _taken_identities(conn: Connection, node: _Node, records: list[HardwareRecord],
+                      hostname: str) -> _Taken:
+    """Uuids and names that new rows would collide with elsewhere (only queried if new rows)."""
+    new = [r for r in records if _path_key(r.controlpath_id["cpid_type"],
+                                           r.controlpath_id["cpid_info"]) not in node.devices]
+    new_names = {deployable_name(hostname, d.name) for r in records for d in r.deployables
+                 } - set(node.deployables)
+    taken = _Taken(set(), set())
+    if new:
+        taken.device_uuids = set(conn.execute(select(devices.c.uuid).where(
+            devices.c.uuid.in_([r.uuid for r in new]))).scalars())
+    if new_names:
+        taken.deployable_names = set(conn.execute(select(deployables.c.name).where(
+            deployables.c.name.in_(sorted(new_names)))).scalars())
+    return taken
+
+
+def _device_values(record: HardwareRecord) -> dict[str, Any]:
+    return {
+        "type": record.type,
+        "vendor": record.vendor,
+        "model": record.model,
+        "std_board_info": board_text(record.std_board_info),
+        "vendor_board_info": board_text(record.vendor_board_info),
+        "acc_status": record.acc_status,
+    }
+
+
+def _add_device(conn: Connection, hostname: str, record: HardwareRecord, changes: Changes,
+                taken: _Taken) -> int:
+    uuid = str(uuidlib.UUID(record.uuid))
+    if uuid in taken.device_uuids:
+        LOG.warning("Hardware uuid %s reported by %s is already used by another device; "
+                    "the new device gets a fresh uuid", uuid, hostname)
+        uuid = str(uuidlib.uuid4())
+    values = _device_values(record)
+    device_id = conn.execute(insert(devices).values(
+        uuid=uuid, hostname=hostname, status="enabled", status_reason=not_ready_reason(record),
+        vanished=False, **values)).inserted_primary_key[0]
+    cpid = record.controlpath_id
+    conn.execute(insert(controlpath_ids).values(
+        uuid=str(uuidlib.uuid4()), device_id=device_id, cpid_type=cpid["cpid_type"],
+        cpid_info=json_text(cpid["cpid_info"])))
+    changes.added += 1
+    return device_id
+
+
+def _update_device(conn: Connection, row: Any, record: HardwareRecord, node: _Node,
+                   changes: Changes) -> None:
+    values = {k: v for k, v in _device_values(record).items() if getattr(row, k) != v}
+    status, reason = row.status, row.status_reason
+    if row.vanished:
+        values["vanished"] = False
+        if (reason or "").startswith(VANISHED_PREFIX):
+            status, reason = "enabled", None
+            values["status"] = status
+    if status == "enabled":
+        # The reason shown on an enabled device is the hardware's own (not ready), if any.
+        reason = not_ready_reason(record)
+    if reason != row.status_reason:
+        values["status_reason"] = reason
+    if not values:
+        return
+    conn.execute(update(devices).where(devices.c.id == row.id).values(**values))
+    changes.updated += 1
+    if {"acc_status", "vanished", "status"} & values.keys():
+        changes.dirty_rps.update(d.rp_uuid for d in node.deps_of.get(row.id, []) if d.rp_uuid)
+
+
+def _sync_deployables(conn: Connection, hostname: str, device_id: int, record: HardwareRecord,
+                      node: _Node, changes: Changes, taken: _Taken) -> None:
+    wanted = set()
+    for dep in record.deployables:
+        name = deployable_name(hostname, dep.name)
+        wanted.add(name)
+        row = node.deployables.get(name)
+        if row is None:
+            if name in taken.deployable_names:
+                LOG.warning("Deployable %s reported by %s already exists on another node; "
+                            "not added", name, hostname)
+                changes.skipped.append(name)
+                continue
+            dep_id = conn.execute(insert(deployables).values(
+                uuid=str(uuidlib.uuid4()), name=name, num_accelerators=dep.num_accelerators,
+                device_id=device_id, driver_name=record.driver_name, rp_uuid=rp_uuid(name),
+                bitstream_id=dep.bitstream_id)).inserted_primary_key[0]
+            changes.added += 1
+            changes.dirty_rps.add(rp_uuid(name))
+            existing_attrs: dict[str, Any] = {}
+            existing_handles: dict[str, Any] = {}
+        else:
+            dep_id = row.id
+            values: dict[str, Any] = {}
+            if row.num_accelerators != dep.num_accelerators:
+                values["num_accelerators"] = dep.num_accelerators
+            if row.device_id != device_id:
+                values["device_id"] = device_id
+            if row.driver_name != record.driver_name:
+                values["driver_name"] = record.driver_name
+            if dep.bitstream_id and row.bitstream_id != dep.bitstream_id:
+                values["bitstream_id"] = dep.bitstream_id
+            if values:
+                conn.execute(update(deployables).where(deployables.c.id == dep_id)
+                             .values(**values))
+                changes.updated += 1
+                changes.dirty_rps.add(row.rp_uuid)
+            existing_attrs = node.attrs_of.get(dep_id, {})
+            existing_handles = node.handles_of.get(dep_id, {})
+        if _sync_attributes(conn, dep_id, dep.attributes, existing_attrs, changes):
+            changes.dirty_rps.add(rp_uuid(name))
+        _sync_handles(conn, dep_id, dep.attach_handles, existing_handles, changes)
+    for row in node.deps_of.get(device_id, []):
+        if row.name not in wanted:
+            _remove_deployable(conn, row, node, changes)
+
+
+def _sync_attributes(conn: Connection, dep_id: int, wanted: dict[str, str],
+                     existing: dict[str, Any], changes: Changes) -> bool:
+    new = [{"uuid": str(uuidlib.uuid4()), "deployable_id": dep_id, "key": k, "value": v}
+           for k, v in wanted.items() if k not in existing]
+    if new:
+        conn.execute(insert(attributes), new)
+        changes.added += len(new)
+    changed = 0
+    for key, value in wanted.items():
+        row = existing.get(key)
+        if row is not None and row.value != value:
+            conn.execute(update(attributes).where(attributes.c.id == row.id).values(value=value))
+            changed += 1
+    gone = [row.id for key, row in existing.items() if key not in wanted]
+    if gone:
+        conn.execute(delete(attributes).where(attributes.c.id.in_(gone)))
+    changes.updated += changed
+    changes.removed += len(gone)
+    return bool(new or changed or gone)
+
+
+def _sync_handles(conn: Connection, dep_id: int, wanted: list[Any], existing: dict[str, Any],
+                  changes: Changes) -> None:
+    keys = set()
+    new = []
+    for handle in wanted:
+        key = _handle_key(handle.attach_type, handle.attach_info)
+        keys.add(key)
+        if key not in existing:
+            new.append({"uuid": str(uuidlib.uuid4()), "deployable_id": dep_id,
+                        "attach_type": handle.attach_type,
+                        "attach_info": json_text(handle.attach_info), "in_use": False})
+    if new:
+        conn.execute(insert(attach_handles), new)
+        changes.added += len(new)
+    gone = []
+    for key, row in existing.items():
+        if key in keys:
+            continue
+        if row.in_use:
+            LOG.warning("Attach handle %s (%s) is no longer reported but is in use; kept "
+                        "until released", row.uuid, row.attach_info)
+            continue
+        gone.append(row.id)
+    if gone:
+        conn.execute(delete(attach_handles).where(attach_handles.c.id.in_(gone)))
+        changes.removed += len(gone)
+
+
+def _in_use(node: _Node, dep_ids: Iterable[int]) -> bool:
+    return any(h.in_use for d in dep_ids for h in node.handles_of.get(d, {}).values())
+
+
+def _remove_deployable(conn: Connection, row: Any, node: _Node, changes: Changes) -> None:
+    if _in_use(node, [row.id]):
+        LOG.warning("Deployable %s is no longer reported but one of its attach handles is in "
+                    "use; kept until released", row.name)
+        return
+    conn.execute(delete(attributes).where(attributes.c.deployable_id == row.id))
+    conn.execute(delete(attach_handles).where(attach_handles.c.deployable_id == row.id))
+    conn.execute(delete(deployables).where(deployables.c.id == row.id))
+    changes.removed += 1
+    if row.rp_uuid:
+        changes.dirty_rps.add(row.rp_uuid)
+
+
+def _remove_device(conn: Connection, row: Any, node: _Node, changes: Changes) -> None:
+    deps = node.deps_of.get(row.id, [])
+    dep_ids = [d.id for d in deps]
+    if _in_use(node, dep_ids):
+        changes.held.append(row.uuid)
+        if not row.vanished:
+            changes.dirty_rps.update(d.rp_uuid for d in deps if d.rp_uuid)
+            conn.execute(update(devices).where(devices.c.id == row.id).values(
+                status="maintaining", vanished=True, status_reason=VANISHED_REASON))
+            changes.updated += 1
+            LOG.warning("Device %s on %s vanished while in use; kept as maintaining until "
+                        "released", row.uuid, row.hostname)
+        return
+    changes.dirty_rps.update(d.rp_uuid for d in deps if d.rp_uuid)
+    if dep_ids:
+        conn.execute(delete(attributes).where(attributes.c.deployable_id.in_(dep_ids)))
+        conn.execute(delete(attach_handles).where(attach_handles.c.deployable_id.in_(dep_ids)))
+        conn.execute(delete(deployables).where(deployables.c.id.in_(dep_ids)))
+    conn.execute(delete(controlpath_ids).where(controlpath_ids.c.device_id == row.id))
+    conn.execute(delete(devices).where(devices.c.id == row.id))
+    changes.removed += 1
+
+
+def mark_dirty(conn: Connection, hostname: str, rp_uuids: set[str]) -> None:
+    """Flag providers whose inventory changed, for the Placement sync to write."""
+    wanted = sorted(rp_uuids)
+    known = set(conn.execute(select(placement_sync.c.rp_uuid).where(
+        placement_sync.c.rp_uuid.in_(wanted))).scalars())
+    if known:
+        conn.execute(update(placement_sync).where(placement_sync.c.rp_uuid.in_(sorted(known)))
+                     .values(dirty=True, hostname=hostname))
+    new = [{"rp_uuid": rp, "hostname": hostname, "dirty": True} for rp in wanted
+           if rp not in known]
+    if new:
+        conn.execute(insert(placement_sync), new)
+
+
+def held_devices(conn: Connection, hostname: str) -> int:
+    """How many of a node's devices are kept only because they are in use."""
+    return len(conn.execute(select(devices.c.id).where(
+        devices.c.hostname == hostname, devices.c.vanished.is_(True))).all())
