@@ -11,6 +11,9 @@ STAMP_RUN := $(VENV)/.acceld-installed
 STAMP_TEST := $(VENV)/.acceld-test-installed
 # A real Keystone for the auth tests, in its own venv, plus its prepared template.
 STAMP_KEYSTONE := .keystone/template-30.0.0/template.json
+# A real Placement (openstack-placement 16.0.0 + gunicorn) for the integration tests.
+PLACEMENT_VENV := .placement/venv
+STAMP_PLACEMENT := $(PLACEMENT_VENV)/.installed
 
 .PHONY: run test bench venv clean
 
@@ -35,7 +38,13 @@ $(STAMP_KEYSTONE): tests/support/keystone.py | $(STAMP_TEST)
 	rm -rf .keystone/template-30.0.0
 	$(BIN)/python -m tests.support.keystone
 
-test: $(STAMP_TEST) $(STAMP_KEYSTONE)
+$(STAMP_PLACEMENT): tests/support/placement-requirements.txt
+	rm -rf $(PLACEMENT_VENV)
+	$(PYTHON) -m venv $(PLACEMENT_VENV)
+	$(PLACEMENT_VENV)/bin/python -m pip install --quiet -r tests/support/placement-requirements.txt
+	touch $@
+
+test: $(STAMP_TEST) $(STAMP_KEYSTONE) $(STAMP_PLACEMENT)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -109,6 +109,15 @@ class Conductor:
 COMPONENT_FACTORIES: list[Callable[[cfg.ConfigOpts, Database], Component]] = []
 
 
+def _placement(conf: cfg.ConfigOpts, db: Database) -> Component:
+    from acceld.conductor.placement_sync import PlacementSync  # imports this module: load late
+
+    return PlacementSync(conf, db)
+
+
+COMPONENT_FACTORIES.append(_placement)
+
+
 def build(conf: cfg.ConfigOpts, db: Database) -> Conductor:
     return Conductor(conf, db, [factory(conf, db) for factory in COMPONENT_FACTORIES])
 

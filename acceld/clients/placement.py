@@ -1,0 +1,253 @@
+"""Placement client: the few calls acceld makes, through a keystoneauth adapter.
+
+Configured by the standard keystoneauth options of ``[placement]``: in a cloud,
+``auth_type = password`` (or a service user) and the catalog; against a noauth2
+Placement (tests, the all-in-one), ``auth_type = admin_token``, ``endpoint`` and
+``token = admin``. Every request carries one pinned microversion, so that
+responses have one shape (1.39 is the newest that Placement 16.0 serves; acceld
+needs 1.20 for create-with-parent bodies, 1.26 for ``reserved == total`` and
+1.29+ for nested allocation candidates).
+
+Errors are typed so that callers can tell "try again later" (:class:`PlacementUnavailable`:
+no connection, timeout, 5xx) from "Placement refused this" (:class:`PlacementError`).
+Writes that carry a provider generation re-read it and retry on a 409 conflict.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterable
+from urllib.parse import quote
+
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+LOG = logging.getLogger(__name__)
+
+MICROVERSION = "1.39"
+DEFAULT_TIMEOUT = 30.0
+# How many times a generation conflict (409) is resolved by re-reading before giving up.
+CONFLICT_RETRIES = 5
+OWNER_TRAIT = "OWNER_CYBORG"
+CUSTOM_PREFIX = "CUSTOM_"
+
+
+class PlacementError(Exception):
+    """Placement answered, and refused the request."""
+
+    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class PlacementUnavailable(PlacementError):
+    """Placement could not be reached, timed out, or failed (5xx): retry later."""
+
+
+class GenerationConflict(PlacementError):
+    """The provider changed under us more often than :data:`CONFLICT_RETRIES` allows."""
+
+
+class ProviderInUse(PlacementError):
+    """The provider has allocations (or children), so it cannot be deleted or shrunk."""
+
+
+@dataclass
+class Provider:
+    uuid: str
+    name: str
+    generation: int
+    parent_uuid: str | None
+    root_uuid: str
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> "Provider":
+        return cls(uuid=body["uuid"], name=body["name"], generation=body["generation"],
+                   parent_uuid=body.get("parent_provider_uuid"),
+                   root_uuid=body.get("root_provider_uuid") or body["uuid"])
+
+
+def is_configured(conf: cfg.ConfigOpts) -> bool:
+    """Whether ``[placement]`` names an auth plugin: Placement is optional."""
+    return bool(conf.placement.auth_type)
+
+
+def from_conf(conf: cfg.ConfigOpts) -> "PlacementClient | None":
+    """A client from the ``[placement]`` options, or None when Placement is not configured."""
+    if not is_configured(conf):
+        return None
+    auth = ks_loading.load_auth_from_conf_options(conf, "placement")
+    session = ks_loading.load_session_from_conf_options(
+        conf, "placement", auth=auth, timeout=conf.placement.timeout or DEFAULT_TIMEOUT)
+    extra: dict[str, Any] = {}
+    if not conf.placement.service_type:
+        extra["service_type"] = "placement"
+    adapter = ks_loading.load_adapter_from_conf_options(
+        conf, "placement", session=session, auth=auth, raise_exc=False,
+        default_microversion=MICROVERSION, **extra)
+    return PlacementClient(adapter)
+
+
+def _error_of(resp: Any) -> tuple[str, str | None]:
+    """The message and Placement error code of an error response."""
+    try:
+        err = resp.json()["errors"][0]
+        return err.get("detail") or err.get("title") or resp.text, err.get("code")
+    except Exception:  # noqa: BLE001 - any non-JSON body is just text
+        return (resp.text or "")[:500], None
+
+
+class PlacementClient:
+    """Thin, typed calls over a keystoneauth adapter (which carries auth and microversion)."""
+
+    def __init__(self, adapter: Any) -> None:
+        self.adapter = adapter
+        self._known_classes: set[str] = set()
+        self._known_traits: set[str] = set()
+
+    # -- transport -------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, body: Any = None,
+                 ok: Iterable[int] = (200,)) -> Any:
+        kwargs: dict[str, Any] = {}
+        if body is not None:
+            kwargs["json"] = body
+        try:
+            resp = self.adapter.request(path, method, **kwargs)
+        except (ks_exc.ConnectionError, ks_exc.ConnectTimeout, ks_exc.RequestTimeout,
+                ks_exc.DiscoveryFailure, ks_exc.EndpointNotFound) as exc:
+            raise PlacementUnavailable(f"Placement unreachable ({method} {path}): {exc}") from exc
+        if resp.status_code in ok:
+            return resp
+        message, code = _error_of(resp)
+        text = f"Placement {method} {path}: {resp.status_code} {message}"
+        if resp.status_code >= 500 or resp.status_code in (401, 403):
+            # 401/403: misconfigured credentials, which an operator fixes without a restart.
+            raise PlacementUnavailable(text, resp.status_code, code)
+        raise PlacementError(text, resp.status_code, code)
+
+    # -- providers -------------------------------------------------------------------------
+
+    def find_provider_by_name(self, name: str) -> Provider | None:
+        """The provider named ``name`` (e.g. a compute node's), or None."""
+        resp = self._request("GET", f"/resource_providers?name={quote(name, safe='')}")
+        found = resp.json()["resource_providers"]
+        return Provider.from_json(found[0]) if found else None
+
+    def get_provider(self, uuid: str) -> Provider | None:
+        resp = self._request("GET", f"/resource_providers/{uuid}", ok=(200, 404))
+        return None if resp.status_code == 404 else Provider.from_json(resp.json())
+
+    def providers_in_tree(self, root_uuid: str) -> list[Provider]:
+        resp = self._request("GET", f"/resource_providers?in_tree={root_uuid}")
+        return [Provider.from_json(p) for p in resp.json()["resource_providers"]]
+
+    def ensure_provider(self, uuid: str, name: str, parent_uuid: str) -> Provider:
+        """The provider ``uuid``, created as a child of ``parent_uuid`` when missing."""
+        existing = self.get_provider(uuid)
+        if existing is not None:
+            if existing.parent_uuid != parent_uuid:
+                LOG.warning("Provider %s (%s) has parent %s, expected %s; leaving it as it is",
+                            name, uuid, existing.parent_uuid, parent_uuid)
+            return existing
+        body = {"uuid": uuid, "name": name, "parent_provider_uuid": parent_uuid}
+        resp = self._request("POST", "/resource_providers", body, ok=(200, 409))
+        if resp.status_code == 200:  # 1.20+: the body is the new provider
+            LOG.info("Created Placement provider %s (%s) under %s", name, uuid, parent_uuid)
+            return Provider.from_json(resp.json())
+        # Created concurrently (by another conductor) or the name is taken by another uuid.
+        again = self.get_provider(uuid)
+        if again is not None:
+            return again
+        message, code = _error_of(resp)
+        raise PlacementError(f"Cannot create provider {name} ({uuid}): {message}", 409, code)
+
+    def delete_provider(self, uuid: str) -> bool:
+        """Delete the provider; False if it was already gone. ProviderInUse if allocated."""
+        resp = self._request("DELETE", f"/resource_providers/{uuid}", ok=(204, 404, 409))
+        if resp.status_code == 409:
+            message, code = _error_of(resp)
+            raise ProviderInUse(f"Provider {uuid} cannot be deleted: {message}", 409, code)
+        return resp.status_code == 204
+
+    # -- resource classes and traits -------------------------------------------------------
+
+    def ensure_resource_class(self, name: str) -> None:
+        """Create a custom resource class (standard ones exist already)."""
+        if not name.startswith(CUSTOM_PREFIX) or name in self._known_classes:
+            return
+        self._request("PUT", f"/resource_classes/{name}", ok=(201, 204))
+        self._known_classes.add(name)
+
+    def ensure_trait(self, name: str) -> None:
+        """Create a custom trait (standard ones, like OWNER_CYBORG, are attached, never created)."""
+        if not name.startswith(CUSTOM_PREFIX) or name in self._known_traits:
+            return
+        self._request("PUT", f"/traits/{name}", ok=(201, 204))
+        self._known_traits.add(name)
+
+    # -- generation-guarded writes ---------------------------------------------------------
+
+    def _guarded_put(self, uuid: str, path: str, payload: dict[str, Any],
+                     generation: int | None) -> int:
+        """PUT ``payload`` with the provider generation; on a 409 conflict re-read and retry."""
+        for _ in range(CONFLICT_RETRIES):
+            if generation is None:
+                provider = self.get_provider(uuid)
+                if provider is None:
+                    raise PlacementError(f"Provider {uuid} does not exist", 404)
+                generation = provider.generation
+            body = dict(payload, resource_provider_generation=generation)
+            resp = self._request("PUT", path, body, ok=(200, 409))
+            if resp.status_code == 200:
+                return int(resp.json()["resource_provider_generation"])
+            message, code = _error_of(resp)
+            if code != "placement.concurrent_update":
+                raise ProviderInUse(f"Placement PUT {path}: {message}", 409, code)
+            LOG.debug("Generation conflict on %s; re-reading", path)
+            generation = None
+        raise GenerationConflict(f"Provider {uuid} kept changing; gave up after "
+                                 f"{CONFLICT_RETRIES} attempts", 409)
+
+    def set_inventory(self, uuid: str, resource_class: str | None, total: int, reserved: int,
+                      generation: int | None = None) -> int:
+        """Make the provider's inventory exactly this one class (or none); the new generation."""
+        inventories: dict[str, Any] = {}
+        if resource_class and total > 0:
+            self.ensure_resource_class(resource_class)
+            inventories[resource_class] = {
+                "total": total, "max_unit": total, "min_unit": 1, "step_size": 1,
+                "reserved": max(0, min(reserved, total)), "allocation_ratio": 1.0}
+        return self._guarded_put(uuid, f"/resource_providers/{uuid}/inventories",
+                                 {"inventories": inventories}, generation)
+
+    def get_inventories(self, uuid: str) -> dict[str, dict[str, Any]]:
+        resp = self._request("GET", f"/resource_providers/{uuid}/inventories")
+        return resp.json()["inventories"]
+
+    def set_traits(self, uuid: str, traits: Iterable[str], generation: int | None = None) -> int:
+        """Make the provider's traits exactly ``traits`` plus OWNER_CYBORG; the new generation."""
+        wanted = sorted(set(traits) | {OWNER_TRAIT})
+        for trait in wanted:
+            self.ensure_trait(trait)
+        return self._guarded_put(uuid, f"/resource_providers/{uuid}/traits",
+                                 {"traits": wanted}, generation)
+
+    def get_traits(self, uuid: str) -> list[str]:
+        resp = self._request("GET", f"/resource_providers/{uuid}/traits")
+        return sorted(resp.json()["traits"])
+
+    # -- allocations -----------------------------------------------------------------------
+
+    def provider_allocations(self, uuid: str) -> dict[str, Any]:
+        """Allocations against the provider, by consumer ({} when none or no provider)."""
+        resp = self._request("GET", f"/resource_providers/{uuid}/allocations", ok=(200, 404))
+        return {} if resp.status_code == 404 else resp.json()["allocations"]
+
+    def consumer_allocations(self, consumer_uuid: str) -> dict[str, dict[str, int]]:
+        """An instance's allocations: provider uuid -> {resource class: amount}."""
+        resp = self._request("GET", f"/allocations/{consumer_uuid}")
+        return {rp: alloc["resources"] for rp, alloc in resp.json()["allocations"].items()}

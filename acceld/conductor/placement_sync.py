@@ -1,0 +1,423 @@
+"""Mirror the accelerator inventory into Placement: one resource provider per deployable.
+
+The database is the truth; Placement is made to match it. Per deployable the
+conductor wants a provider named after the deployable (uuid
+``uuid3(NAMESPACE_DNS, name)``) under the compute-node provider named after the
+device's host (found by name; Nova creates it, acceld never does), with one
+inventory of the deployable's ``rc`` attribute, ``total = max_unit =
+num_accelerators``, and the ``trait*`` attributes plus ``OWNER_CYBORG`` as traits.
+``reserved = total`` while the device is disabled (``maintaining``), not ready
+(``acc_status``), vanished while in use, or its agent is down (optional).
+
+Work is proportional to change. The ``placement_sync`` table keeps, per
+provider, a digest of what was last written and a ``dirty`` flag.
+:func:`mark_dirty` (reconcile, device enable/disable, agent liveness) flags a
+host's or a device's providers; a pass every ``[placement] sync_interval``
+writes the dirty hosts, and a full pass every ``full_sync_interval`` compares
+every provider's digest with the database, so a change nobody flagged is still
+caught. Nothing is lost on failure: a provider whose write did not finish stays
+dirty (or keeps its old digest) and is written again.
+
+Failures stay local. Placement unreachable or failing (5xx): the pass stops and
+is retried with a doubling delay up to ``retry_max_delay``, the API is never
+involved. A compute-node provider that does not exist yet: that host waits and
+is retried with the same backoff, other hosts go on. A provider that has
+allocations is not deleted when its deployable goes: it is reserved and held,
+and deleted once the allocations are gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import re
+import time
+import uuid as uuidlib
+from typing import Any, Iterable
+
+from oslo_config import cfg
+from sqlalchemy import Connection, or_, select, update
+
+from acceld.clients import placement as pl
+from acceld.conductor.service import PeriodicTask
+from acceld.db.engine import Database
+from acceld.db.models import agents, attributes, deployables, devices, placement_sync, utcnow
+
+LOG = logging.getLogger(__name__)
+
+TASK_NAME = "placement-sync"
+# Digest of a provider whose deployable is gone but which still has allocations.
+HELD = "held"
+_NAME_RE = re.compile(r"^[A-Z0-9_]{1,255}$")
+
+
+def provider_uuid(name: str) -> str:
+    """The deterministic provider uuid of a deployable (upstream Cyborg's rule)."""
+    return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, name))
+
+
+@dataclasses.dataclass(frozen=True)
+class DesiredProvider:
+    """What Placement should hold for one deployable."""
+
+    rp_uuid: str
+    name: str
+    hostname: str
+    resource_class: str | None
+    total: int
+    reserved: int
+    traits: tuple[str, ...]
+
+    @property
+    def digest(self) -> str:
+        payload = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(payload).hexdigest()
+
+
+# -- reading the desired state --------------------------------------------------------------
+
+def desired_providers(conn: Connection, hostnames: Iterable[str] | None,
+                      reserve_down_agents: bool) -> dict[str, DesiredProvider]:
+    """The providers the database asks for (all hosts when ``hostnames`` is None); 2 queries."""
+    host_filter = [] if hostnames is None else [devices.c.hostname.in_(list(hostnames))]
+    rows = conn.execute(
+        select(deployables.c.id, deployables.c.name, deployables.c.rp_uuid,
+               deployables.c.num_accelerators, devices.c.hostname, devices.c.status,
+               devices.c.acc_status, devices.c.vanished, agents.c.state.label("agent_state"))
+        .join(devices, deployables.c.device_id == devices.c.id)
+        .outerjoin(agents, agents.c.hostname == devices.c.hostname)
+        .where(*host_filter)).all()
+    attrs: dict[int, dict[str, str]] = {}
+    for dep_id, key, value in conn.execute(
+            select(attributes.c.deployable_id, attributes.c.key, attributes.c.value)
+            .join(deployables, attributes.c.deployable_id == deployables.c.id)
+            .join(devices, deployables.c.device_id == devices.c.id)
+            .where(*host_filter,
+                   or_(attributes.c.key == "rc", attributes.c.key.like("trait%")))):
+        attrs.setdefault(dep_id, {})[key] = value
+    out: dict[str, DesiredProvider] = {}
+    for row in rows:
+        out_row = _desired(row, attrs.get(row.id, {}), reserve_down_agents)
+        out[out_row.rp_uuid] = out_row
+    return out
+
+
+def _desired(row: Any, attrs: dict[str, str], reserve_down_agents: bool) -> DesiredProvider:
+    rc = attrs.get("rc")
+    if rc is not None and not _NAME_RE.match(rc):
+        LOG.warning("Deployable %s: resource class %r is not a valid Placement name; "
+                    "no inventory is offered", row.name, rc)
+        rc = None
+    traits = []
+    for key in sorted(k for k in attrs if k.startswith("trait")):
+        if _NAME_RE.match(attrs[key]):
+            traits.append(attrs[key])
+        else:
+            LOG.warning("Deployable %s: trait %r is not a valid Placement name; skipped",
+                        row.name, attrs[key])
+    total = max(0, int(row.num_accelerators or 0))
+    unavailable = (row.status == "maintaining" or row.acc_status != "ready"
+                   or bool(row.vanished)
+                   or (reserve_down_agents and row.agent_state == "down"))
+    return DesiredProvider(
+        rp_uuid=row.rp_uuid or provider_uuid(row.name), name=row.name, hostname=row.hostname,
+        resource_class=rc, total=total, reserved=total if unavailable else 0,
+        traits=tuple(sorted(set(traits) | {pl.OWNER_TRAIT})))
+
+
+# -- marking work -----------------------------------------------------------------------------
+
+def _upsert(conn: Connection, values: list[dict[str, Any]], update_cols: list[str]) -> None:
+    """Insert placement_sync rows, or update ``update_cols`` of the ones that exist."""
+    if not values:
+        return
+    dialect = conn.dialect.name
+    if dialect == "mysql":
+        from sqlalchemy.dialects.mysql import insert as my_insert
+
+        stmt = my_insert(placement_sync).values(values)
+        stmt = stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in update_cols})
+    else:
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        stmt = dialect_insert(placement_sync).values(values)
+        stmt = stmt.on_conflict_do_update(index_elements=["rp_uuid"],
+                                          set_={c: stmt.excluded[c] for c in update_cols})
+    conn.execute(stmt)
+
+
+def mark_dirty(conn: Connection, *, hostname: str | None = None,
+               device_uuid: str | None = None) -> None:
+    """Flag a host's or a device's providers for the next sync pass (call inside your write).
+
+    Called after reconciling a node, enabling or disabling a device, or an agent
+    going down or coming back. New deployables get a row, so the pass writes them.
+    """
+    if hostname is None and device_uuid is None:
+        raise ValueError("mark_dirty needs a hostname or a device uuid")
+    query = (select(deployables.c.name, deployables.c.rp_uuid, devices.c.hostname)
+             .join(devices, deployables.c.device_id == devices.c.id))
+    query = query.where(devices.c.uuid == device_uuid) if device_uuid else \
+        query.where(devices.c.hostname == hostname)
+    now = utcnow()
+    values = [{"rp_uuid": rp or provider_uuid(name), "hostname": host, "dirty": True,
+               "updated_at": now}
+              for name, rp, host in conn.execute(query)]
+    _upsert(conn, values, ["dirty", "hostname", "updated_at"])
+    if hostname is not None:  # providers of deployables that are gone from the host
+        conn.execute(update(placement_sync).where(placement_sync.c.hostname == hostname)
+                     .values(dirty=True, updated_at=now))
+
+
+# -- the component ----------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class PassResult:
+    """What one pass did (for logs and tests)."""
+
+    written: list[str] = dataclasses.field(default_factory=list)
+    deleted: list[str] = dataclasses.field(default_factory=list)
+    held: list[str] = dataclasses.field(default_factory=list)
+    waiting_hosts: list[str] = dataclasses.field(default_factory=list)
+    failed: list[str] = dataclasses.field(default_factory=list)
+
+
+class _Backoff:
+    """A doubling delay between retries, reset by a success."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial, self.maximum = initial, maximum
+        self.delay = 0.0
+        self.next_at = 0.0
+
+    def ready(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def failed(self, now: float) -> float:
+        self.delay = min(self.maximum, max(self.initial, self.delay * 2))
+        self.next_at = now + self.delay
+        return self.delay
+
+    def succeeded(self) -> bool:
+        """Reset; True if this ended a run of failures."""
+        was_failing = self.delay > 0
+        self.delay, self.next_at = 0.0, 0.0
+        return was_failing
+
+
+class PlacementSync:
+    """The conductor component that keeps Placement in step with the database."""
+
+    def __init__(self, conf: cfg.ConfigOpts, db: Database,
+                 client: pl.PlacementClient | None = None) -> None:
+        self.conf = conf
+        self.db = db
+        self.client = client if client is not None else pl.from_conf(conf)
+        opts = conf.placement
+        self._backoff = _Backoff(opts.sync_interval, opts.retry_max_delay)
+        self._hosts_waiting: dict[str, _Backoff] = {}
+        self._next_full = 0.0
+
+    # Component protocol
+    def routes(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def periodic_tasks(self) -> list[PeriodicTask]:
+        if self.client is None:
+            return []
+        return [PeriodicTask(TASK_NAME, self.conf.placement.sync_interval, self.run,
+                             exclusive=True)]
+
+    def start(self) -> None:
+        if self.client is None:
+            LOG.info("Placement is not configured ([placement] auth_type is unset): "
+                     "accelerator inventory is not reported to Placement")
+
+    def stop(self) -> None:
+        pass
+
+    # The periodic task
+    def run(self) -> PassResult | None:
+        """One scheduled pass: full when due, otherwise dirty hosts; skipped while backing off."""
+        now = time.monotonic()
+        if self.client is None or not self._backoff.ready(now):
+            return None
+        full = now >= self._next_full
+        try:
+            result = self.sync_once(full=full)
+        except pl.PlacementUnavailable as exc:
+            delay = self._backoff.failed(time.monotonic())
+            log = LOG.warning if self._backoff.delay <= self._backoff.initial else LOG.info
+            log("Placement sync paused: %s; retrying in %.1f s", exc, delay)
+            return None
+        if self._backoff.succeeded():
+            LOG.info("Placement reachable again: inventory sync resumed")
+        if full:
+            self._next_full = time.monotonic() + self.conf.placement.full_sync_interval
+        return result
+
+    def sync_once(self, full: bool = True) -> PassResult:
+        """Write every host that needs it (all of them when ``full``); raises PlacementUnavailable."""
+        result = PassResult()
+        now = time.monotonic()
+        for hostname in self._hosts_to_sync(full):
+            waiting = self._hosts_waiting.get(hostname)
+            if waiting is not None and not waiting.ready(now):
+                result.waiting_hosts.append(hostname)
+                continue
+            self._sync_host(hostname, full, result)
+        return result
+
+    def _hosts_to_sync(self, full: bool) -> list[str]:
+        with self.db.read() as conn:
+            hosts = set(conn.scalars(select(placement_sync.c.hostname).distinct()
+                                     .where(placement_sync.c.dirty.is_(True))))
+            hosts.update(h for h, b in self._hosts_waiting.items()
+                         if b.ready(time.monotonic()))
+            if full:
+                hosts.update(conn.scalars(select(devices.c.hostname).distinct()
+                                          .join(deployables,
+                                                deployables.c.device_id == devices.c.id)))
+                hosts.update(conn.scalars(select(placement_sync.c.hostname).distinct()))
+        return sorted(hosts)
+
+    def _sync_host(self, hostname: str, full: bool, result: PassResult) -> None:
+        # Claim the host's dirty rows before reading, so a change flagged after this
+        # point stays flagged for the next pass instead of being lost.
+        with self.db.write() as conn:
+            claimed = set(conn.scalars(select(placement_sync.c.rp_uuid).where(
+                placement_sync.c.hostname == hostname, placement_sync.c.dirty.is_(True))))
+            if claimed:
+                conn.execute(update(placement_sync).where(
+                    placement_sync.c.rp_uuid.in_(claimed)).values(dirty=False))
+            desired = desired_providers(conn, [hostname],
+                                        self.conf.conductor.reserve_devices_of_down_agents)
+            rows = {r.rp_uuid: r for r in conn.execute(
+                select(placement_sync).where(placement_sync.c.hostname == hostname))}
+        to_write = [d for d in desired.values()
+                    if d.rp_uuid in claimed or d.rp_uuid not in rows
+                    or rows[d.rp_uuid].digest != d.digest]
+        to_remove = [r for rp, r in rows.items() if rp not in desired
+                     and (rp in claimed or full or r.digest != HELD)]
+        if not to_write and not to_remove:
+            self._hosts_waiting.pop(hostname, None)
+            return
+        done: list[dict[str, Any]] = []
+        try:
+            if to_write:
+                self._write_host(hostname, to_write, rows, done, result)
+            for row in to_remove:
+                self._remove(row, done, result)
+        except pl.PlacementUnavailable:
+            finished = {v["rp_uuid"] for v in done} | set(result.deleted)
+            pending = [d.rp_uuid for d in to_write] + [r.rp_uuid for r in to_remove]
+            self._record(done, [rp for rp in pending if rp not in finished], hostname)
+            raise
+        self._record(done, [], hostname)
+
+    def _write_host(self, hostname: str, to_write: list[DesiredProvider], rows: dict[str, Any],
+                    done: list[dict[str, Any]], result: PassResult) -> None:
+        assert self.client is not None
+        compute = self.client.find_provider_by_name(hostname)
+        if compute is None:
+            backoff = self._hosts_waiting.setdefault(
+                hostname, _Backoff(self.conf.placement.sync_interval,
+                                   self.conf.placement.retry_max_delay))
+            first = backoff.delay == 0
+            delay = backoff.failed(time.monotonic())
+            (LOG.warning if first else LOG.debug)(
+                "Compute-node provider %r not found in Placement: its %d accelerator "
+                "provider(s) wait and are retried in %.1f s (Nova creates it when "
+                "nova-compute starts on that host; [DEFAULT] host must match its name)",
+                hostname, len(to_write), delay)
+            result.waiting_hosts.append(hostname)
+            self._record([], [d.rp_uuid for d in to_write], hostname)
+            return
+        if self._hosts_waiting.pop(hostname, None) is not None:
+            LOG.info("Compute-node provider %r found in Placement (%s): writing its "
+                     "accelerator providers", hostname, compute.uuid)
+        for want in to_write:
+            row = rows.get(want.rp_uuid)
+            try:
+                generation = self._write_provider(want, compute.uuid,
+                                                  row.generation if row is not None else None)
+            except pl.PlacementUnavailable:
+                raise
+            except pl.PlacementError as exc:
+                # Refused (bad trait, inventory in use, name taken): the full pass retries it.
+                LOG.error("Placement refused provider %s (%s): %s", want.name, want.rp_uuid, exc)
+                done.append({"rp_uuid": want.rp_uuid, "hostname": hostname, "digest": None,
+                             "generation": None})
+                result.failed.append(want.rp_uuid)
+                continue
+            done.append({"rp_uuid": want.rp_uuid, "hostname": hostname, "digest": want.digest,
+                         "generation": generation})
+            result.written.append(want.rp_uuid)
+
+    def _write_provider(self, want: DesiredProvider, parent_uuid: str,
+                        generation: int | None) -> int:
+        """Create the provider if needed, then set its inventory and traits; its generation."""
+        assert self.client is not None
+        if generation is None:
+            generation = self.client.ensure_provider(want.rp_uuid, want.name,
+                                                     parent_uuid).generation
+        try:
+            generation = self.client.set_inventory(want.rp_uuid, want.resource_class,
+                                                   want.total, want.reserved, generation)
+        except pl.PlacementError as exc:
+            if exc.status != 404:
+                raise
+            # Deleted behind our back: create it again.
+            generation = self.client.ensure_provider(want.rp_uuid, want.name,
+                                                     parent_uuid).generation
+            generation = self.client.set_inventory(want.rp_uuid, want.resource_class,
+                                                   want.total, want.reserved, generation)
+        return self.client.set_traits(want.rp_uuid, want.traits, generation)
+
+    def _remove(self, row: Any, done: list[dict[str, Any]], result: PassResult) -> None:
+        """Delete the provider of a deployable that is gone, or hold it while allocated."""
+        assert self.client is not None
+        allocations = self.client.provider_allocations(row.rp_uuid)
+        if not allocations:
+            try:
+                self.client.delete_provider(row.rp_uuid)
+            except pl.ProviderInUse:
+                allocations = self.client.provider_allocations(row.rp_uuid) or {"?": {}}
+        if allocations:
+            if row.digest != HELD:
+                self._reserve_all(row.rp_uuid)
+                LOG.warning("Deployable of provider %s is gone but %d consumer(s) still hold "
+                            "allocations (%s): provider kept, fully reserved, deleted once free",
+                            row.rp_uuid, len(allocations), ", ".join(sorted(allocations)))
+            done.append({"rp_uuid": row.rp_uuid, "hostname": row.hostname, "digest": HELD,
+                         "generation": None})
+            result.held.append(row.rp_uuid)
+            return
+        LOG.info("Deleted Placement provider %s: its deployable is gone", row.rp_uuid)
+        with self.db.write() as conn:
+            conn.execute(placement_sync.delete().where(
+                placement_sync.c.rp_uuid == row.rp_uuid,
+                placement_sync.c.dirty.is_(False)))
+        result.deleted.append(row.rp_uuid)
+
+    def _reserve_all(self, rp_uuid: str) -> None:
+        """Stop new allocations on a held provider: reserved = total for each class."""
+        assert self.client is not None
+        for rc, inv in self.client.get_inventories(rp_uuid).items():
+            if inv["reserved"] != inv["total"]:
+                self.client.set_inventory(rp_uuid, rc, inv["total"], inv["total"])
+
+    def _record(self, done: list[dict[str, Any]], retry: list[str], hostname: str) -> None:
+        """Store what was written; flag what must be written again."""
+        now = utcnow()
+        with self.db.write() as conn:
+            _upsert(conn, [dict(v, dirty=False, updated_at=now) for v in done],
+                    ["digest", "generation", "hostname", "updated_at"])
+            _upsert(conn, [{"rp_uuid": rp, "hostname": hostname, "dirty": True,
+                            "updated_at": now} for rp in retry],
+                    ["dirty", "updated_at"])
+        done.clear()
