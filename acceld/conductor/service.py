@@ -118,6 +118,15 @@ def _placement(conf: cfg.ConfigOpts, db: Database) -> Component:
 COMPONENT_FACTORIES.append(_placement)
 
 
+def _agents(conf: cfg.ConfigOpts, db: Database) -> Component:
+    from acceld.conductor.agents import AgentsComponent  # imports this module: load late
+
+    return AgentsComponent(conf, db)
+
+
+COMPONENT_FACTORIES.append(_agents)
+
+
 def build(conf: cfg.ConfigOpts, db: Database) -> Conductor:
     return Conductor(conf, db, [factory(conf, db) for factory in COMPONENT_FACTORIES])
 

@@ -1,0 +1,196 @@
+"""Agents as the conductor sees them: registration, heartbeats, inventory pulls, liveness.
+
+``POST /hello`` (the seed's conductor call) is both an agent's registration
+and its heartbeat: ``{"status": "READY", "endpoint": "host:port", "hostname":
+..., "heartbeat_interval": 10, "hardware_digest": "<sha256>"}``. The conductor
+records the contact, and only when the digest differs from the one it stored
+with the node's inventory (or it has none, e.g. after a discovery it asked
+for) does it pull the agent's ``GET /hardware`` and reconcile. So an
+unchanged node costs one UPDATE of its agent row per heartbeat.
+
+The answer tells the agent how its report went: 200, or 400 naming the
+records refused (the rest of the report was applied), or 502 when the
+conductor could not reach the agent's endpoint to pull.
+
+Liveness: an exclusive periodic sweep marks ``down``, with a WARNING naming
+the host and its last contact, every agent silent for
+``[conductor] agent_down_intervals`` of its heartbeat interval. Its next
+hello brings it back ``up``. Binds on a down host are refused
+(:func:`host_is_up`, called by acceld.conductor.bind_target).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import falcon
+import requests
+from jsonschema import Draft202012Validator
+from oslo_config import cfg
+from sqlalchemy import Connection
+from sqlalchemy.exc import IntegrityError
+
+from acceld.clients.internal import InternalClient, InternalError
+from acceld.conductor.reconcile import apply_report
+from acceld.conductor.service import PeriodicTask
+from acceld.db import agents as agents_db
+from acceld.db.engine import Database
+from acceld.db.models import utcnow
+from acceld.internal.server import json_body, respond
+from acceld.services.secrets import internal_secret
+
+LOG = logging.getLogger(__name__)
+
+HELLO_SCHEMA = Draft202012Validator({
+    "type": "object",
+    "required": ["status", "endpoint"],
+    "additionalProperties": False,
+    "properties": {
+        "status": {"const": "READY"},
+        "endpoint": {"type": "string", "pattern": r"^(https?://)?[A-Za-z0-9_.:\[\]-]+:[0-9]{1,5}$",
+                     "maxLength": 255},
+        "hostname": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$"},
+        "heartbeat_interval": {"type": "integer", "minimum": 1, "maximum": 3600},
+        "hardware_digest": {"type": ["string", "null"], "maxLength": 64},
+        "drivers": {"type": "array", "items": {"type": "string", "maxLength": 100}},
+        "type": {"type": "string"},
+    },
+})
+
+
+def host_is_up(conn: Connection, hostname: str) -> bool:
+    """False when the host's agent reported before and is now marked down."""
+    return agents_db.is_up(conn, hostname)
+
+
+def _hostname_from(endpoint: str) -> str:
+    host = endpoint.split("://", 1)[-1].rsplit(":", 1)[0]
+    return host.strip("[]")
+
+
+def _problem(message: str, status: int) -> falcon.HTTPError:
+    return falcon.HTTPError(status, description=message)
+
+
+class AgentsComponent:
+    """The conductor's side of the agents: the hello route and the liveness sweep."""
+
+    def __init__(self, conf: cfg.ConfigOpts, db: Database) -> None:
+        self.conf = conf
+        self.db = db
+        self._secret: bytes | None = None
+        self._guard = threading.Lock()
+        self._node_locks: dict[str, threading.Lock] = {}
+
+    # Component protocol
+
+    def routes(self) -> dict[str, dict[str, Any]]:
+        return {"/hello": {"POST": self.on_hello}}
+
+    def periodic_tasks(self) -> list[PeriodicTask]:
+        return [PeriodicTask("agent-liveness", self.conf.conductor.agent_check_interval,
+                             self.sweep, exclusive=True)]
+
+    def start(self) -> None:
+        self._secret = internal_secret(self.conf)
+
+    def stop(self) -> None:
+        pass
+
+    # Hello and heartbeat
+
+    def on_hello(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = json_body(req)
+        error = next(iter(HELLO_SCHEMA.iter_errors(body)), None)
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path)
+            raise falcon.HTTPBadRequest(
+                description=f"Invalid hello{f' at {where!r}' if where else ''}: {error.message}")
+        endpoint = body["endpoint"]
+        hostname = body.get("hostname") or _hostname_from(endpoint)
+        interval = body.get("heartbeat_interval", self.conf.agent.heartbeat_interval)
+        beat = self._heartbeat(hostname, endpoint, interval)
+        if beat.new:
+            LOG.info("Agent of host %s registered from %s", hostname, endpoint)
+        elif beat.previous_state == "down":
+            LOG.info("Agent of host %s is back (last contact before this: %s UTC)", hostname,
+                     beat.previous_seen)
+        digest = body.get("hardware_digest")
+        pulled = False
+        if digest is None or digest != beat.stored_digest:
+            self.pull(hostname, endpoint)
+            pulled = True
+        respond(resp, {"status": "OK", "hostname": hostname, "pulled": pulled,
+                       "heartbeat_interval": interval})
+
+    def _heartbeat(self, hostname: str, endpoint: str, interval: int) -> agents_db.Heartbeat:
+        try:
+            with self.db.write() as conn:
+                return agents_db.record_heartbeat(conn, hostname, endpoint, interval)
+        except IntegrityError:  # two first hellos of one host raced; the row exists now
+            with self.db.write() as conn:
+                return agents_db.record_heartbeat(conn, hostname, endpoint, interval)
+
+    def _node_lock(self, hostname: str) -> threading.Lock:
+        with self._guard:
+            return self._node_locks.setdefault(hostname, threading.Lock())
+
+    def pull(self, hostname: str, endpoint: str) -> None:
+        """GET the node's hardware and reconcile it; HTTP errors for the agent to log."""
+        with self._node_lock(hostname):
+            client = self._client(endpoint)
+            try:
+                report = client.call("GET", "/hardware", timeout=30)
+            except (InternalError, requests.RequestException) as exc:
+                LOG.warning("Cannot pull the hardware of %s from %s: %s", hostname, endpoint,
+                            exc)
+                raise _problem(f"The conductor cannot read GET /hardware from {endpoint}: "
+                               f"{exc}", 502) from None
+            finally:
+                client.close()
+            outcome = apply_report(self.db, hostname, report)
+        if outcome.problems:
+            raise _problem("Refused hardware record(s), the rest of the report was applied: "
+                           + outcome.describe_problems(), 400)
+
+    def _client(self, endpoint: str) -> InternalClient:
+        assert self._secret is not None, "component not started"
+        scheme = "" if "://" in endpoint else (
+            "https://" if self.conf.internal.tls_cert_file else "http://")
+        verify: str | bool = self.conf.internal.tls_ca_file or True
+        return InternalClient(scheme + endpoint, self._secret, verify=verify)
+
+    def request_discovery(self, hostname: str) -> None:
+        """Ask a node's agent to rediscover; its next hello is pulled whatever its digest."""
+        with self.db.write() as conn:
+            agent = agents_db.lock_agent(conn, hostname)
+            if agent is None:
+                raise LookupError(f"No agent has reported for host {hostname}")
+            agents_db.set_digest(conn, hostname, None)
+        client = self._client(agent.endpoint)
+        try:
+            client.call("POST", "/discovery", {})
+        finally:
+            client.close()
+
+    # Liveness
+
+    def sweep(self) -> None:
+        """Mark down every agent silent for too long (one conductor runs this at a time)."""
+        intervals = self.conf.conductor.agent_down_intervals
+        now = utcnow()
+        with self.db.read() as conn:
+            late = agents_db.overdue(conn, intervals, now)
+        if not late:
+            return
+        with self.db.write() as conn:
+            for row in late:
+                if agents_db.mark_down(conn, row):
+                    LOG.warning("Agent of host %s is down: last contact %s UTC, %.1f s ago "
+                                "(heartbeat every %d s); its devices are not bound until it "
+                                "reports again", row.hostname,
+                                row.last_seen_at.isoformat(timespec="seconds"),
+                                (now - row.last_seen_at).total_seconds(),
+                                row.heartbeat_interval)
