@@ -10,6 +10,7 @@ from typing import Callable
 
 import falcon
 
+from acceld.api.handlers import accelerator_requests as arqs
 from acceld.api.handlers import attributes, deployables, device_profiles, devices, root
 
 Handler = Callable[..., None]
@@ -25,6 +26,17 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v2/device_profiles/{ident}": {
         "GET": device_profiles.show_profile,
         "DELETE": device_profiles.delete_profiles,
+    },
+    "/v2/accelerator_requests": {
+        "GET": arqs.list_arqs,
+        "POST": arqs.create_arqs,
+        "PATCH": arqs.patch_collection,
+        "DELETE": arqs.delete_by_query,
+    },
+    "/v2/accelerator_requests/{uuid}": {
+        "GET": arqs.show_arq,
+        "PATCH": arqs.patch_arq,
+        "DELETE": arqs.delete_arq,
     },
     "/v2/devices": {"GET": devices.list_devices},
     "/v2/devices/{uuid}": {"GET": devices.show_device, "PATCH": devices.patch_device},

@@ -109,6 +109,15 @@ class Conductor:
 COMPONENT_FACTORIES: list[Callable[[cfg.ConfigOpts, Database], Component]] = []
 
 
+def _binding(conf: cfg.ConfigOpts, db: Database) -> Component:
+    from acceld.conductor.binding import BindingComponent  # imports this module: load late
+
+    return BindingComponent(conf, db)
+
+
+COMPONENT_FACTORIES.append(_binding)
+
+
 def _placement(conf: cfg.ConfigOpts, db: Database) -> Component:
     from acceld.conductor.placement_sync import PlacementSync  # imports this module: load late
 

@@ -1,0 +1,352 @@
+"""/v2/accelerator_requests: create ARQs from a profile, bind them to an instance, delete them.
+
+A bind answers 202 at once: the ARQs move to BindStarted with a bind job each
+in one transaction, and the conductor (woken after the commit) finishes the
+bind and tells Nova. Tenants are kept apart in the queries: a non-admin only
+ever sees or touches ARQs of their own project, and anything else is a 404.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Callable
+
+import falcon
+import orjson
+
+from acceld.api import errors, microversion, wire
+from acceld.api.schemas import accelerator_requests as schemas
+from acceld.db import accelerator_requests as db
+from acceld.db import bind_jobs
+from acceld.db import device_profiles as profiles_db
+
+COLLECTION = "accelerator_requests"
+SERVICE_TOKEN_REQUIRED = ("This operation requires a service token. Use the Compute API to "
+                          "manage instance accelerators.")
+_V2_1 = microversion.Version(2, 1)
+_V2_4 = microversion.Version(2, 4)  # bind_failure_reason appears
+# ARQs an instance holds or is acquiring: deleting one needs the service role.
+_INSTANCE_STATES = frozenset({db.BOUND, db.BIND_STARTED})
+_EMPTY_INFO = orjson.Fragment(b"{}")
+
+
+# ---------------------------------------------------------------------------- wire
+
+def serializer(req: falcon.Request) -> Callable:  # type: ignore[type-arg]
+    """A row -> dict function for this request (link base and microversion looked up once)."""
+    base = f"{wire.base_url(req)}/accelerator/v2/{COLLECTION}/"
+    with_reason = req.context.version >= _V2_4
+    stamp = wire.timestamp
+
+    def to_wire(r) -> dict:  # type: ignore[no-untyped-def]
+        bound = r.state == db.BOUND and r.attach_handle_uuid is not None
+        body = {
+            "uuid": r.uuid,
+            "state": r.state,
+            "device_profile_name": r.device_profile_name,
+            "device_profile_group_id": r.device_profile_group_id,
+            "hostname": r.hostname,
+            "device_rp_uuid": r.device_rp_uuid,
+            "instance_uuid": r.instance_uuid,
+            "project_id": r.project_id,
+            "attach_handle_type": r.attach_handle_type if bound else "",
+            "attach_handle_uuid": r.attach_handle_uuid if bound else None,
+            # Stored as JSON text, sent as is.
+            "attach_handle_info": orjson.Fragment(r.attach_handle_info) if bound
+            else _EMPTY_INFO,
+            "links": [{"href": base + r.uuid, "rel": "self"}],
+            "created_at": stamp(r.created_at),
+            "updated_at": stamp(r.updated_at),
+        }
+        if with_reason:
+            body["bind_failure_reason"] = r.bind_failure_reason
+        return body
+
+    return to_wire
+
+
+class _Created:
+    """A just-inserted ARQ, shaped like a query row for the serializer."""
+
+    __slots__ = ("uuid", "state", "device_profile_name", "device_profile_group_id", "hostname",
+                 "device_rp_uuid", "instance_uuid", "project_id", "attach_handle_type",
+                 "attach_handle_uuid", "attach_handle_info", "bind_failure_reason",
+                 "created_at", "updated_at")
+
+    def __init__(self, values: dict, profile_name: str) -> None:
+        for name in self.__slots__:
+            setattr(self, name, values.get(name))
+        self.device_profile_name = profile_name
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def _scope(req: falcon.Request) -> str | None:
+    """The project a caller is confined to; None for admins (every project)."""
+    ctx = req.context.ctx
+    return None if ctx.is_admin else ctx.project_id
+
+
+def _require_service(req: falcon.Request) -> None:
+    api = req.context.api
+    if api.conf.api.require_service_token_for_bind and not req.context.ctx.has_service_role(
+            api.conf.api.service_role):
+        raise errors.Forbidden(SERVICE_TOKEN_REQUIRED)
+
+
+def _uuid(value: str, what: str) -> str:
+    """Canonical form of a uuid given by the client; 400 naming ``what`` otherwise."""
+    try:
+        return str(uuidlib.UUID(value))
+    except (ValueError, AttributeError, TypeError):
+        raise errors.BadRequest(f"Invalid value {value!r} for {what}: expected a UUID.") from None
+
+
+def _uuid_or_none(value: str) -> str | None:
+    try:
+        return str(uuidlib.UUID(value))
+    except ValueError:
+        return None
+
+
+def _not_found(uuids) -> errors.NotFound:  # type: ignore[no-untyped-def]
+    return errors.NotFound(f"Accelerator request(s) {', '.join(sorted(uuids))} could not be "
+                           "found.")
+
+
+def _count_per_group(profile_json: str) -> list[int]:
+    """ARQs per group: the sum of the group's ``resources:*`` amounts."""
+    return [sum(int(v) for k, v in group.items() if k.startswith("resources:"))
+            for group in orjson.loads(profile_json)]
+
+
+# ---------------------------------------------------------------------------- handlers
+
+def create_arqs(req: falcon.Request, resp: falcon.Response) -> None:
+    """POST {"device_profile_name": ...}: one Initial ARQ per accelerator the profile asks."""
+    api = req.context.api
+    api.policy.authorize("cyborg:arq:create", req.context.ctx)
+    wire.query_params(req, ())
+    body = wire.read_json(req)
+    wire.validate(schemas.CREATE, body)
+    name = body["device_profile_name"].strip()
+    limit = api.conf.api.max_arqs_per_create
+    with api.db.write() as conn:
+        profile = profiles_db.get_by_name(conn, name) if name else None
+        if profile is None:
+            raise errors.NotFound(f"Device profile {name!r} could not be found.")
+        counts = _count_per_group(profile.profile_json)
+        if sum(counts) > limit:
+            raise errors.BadRequest(
+                f"Device profile {name} asks for {sum(counts)} accelerators; one request may "
+                f"create at most {limit} ARQs ([api] max_arqs_per_create).")
+        group_ids = [g for g, count in enumerate(counts) for _ in range(count)]
+        created = db.create_many(conn, profile_id=profile.id, group_ids=group_ids,
+                                 project_id=req.context.ctx.project_id)
+    to_wire = serializer(req)
+    wire.respond(resp, {"arqs": [to_wire(_Created(v, profile.name)) for v in created]},
+                 status=201)
+
+
+def list_arqs(req: falcon.Request, resp: falcon.Response) -> None:
+    """GET [?instance=<uuid>][&bind_state=resolved]; 423 while an instance's bind is open."""
+    api = req.context.api
+    api.policy.authorize("cyborg:arq:get_all", req.context.ctx)
+    params = wire.query_params(req, ("instance", "bind_state"))
+    instance = _uuid(params["instance"], "query parameter instance") \
+        if "instance" in params else None
+    bind_state = params.get("bind_state")
+    if bind_state is not None and bind_state != "resolved":
+        raise errors.BadRequest(f"Invalid value {bind_state!r} for query parameter bind_state: "
+                                "the only value accepted is 'resolved'.")
+    with api.db.read() as conn:
+        rows = db.list_arqs(conn, project_id=_scope(req), instance_uuid=instance)
+    if bind_state and instance and any(r.state not in db.RESOLVED for r in rows):
+        raise errors.Locked("")
+    to_wire = serializer(req)
+    wire.respond(resp, {"arqs": [to_wire(r) for r in rows]})
+
+
+def show_arq(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
+    api = req.context.api
+    api.policy.authorize("cyborg:arq:get_one", req.context.ctx)
+    wire.query_params(req, ())
+    canonical = _uuid_or_none(uuid)
+    row = None
+    if canonical:
+        with api.db.read() as conn:
+            row = db.get_by_uuid(conn, canonical, _scope(req))
+    if row is None:
+        raise _not_found([uuid])
+    wire.respond(resp, serializer(req)(row))
+
+
+def patch_collection(req: falcon.Request, resp: falcon.Response) -> None:
+    """PATCH /accelerator_requests (Nova): bind or unbind the ARQs the body is keyed by."""
+    _patch(req, resp, None)
+
+
+def patch_arq(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
+    """PATCH /accelerator_requests/{uuid} (SDK, CLI): the same body, keyed by that uuid."""
+    _patch(req, resp, uuid)
+
+
+def delete_by_query(req: falcon.Request, resp: falcon.Response) -> None:
+    """DELETE ?arqs=u1,u2 (all or nothing) or ?instance=<uuid> (idempotent)."""
+    api = req.context.api
+    api.policy.authorize("cyborg:arq:delete", req.context.ctx)
+    params = wire.query_params(req, ("arqs", "instance"))
+    if ("arqs" in params) == ("instance" in params):
+        raise errors.BadRequest("Give exactly one of ?arqs=<uuid>[,<uuid>...] or "
+                                "?instance=<uuid>.")
+    if "instance" in params:
+        instance = _uuid(params["instance"], "query parameter instance")
+        _require_service(req)
+        with api.db.write() as conn:
+            rows = db.lock(conn, instance_uuid=instance, project_id=_scope(req))
+            db.delete_locked(conn, rows)
+        wire.no_content(resp)
+        return
+    given = [part.strip() for part in params["arqs"].split(",") if part.strip()]
+    if not given:
+        raise errors.BadRequest("?arqs= names no accelerator request.")
+    limit = api.conf.api.max_arqs_per_delete
+    if len(given) > limit:
+        raise errors.BadRequest(f"?arqs= names {len(given)} accelerator requests; at most "
+                                f"{limit} per request ([api] max_arqs_per_delete).")
+    _delete_uuids(req, resp, {_uuid(u, "query parameter arqs") for u in given})
+
+
+def delete_arq(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
+    api = req.context.api
+    api.policy.authorize("cyborg:arq:delete", req.context.ctx)
+    wire.query_params(req, ())
+    canonical = _uuid_or_none(uuid)
+    if canonical is None:
+        raise _not_found([uuid])
+    _delete_uuids(req, resp, {canonical})
+
+
+# ---------------------------------------------------------------------------- internals
+
+def _delete_uuids(req: falcon.Request, resp: falcon.Response, uuids: set[str]) -> None:
+    api = req.context.api
+    with api.db.write() as conn:
+        rows = db.lock(conn, uuids=uuids, project_id=_scope(req))
+        missing = uuids - {r.uuid for r in rows}
+        if missing:
+            raise _not_found(missing)
+        if any(r.state in _INSTANCE_STATES for r in rows):
+            _require_service(req)  # bound ARQs are unbound first: that is Nova's to do
+        db.delete_locked(conn, rows)
+    wire.no_content(resp)
+
+
+def _patch(req: falcon.Request, resp: falcon.Response, path_uuid: str | None) -> None:
+    api = req.context.api
+    ctx = req.context.ctx
+    api.policy.authorize("cyborg:arq:update", ctx)
+    wire.query_params(req, ())
+    _require_service(req)
+    body = wire.read_json(req)
+    plans = _parse_patch(req, body)
+    if path_uuid is not None and set(plans) != {_uuid_or_none(path_uuid)}:
+        if _uuid_or_none(path_uuid) is None:
+            raise _not_found([path_uuid])
+        raise errors.BadRequest(f"The patch for /{COLLECTION}/{path_uuid} must be keyed by "
+                                "that uuid alone.")
+    with api.db.write() as conn:
+        rows = db.lock(conn, uuids=plans, project_id=_scope(req))
+        missing = set(plans) - {r.uuid for r in rows}
+        if missing:
+            raise _not_found(missing)
+        binds, unbinds = [], []
+        for row in rows:
+            plan = plans[row.uuid]
+            if plan is None:
+                if row.state not in db.SOURCES[db.UNBOUND] and row.state != db.UNBOUND:
+                    raise errors.Conflict(f"Accelerator request {row.uuid} is {row.state}; "
+                                          "it cannot be unbound.")
+                if row.state != db.UNBOUND:
+                    unbinds.append(row)
+            else:
+                if row.state not in db.SOURCES[db.BIND_STARTED]:
+                    raise errors.Conflict(
+                        f"Accelerator request {row.uuid} is {row.state}; only an Initial or "
+                        "Unbound request can be bound (unbind it first).")
+                binds.append({"id": row.id, "project_id": plan.get("project_id",
+                                                                    row.project_id), **plan})
+        # Everything is validated: now change it.
+        moved = db.start_binds(conn, binds)
+        if moved not in (-1, len(binds)):
+            raise errors.Conflict("Accelerator requests changed state during the bind; retry.")
+        bind_jobs.create(conn, [(b["id"], b["instance_uuid"]) for b in binds])
+        db.unbind(conn, unbinds)
+    if binds and api.conductor is not None:
+        api.conductor.wake_binds()
+    wire.no_content(resp, 202)
+
+
+def _parse_patch(req: falcon.Request, body) -> dict[str, dict | None]:  # type: ignore[no-untyped-def]
+    """{arq uuid: binding fields (bind) or None (unbind)}, or 400 for the first problem."""
+    api = req.context.api
+    version = req.context.version
+    if not isinstance(body, dict) or not body:
+        raise errors.BadRequest("The patch must be a non-empty object keyed by ARQ uuid, each "
+                                "with a list of JSON-patch operations.")
+    limit = api.conf.api.max_patch_operations
+    if len(body) > limit:
+        raise errors.BadRequest(f"The patch names {len(body)} accelerator requests; at most "
+                                f"{limit} per request ([api] max_patch_operations).")
+    allowed = schemas.BIND_PATHS + (("/project_id",) if version >= _V2_1 else ())
+    for key, ops in body.items():
+        for op in ops if isinstance(ops, list) else ():
+            if not isinstance(op, dict):
+                continue
+            if op.get("op") not in ("add", "remove"):
+                raise errors.BadRequest(f"Invalid patch for {key}: op {op.get('op')!r} is not "
+                                        "supported; use 'add' (bind) or 'remove' (unbind).")
+            if op.get("path") == "/project_id" and version < _V2_1:
+                raise errors.BadRequest(f"Invalid patch for {key}: /project_id can be set only "
+                                        "from microversion 2.1.")
+            if op.get("path") not in allowed:
+                raise errors.BadRequest(f"Invalid patch for {key}: path {op.get('path')!r} "
+                                        f"cannot be patched; allowed: {', '.join(allowed)}.")
+    wire.validate(schemas.PATCH_V2_1 if version >= _V2_1 else schemas.PATCH_V2_0, body,
+                  "patch")
+    plans: dict[str, dict | None] = {}
+    for key, ops in body.items():
+        uuid = str(uuidlib.UUID(key))
+        if uuid in plans:
+            raise errors.BadRequest(f"Accelerator request {uuid} appears twice in the patch.")
+        kinds = {op["op"] for op in ops}
+        paths = [op["path"] for op in ops]
+        if len(kinds) > 1:
+            raise errors.BadRequest(f"Invalid patch for {uuid}: mixes add and remove; bind "
+                                    "with add operations only, unbind with remove only.")
+        if len(set(paths)) != len(paths):
+            raise errors.BadRequest(f"Invalid patch for {uuid}: a path appears twice.")
+        if kinds == {"remove"}:
+            if "/project_id" in paths:
+                raise errors.BadRequest(f"Invalid patch for {uuid}: /project_id cannot be "
+                                        "removed.")
+            plans[uuid] = None
+            continue
+        missing = [p for p in schemas.BIND_PATHS if p not in paths]
+        if missing:
+            raise errors.BadRequest(f"Invalid patch for {uuid}: a bind needs "
+                                    f"{', '.join(schemas.BIND_PATHS)}; missing "
+                                    f"{', '.join(missing)}.")
+        for op in ops:
+            if "value" not in op:
+                raise errors.BadRequest(f"Invalid patch for {uuid}: add {op['path']} needs a "
+                                        "value.")
+            wire.validate(schemas.ADD_VALUES[op["path"]], op["value"],
+                          f"value of {op['path']} for {uuid}")
+        values = {op["path"][1:]: op["value"] for op in ops}
+        if "project_id" in values and not req.context.ctx.is_admin:
+            raise errors.Forbidden("Only an administrator may set /project_id in a bind.")
+        values["device_rp_uuid"] = str(uuidlib.UUID(values["device_rp_uuid"]))
+        values["instance_uuid"] = str(uuidlib.UUID(values["instance_uuid"]))
+        plans[uuid] = values
+    return plans

@@ -1,0 +1,132 @@
+"""Telling Nova that ARQ binds resolved: ``accelerator-request-bound`` server external events.
+
+Nova's compute waits for one event per ARQ (tag = ARQ uuid) before it spawns
+the instance; without it the boot hangs until Nova's timeout. The connection
+comes from the ``[nova]`` keystoneauth options (``auth_type``, credentials or
+``endpoint_override``). Without ``[nova] auth_type`` binding still works and
+each batch logs that no event was sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from keystoneauth1 import exceptions as ksa_exc
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+LOG = logging.getLogger(__name__)
+
+EVENT_NAME = "accelerator-request-bound"
+PATH = "/os-server-external-events"
+MICROVERSION = "2.82"  # the first compute version that knows accelerator-request-bound
+HEADERS = {"OpenStack-API-Version": f"compute {MICROVERSION}",
+           "X-OpenStack-Nova-API-Version": MICROVERSION}
+
+# What became of one event.
+DELIVERED = "delivered"  # Nova took it (or there is no Nova to tell)
+DROPPED = "dropped"  # Nova refused it for good; logged, not retried
+RETRY = "retry"  # Nova could not be reached; the job tries again later
+
+
+@dataclass(frozen=True)
+class Event:
+    server_uuid: str
+    arq_uuid: str
+    status: str  # "completed" | "failed"
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": EVENT_NAME, "server_uuid": self.server_uuid, "tag": self.arq_uuid,
+                "status": self.status}
+
+
+def is_configured(conf: cfg.ConfigOpts) -> bool:
+    return bool(conf.nova.auth_type or conf.nova.auth_section)
+
+
+class NovaNotifier:
+    """Posts event batches with retries and backoff; returns an outcome per ARQ uuid."""
+
+    def __init__(self, conf: cfg.ConfigOpts,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._attempts = conf.nova.retry_attempts
+        self._initial_delay = conf.nova.retry_initial_delay
+        self._sleep = sleep
+        self._adapter = None
+        if is_configured(conf):
+            auth = ks_loading.load_auth_from_conf_options(conf, "nova")
+            session = ks_loading.load_session_from_conf_options(conf, "nova", auth=auth)
+            self._adapter = ks_loading.load_adapter_from_conf_options(
+                conf, "nova", session=session, auth=auth,
+                service_type=conf.nova.service_type or "compute")
+
+    @property
+    def configured(self) -> bool:
+        return self._adapter is not None
+
+    def send(self, events: list[Event]) -> dict[str, str]:
+        if not events:
+            return {}
+        if self._adapter is None:
+            LOG.info("Nova is not configured ([nova] auth_type unset): no %s event sent for "
+                     "ARQs %s", EVENT_NAME, ", ".join(e.arq_uuid for e in events))
+            return {e.arq_uuid: DELIVERED for e in events}
+        body = {"events": [e.to_json() for e in events]}
+        for attempt in range(self._attempts):
+            if attempt:
+                self._sleep(self._initial_delay * 2 ** (attempt - 1))
+            try:
+                resp = self._adapter.post(PATH, json=body, headers=HEADERS, raise_exc=False)
+            except (ksa_exc.ConnectionError, ksa_exc.RequestTimeout) as exc:
+                LOG.warning("Nova unreachable for %s events (attempt %d of %d): %s",
+                            EVENT_NAME, attempt + 1, self._attempts, exc)
+                continue
+            except ksa_exc.ClientException as exc:  # no endpoint, auth failure, ...
+                LOG.error("Cannot reach Nova to send %s events: %s", EVENT_NAME, exc)
+                return {e.arq_uuid: RETRY for e in events}
+            if resp.status_code >= 500:
+                LOG.warning("Nova answered %s to %s events (attempt %d of %d): %s",
+                            resp.status_code, EVENT_NAME, attempt + 1, self._attempts,
+                            resp.text[:300])
+                continue
+            return self._outcomes(events, resp)
+        LOG.error("Gave up sending %s events for ARQs %s after %d attempts; will retry later",
+                  EVENT_NAME, ", ".join(e.arq_uuid for e in events), self._attempts)
+        return {e.arq_uuid: RETRY for e in events}
+
+    def _outcomes(self, events: list[Event], resp) -> dict[str, str]:  # type: ignore[no-untyped-def]
+        if resp.status_code == 200:
+            LOG.info("Nova took %s events for ARQs %s", EVENT_NAME,
+                     ", ".join(f"{e.arq_uuid} ({e.status})" for e in events))
+            return {e.arq_uuid: DELIVERED for e in events}
+        if resp.status_code == 207:
+            return self._per_event(events, resp)
+        LOG.error("Nova refused %s events for ARQs %s with %s: %s", EVENT_NAME,
+                  ", ".join(e.arq_uuid for e in events), resp.status_code, resp.text[:300])
+        return {e.arq_uuid: DROPPED for e in events}
+
+    def _per_event(self, events: list[Event], resp) -> dict[str, str]:  # type: ignore[no-untyped-def]
+        """207: Nova answers each event with its own code, in the order sent."""
+        try:
+            answered = resp.json().get("events") or []
+        except ValueError:
+            answered = []
+        by_tag = {a.get("tag"): a for a in answered if isinstance(a, dict)}
+        outcomes: dict[str, str] = {}
+        for event in events:
+            code = (by_tag.get(event.arq_uuid) or {}).get("code")
+            if code == 200:
+                outcomes[event.arq_uuid] = DELIVERED
+            elif code == 422:
+                LOG.warning("Nova could not take the %s event for ARQ %s: instance %s is not "
+                            "on a host yet (422); not retried, Nova reads resolved ARQs "
+                            "itself", EVENT_NAME, event.arq_uuid, event.server_uuid)
+                outcomes[event.arq_uuid] = DROPPED
+            else:
+                LOG.error("Nova refused the %s event for ARQ %s (instance %s) with code %s",
+                          EVENT_NAME, event.arq_uuid, event.server_uuid, code)
+                outcomes[event.arq_uuid] = DROPPED
+        return outcomes

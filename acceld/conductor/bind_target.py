@@ -1,0 +1,169 @@
+"""Is the bind target Nova named acceptable, and which attach handle does the ARQ get?
+
+:func:`check_and_take` runs :data:`CHECKS` in order, inside the bind's write
+transaction, then takes one free attach handle atomically. A check that fails
+raises :class:`BindRefused` with a reason an administrator can act on; that
+reason becomes the ARQ's ``bind_failure_reason`` and a log line. To add a check
+(agent liveness, the Placement allocation, FPGA programming), write a function
+``(conn, target) -> None`` that raises ``BindRefused`` and insert it into
+``CHECKS`` where it belongs; ``target`` carries what earlier checks found.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+import orjson
+from sqlalchemy import Connection, Row, false, select, update
+
+from acceld.db.models import attach_handles, attributes, deployables, devices, utcnow
+
+LOG = logging.getLogger(__name__)
+
+# Traits Placement gives every acceld provider although no driver reports them: a profile
+# may require them, and a profile that forbids them can never be satisfied.
+IMPLICIT_TRAITS = frozenset({"OWNER_CYBORG"})
+
+# How many free handles to try per round, and rounds, when binds race for the same ones.
+_CANDIDATES = 16
+_ROUNDS = 4
+
+
+class BindRefused(Exception):
+    """The target cannot take this ARQ; ``reason`` says why, for an administrator."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class BindTarget:
+    """What a bind asks for, and what the checks learn on the way."""
+
+    arq_uuid: str
+    hostname: str
+    device_rp_uuid: str
+    instance_uuid: str
+    group: dict[str, str]  # the ARQ's device profile group
+    deployable: Row | None = None  # deployable joined with its device
+    resource_class: str | None = None
+    traits: set[str] = field(default_factory=set)
+    handle: Row | None = None  # the attach handle taken, once taken
+
+
+def find_deployable(conn: Connection, target: BindTarget) -> None:
+    row = conn.execute(select(
+        deployables.c.id, deployables.c.uuid, deployables.c.name, deployables.c.rp_uuid,
+        devices.c.uuid.label("device_uuid"), devices.c.hostname, devices.c.status,
+        devices.c.acc_status, devices.c.vanished).select_from(
+        deployables.join(devices, devices.c.id == deployables.c.device_id)).where(
+        deployables.c.rp_uuid == target.device_rp_uuid)).first()
+    if row is None:
+        raise BindRefused(f"device_rp_uuid {target.device_rp_uuid} is not the resource "
+                          "provider of any deployable acceld knows")
+    target.deployable = row
+
+
+def check_host(conn: Connection, target: BindTarget) -> None:
+    dep = target.deployable
+    if dep.hostname != target.hostname:
+        raise BindRefused(f"deployable {dep.name} (provider {target.device_rp_uuid}) is on host "
+                          f"{dep.hostname}, not on {target.hostname}")
+
+
+def check_agent_up(conn: Connection, target: BindTarget) -> None:
+    """No bind on a node whose agent is marked down (acceld.conductor.agents)."""
+    from acceld.conductor.agents import host_is_up
+
+    if not host_is_up(conn, target.hostname):
+        raise BindRefused(f"the agent of host {target.hostname} is down; its devices are not "
+                          "bound until it reports again")
+
+
+def check_device_usable(conn: Connection, target: BindTarget) -> None:
+    dep = target.deployable
+    if dep.vanished:
+        raise BindRefused(f"device {dep.device_uuid} is no longer reported by host {dep.hostname}")
+    if dep.status != "enabled":
+        raise BindRefused(f"device {dep.device_uuid} is disabled (status {dep.status})")
+    if dep.acc_status != "ready":
+        raise BindRefused(f"device {dep.device_uuid} is not ready (acc_status {dep.acc_status})")
+
+
+def check_profile_group(conn: Connection, target: BindTarget) -> None:
+    """The deployable's resource class and traits (attributes ``rc``, ``trait*``) satisfy the
+    ARQ's profile group (``resources:RC``, ``trait:T = required|forbidden``)."""
+    dep = target.deployable
+    for key, value in conn.execute(select(attributes.c.key, attributes.c.value).where(
+            attributes.c.deployable_id == dep.id)):
+        if key == "rc":
+            target.resource_class = value
+        elif key.startswith("trait"):
+            target.traits.add(value)
+    wanted = sorted(k.split(":", 1)[1] for k in target.group if k.startswith("resources:"))
+    if target.resource_class not in wanted:
+        offered = target.resource_class or "no resource class"
+        raise BindRefused(f"deployable {dep.name} offers {offered}; the profile group asks "
+                          f"for {', '.join(wanted) or 'no resources'}")
+    present = target.traits | IMPLICIT_TRAITS
+    for key, value in sorted(target.group.items()):
+        if not key.startswith("trait:"):
+            continue
+        trait = key.split(":", 1)[1]
+        if value == "required" and trait not in present:
+            raise BindRefused(f"deployable {dep.name} lacks trait {trait}, which the profile "
+                              "group requires")
+        if value == "forbidden" and trait in present:
+            raise BindRefused(f"deployable {dep.name} has trait {trait}, which the profile "
+                              "group forbids")
+
+
+def take_handle(conn: Connection, target: BindTarget) -> None:
+    """Take one free attach handle of the deployable, atomically.
+
+    Portable compare-and-set: ``UPDATE ... SET in_use = true WHERE id = :id AND in_use =
+    false``; a rowcount of 1 means this transaction won the handle (MySQL reports matched
+    rows, which the ``in_use = false`` condition makes the same). A loser tries the next.
+    """
+    dep = target.deployable
+    for _ in range(_ROUNDS):
+        candidates = conn.execute(select(
+            attach_handles.c.id, attach_handles.c.uuid, attach_handles.c.attach_type,
+            attach_handles.c.attach_info).where(
+            attach_handles.c.deployable_id == dep.id,
+            attach_handles.c.in_use == false()).order_by(attach_handles.c.id).limit(
+            _CANDIDATES)).all()
+        if not candidates:
+            break
+        for handle in candidates:
+            won = conn.execute(update(attach_handles).where(
+                attach_handles.c.id == handle.id, attach_handles.c.in_use == false()).values(
+                in_use=True, updated_at=utcnow())).rowcount
+            if won == 1:
+                target.handle = handle
+                return
+    raise BindRefused(f"no free attach handle on deployable {dep.name}: all are in use")
+
+
+Check = Callable[[Connection, BindTarget], None]
+
+# The checks, in order; each may rely on what the ones before it found.
+CHECKS: list[Check] = [find_deployable, check_host, check_agent_up, check_device_usable,
+                        check_profile_group]
+
+
+def check_and_take(conn: Connection, target: BindTarget) -> BindTarget:
+    """Run every check, then take a handle; raises BindRefused with the first reason."""
+    for check in CHECKS:
+        check(conn, target)
+    take_handle(conn, target)
+    return target
+
+
+def group_of(profile_json: str, index: int) -> dict[str, str]:
+    """Group ``index`` of a profile's stored groups (empty if the index is out of range)."""
+    groups = orjson.loads(profile_json)
+    return groups[index] if 0 <= index < len(groups) else {}

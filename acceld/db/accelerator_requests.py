@@ -1,0 +1,196 @@
+"""Accelerator request (ARQ) queries and their compare-and-set state transitions.
+
+Every state change is an ``UPDATE ... WHERE state IN (<allowed sources>)``
+(:func:`transition`), following the contract's table in :data:`SOURCES`. Writers
+first lock the ARQ rows they will change (:func:`lock`), always in id order, so
+that the API and the conductor take locks in the same order (ARQ, then bind
+job, then attach handle) and never deadlock on PostgreSQL or MariaDB; on
+SQLite every write transaction holds the database write lock anyway.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Iterable, Sequence
+
+from sqlalchemy import Connection, Row, bindparam, delete, insert, or_, select, update
+
+from acceld.db.models import accelerator_requests as arqs
+from acceld.db.models import attach_handles as handles
+from acceld.db.models import bind_jobs as jobs
+from acceld.db.models import device_profiles as dp
+from acceld.db.models import utcnow
+
+INITIAL = "Initial"
+BIND_STARTED = "BindStarted"
+BOUND = "Bound"
+BIND_FAILED = "BindFailed"
+UNBOUND = "Unbound"
+UNBIND_FAILED = "UnbindFailed"
+DELETING = "Deleting"
+STATES = (INITIAL, BIND_STARTED, BOUND, BIND_FAILED, UNBOUND, UNBIND_FAILED, DELETING)
+RESOLVED = frozenset({BOUND, BIND_FAILED, DELETING})
+
+# target state <- the states it may be entered from (the contract's table).
+SOURCES: dict[str, tuple[str, ...]] = {
+    BIND_STARTED: (INITIAL, UNBOUND),
+    BOUND: (BIND_STARTED,),
+    BIND_FAILED: (BIND_STARTED, BOUND),
+    UNBOUND: (INITIAL, BIND_STARTED, BOUND, BIND_FAILED),
+    DELETING: tuple(s for s in STATES if s != DELETING),
+}
+
+# What an API response needs, in one query: the ARQ, its profile's name, its handle.
+_WIRE_COLUMNS = (
+    arqs.c.id, arqs.c.uuid, arqs.c.state, dp.c.name.label("device_profile_name"),
+    arqs.c.device_profile_group_id, arqs.c.hostname, arqs.c.device_rp_uuid,
+    arqs.c.instance_uuid, arqs.c.project_id, arqs.c.bind_failure_reason,
+    handles.c.uuid.label("attach_handle_uuid"), handles.c.attach_type.label("attach_handle_type"),
+    handles.c.attach_info.label("attach_handle_info"), arqs.c.created_at, arqs.c.updated_at,
+)
+_WIRE_FROM = arqs.join(dp, dp.c.id == arqs.c.device_profile_id).outerjoin(
+    handles, handles.c.id == arqs.c.attach_handle_id)
+
+# What a writer needs to decide on an ARQ, read under a row lock.
+_LOCK_COLUMNS = (arqs.c.id, arqs.c.uuid, arqs.c.state, arqs.c.project_id,
+                 arqs.c.instance_uuid, arqs.c.attach_handle_id)
+
+
+def _wire_query():  # type: ignore[no-untyped-def]
+    return select(*_WIRE_COLUMNS).select_from(_WIRE_FROM)
+
+
+def list_arqs(conn: Connection, *, project_id: str | None = None,
+              instance_uuid: str | None = None) -> Sequence[Row]:
+    """ARQs for the API, oldest first; ``project_id`` None means every project (admins)."""
+    query = _wire_query().order_by(arqs.c.id)
+    if project_id is not None:
+        query = query.where(arqs.c.project_id == project_id)
+    if instance_uuid is not None:
+        query = query.where(arqs.c.instance_uuid == instance_uuid)
+    return conn.execute(query).all()
+
+
+def get_by_uuid(conn: Connection, uuid: str, project_id: str | None = None) -> Row | None:
+    query = _wire_query().where(arqs.c.uuid == uuid)
+    if project_id is not None:
+        query = query.where(arqs.c.project_id == project_id)
+    return conn.execute(query).first()
+
+
+def create_many(conn: Connection, *, profile_id: int, group_ids: Sequence[int],
+                project_id: str | None) -> list[dict]:
+    """Insert one Initial ARQ per entry of ``group_ids`` in one statement; return their values."""
+    now = utcnow()
+    rows = [{"uuid": str(uuidlib.uuid4()), "state": INITIAL, "device_profile_id": profile_id,
+             "device_profile_group_id": group, "project_id": project_id, "hostname": None,
+             "device_rp_uuid": None, "instance_uuid": None, "attach_handle_id": None,
+             "deployable_id": None, "bind_failure_reason": None, "created_at": now,
+             "updated_at": None} for group in group_ids]
+    if rows:
+        conn.execute(insert(arqs), rows)
+    return rows
+
+
+def lock(conn: Connection, *, uuids: Iterable[str] | None = None,
+         instance_uuid: str | None = None, project_id: str | None = None) -> Sequence[Row]:
+    """The ARQs a write is about, locked until the transaction ends (FOR UPDATE; SQLite
+    holds the whole database for a write), in id order."""
+    query = select(*_LOCK_COLUMNS).order_by(arqs.c.id).with_for_update()
+    if uuids is not None:
+        query = query.where(arqs.c.uuid.in_(list(uuids)))
+    if instance_uuid is not None:
+        query = query.where(arqs.c.instance_uuid == instance_uuid)
+    if project_id is not None:
+        query = query.where(arqs.c.project_id == project_id)
+    return conn.execute(query).all()
+
+
+def lock_one_by_id(conn: Connection, arq_id: int) -> "_Bindable | None":
+    """One ARQ with its profile groups (JSON text), the ARQ row locked: what a bind needs.
+
+    Two statements, so that only the ARQ row is locked, never the shared profile row.
+    """
+    arq = conn.execute(select(
+        arqs.c.id, arqs.c.uuid, arqs.c.state, arqs.c.hostname, arqs.c.device_rp_uuid,
+        arqs.c.instance_uuid, arqs.c.project_id, arqs.c.device_profile_id,
+        arqs.c.device_profile_group_id).where(arqs.c.id == arq_id).with_for_update()).first()
+    if arq is None:
+        return None
+    profile = conn.execute(select(dp.c.name, dp.c.profile_json).where(
+        dp.c.id == arq.device_profile_id)).one()
+    return _Bindable(arq, profile.name, profile.profile_json)
+
+
+class _Bindable:
+    """An ARQ row plus its profile's name and groups."""
+
+    def __init__(self, arq: Row, profile_name: str, profile_json: str) -> None:
+        self.__dict__.update(arq._mapping)
+        self.device_profile_name = profile_name
+        self.profile_json = profile_json
+
+
+def transition(conn: Connection, ids: Sequence[int], target: str, **values: object) -> int:
+    """Compare-and-set: move ``ids`` to ``target`` from the states the contract allows.
+
+    Returns how many rows moved; the caller decides whether fewer than asked is a conflict.
+    """
+    if not ids:
+        return 0
+    return conn.execute(update(arqs).where(
+        arqs.c.id.in_(list(ids)), arqs.c.state.in_(SOURCES[target])).values(
+        state=target, updated_at=utcnow(), **values)).rowcount
+
+
+def start_binds(conn: Connection, binds: Sequence[dict]) -> int:
+    """Initial/Unbound -> BindStarted with each ARQ's own binding fields (one executemany).
+
+    ``binds``: dicts with ``id``, ``hostname``, ``device_rp_uuid``, ``instance_uuid`` and
+    ``project_id``. Returns the rows moved when the driver can count them, else -1.
+    """
+    if not binds:
+        return 0
+    stmt = update(arqs).where(
+        arqs.c.id == bindparam("b_id"),
+        # OR, not IN: an expanding IN cannot run as executemany.
+        or_(*(arqs.c.state == s for s in SOURCES[BIND_STARTED]))).values(
+        state=BIND_STARTED, hostname=bindparam("b_hostname"),
+        device_rp_uuid=bindparam("b_rp"), instance_uuid=bindparam("b_instance"),
+        project_id=bindparam("b_project"), attach_handle_id=None, deployable_id=None,
+        bind_failure_reason=None, updated_at=utcnow())
+    params = [{"b_id": b["id"], "b_hostname": b["hostname"], "b_rp": b["device_rp_uuid"],
+               "b_instance": b["instance_uuid"], "b_project": b["project_id"]} for b in binds]
+    result = conn.execute(stmt, params)
+    return result.rowcount if conn.dialect.supports_sane_multi_rowcount else -1
+
+
+def release_handles(conn: Connection, handle_ids: Iterable[int | None]) -> int:
+    """Mark the attach handles free again (the ARQs holding them are locked by the caller)."""
+    ids = [h for h in handle_ids if h is not None]
+    if not ids:
+        return 0
+    return conn.execute(update(handles).where(handles.c.id.in_(ids)).values(
+        in_use=False, updated_at=utcnow())).rowcount
+
+
+def unbind(conn: Connection, rows: Sequence[Row]) -> int:
+    """Unbind locked ARQs: free their handles, drop their bind jobs, clear the binding."""
+    ids = [r.id for r in rows]
+    release_handles(conn, (r.attach_handle_id for r in rows))
+    conn.execute(delete(jobs).where(jobs.c.arq_id.in_(ids)))
+    return transition(conn, ids, UNBOUND, hostname=None, device_rp_uuid=None,
+                      instance_uuid=None, attach_handle_id=None, deployable_id=None,
+                      bind_failure_reason=None)
+
+
+def delete_locked(conn: Connection, rows: Sequence[Row]) -> int:
+    """Delete locked ARQs: the Deleting compare-and-set first (the claim), then free their
+    handles, drop their bind jobs and remove the rows, all in the caller's transaction."""
+    ids = [r.id for r in rows]
+    if not ids:
+        return 0
+    transition(conn, ids, DELETING)
+    release_handles(conn, (r.attach_handle_id for r in rows))
+    conn.execute(delete(jobs).where(jobs.c.arq_id.in_(ids)))
+    return conn.execute(delete(arqs).where(arqs.c.id.in_(ids))).rowcount
