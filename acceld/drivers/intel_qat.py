@@ -1,0 +1,81 @@
+"""Intel QuickAssist (QAT) crypto and compression: a PF per device, its VFs as handles.
+
+A QAT PF (vendor 0x8086, class 0x0b40 co-processor; ids in ``GENERATIONS``) is
+one device with one deployable whose attach handles are its SR-IOV VFs: the
+VFs are what VMs get (vfio-pci refuses older PFs). A PF without VFs, or a
+4xxx-family PF whose ``qat/state`` is ``down``, is ``setup_required``.
+The configured services (``qat/cfg_services``, e.g. ``sym;asym`` or ``dc``)
+become traits, so a profile can ask for compression or crypto.
+"""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+from acceld.drivers import sysfs
+from acceld.drivers.base import (Deployable, Driver, HardwareRecord, hardware_uuid,
+                                 pci_controlpath, pci_handle)
+from acceld.drivers.traits import attributes, trait_part
+
+VENDOR = "0x8086"
+# PF id -> (generation, VF id) (include/linux/pci_ids.h, qat adf_accel_devices.h).
+GENERATIONS = {
+    "0x0435": ("DH895XCC", "0x0443"), "0x37c8": ("C62X", "0x37c9"),
+    "0x19e2": ("C3XXX", "0x19e3"), "0x4940": ("4XXX", "0x4941"),
+    "0x4942": ("401XX", "0x4943"), "0x4944": ("402XX", "0x4945"),
+    "0x4946": ("420XX", "0x4947"),
+}
+
+
+class IntelQatDriver(Driver):
+    """QAT PFs; their VFs are the accelerators."""
+
+    name = "intel_qat"
+    hardware_type = "QAT"
+
+    def __init__(self, conf: cfg.ConfigOpts, hostname: str) -> None:
+        super().__init__(conf, hostname)
+        self.opts = conf.intel_qat
+        self.root = self.opts.sysfs_root
+
+    def discover(self) -> list[HardwareRecord]:
+        functions = {f.address: f for f in sysfs.list_pci_functions(self.root, vendors=[VENDOR])}
+        return [self._record(f, functions) for f in functions.values()
+                if f.device in GENERATIONS and not f.is_vf]
+
+    def _record(self, pf: sysfs.PciFunction,
+                functions: dict[str, sysfs.PciFunction]) -> HardwareRecord:
+        generation, vf_id = GENERATIONS[pf.device]
+        vfs = [functions[a] for a in pf.virtfns if a in functions and functions[a].device == vf_id]
+        state = pf.attr("qat", "state")
+        services_text = pf.attr("qat", "cfg_services")
+        services = sorted(s for s in (services_text or "").split(";") if s)
+        traits = ["CUSTOM_QAT", f"CUSTOM_QAT_{generation}"]
+        traits += [f"CUSTOM_QAT_{trait_part(s)}" for s in services]
+        status, reason = "ready", None
+        if state is not None and state != "up":
+            status, reason = "setup_required", f"QAT device is {state}: echo up > qat/state"
+        elif not vfs:
+            status = "setup_required"
+            reason = (f"SR-IOV is not enabled: write the number of VFs (up to "
+                      f"{pf.sriov_totalvfs}) to sriov_numvfs" if pf.sriov_totalvfs else
+                      "no VFs and no SR-IOV capability reported")
+        deployables = []
+        if vfs:
+            deployables.append(Deployable(
+                name=pf.address, num_accelerators=len(vfs),
+                attributes=attributes(self.opts.resource_class, traits,
+                                      services=";".join(services) or None),
+                attach_handles=[pci_handle(vf.address) for vf in vfs]))
+        vendor_info = {"generation": generation, "state": state,
+                       "services": ";".join(services) or None,
+                       "sriov_totalvfs": pf.sriov_totalvfs, "vf_driver": vfs[0].driver if vfs else None}
+        return HardwareRecord(
+            uuid=hardware_uuid(self.hostname, self.name, pf.address),
+            type="QAT", vendor=VENDOR, model=f"Intel QAT {generation}", driver_name=self.name,
+            controlpath_id=pci_controlpath(pf.address),
+            acc_specs={"device_type": "CRYPTO", "remote": False, "num": len(vfs),
+                       "acc_capability": {"services": services}},
+            acc_status=status, status_reason=reason, std_board_info=pf.std_board_info(),
+            vendor_board_info={k: v for k, v in vendor_info.items() if v is not None},
+            deployables=deployables)
