@@ -69,7 +69,8 @@ class IntelQatDriver(Driver):
                 attach_handles=[pci_handle(vf.address) for vf in vfs]))
         vendor_info = {"generation": generation, "state": state,
                        "services": ";".join(services) or None,
-                       "sriov_totalvfs": pf.sriov_totalvfs, "vf_driver": vfs[0].driver if vfs else None}
+                       "sriov_totalvfs": pf.sriov_totalvfs,
+                       "vf_driver": vfs[0].driver if vfs else None}
         return HardwareRecord(
             uuid=hardware_uuid(self.hostname, self.name, pf.address),
             type="QAT", vendor=VENDOR, model=f"Intel QAT {generation}", driver_name=self.name,
