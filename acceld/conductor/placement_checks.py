@@ -16,10 +16,16 @@ caller can retry the bind job later instead of failing a boot on a blip.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from oslo_config import cfg
+from sqlalchemy import select
 
 from acceld.clients import placement as pl
 from acceld.conductor.bind_target import BindRefused
+from acceld.db.engine import Database
+from acceld.db.models import accelerator_requests
 
 
 def check_bind(client: pl.PlacementClient | None, conf: cfg.ConfigOpts, hostname: str,
@@ -47,3 +53,58 @@ def check_bind(client: pl.PlacementClient | None, conf: cfg.ConfigOpts, hostname
         held = ", ".join(sorted(allocations)) or "nothing"
         raise BindRefused(f"instance {instance_uuid} has no Placement allocation on resource "
                           f"provider {device_rp_uuid} (it holds {held})")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of the Placement checks for one bind target."""
+
+    hostname: str | None
+    device_rp_uuid: str | None
+    instance_uuid: str | None
+    refusal: str | None  # None: Placement agrees
+
+
+class BindPlacementCheck:
+    """What the bind worker calls: check before the transaction, enforce inside it."""
+
+    def __init__(self, conf: cfg.ConfigOpts, client: pl.PlacementClient | None = None) -> None:
+        self.conf = conf
+        self.client = client if client is not None else pl.from_conf(conf)
+
+    def before(self, db: Database, arq_id: int) -> Verdict | None:
+        """Check the ARQ's target in Placement (None when not configured or no ARQ).
+
+        Reads the ARQ outside any transaction; raises PlacementUnavailable (retry later).
+        """
+        if self.client is None:
+            return None
+        with db.read() as conn:
+            arq = conn.execute(select(
+                accelerator_requests.c.hostname, accelerator_requests.c.device_rp_uuid,
+                accelerator_requests.c.instance_uuid).where(
+                accelerator_requests.c.id == arq_id)).first()
+        if arq is None or not (arq.hostname and arq.device_rp_uuid and arq.instance_uuid):
+            return None
+        try:
+            check_bind(self.client, self.conf, arq.hostname, arq.device_rp_uuid,
+                       arq.instance_uuid)
+        except BindRefused as refused:
+            return Verdict(arq.hostname, arq.device_rp_uuid, arq.instance_uuid, refused.reason)
+        return Verdict(arq.hostname, arq.device_rp_uuid, arq.instance_uuid, None)
+
+    def enforce(self, verdict: Verdict | None, arq: Any) -> None:
+        """Inside the bind transaction: refuse what Placement refused.
+
+        ``arq`` is the locked ARQ row. A target that changed since :meth:`before` (an
+        unbind and a new bind in between) was not checked: raise, so the job is retried.
+        """
+        if self.client is None:
+            return
+        if verdict is None or (verdict.hostname, verdict.device_rp_uuid,
+                               verdict.instance_uuid) != (arq.hostname, arq.device_rp_uuid,
+                                                          arq.instance_uuid):
+            raise RuntimeError(f"bind target of ARQ {arq.uuid} changed during the Placement "
+                               "check; the bind is retried")
+        if verdict.refusal:
+            raise BindRefused(verdict.refusal)

@@ -221,6 +221,9 @@ class PlacementSync:
         self._backoff = _Backoff(opts.sync_interval, opts.retry_max_delay)
         self._hosts_waiting: dict[str, _Backoff] = {}
         self._next_full = 0.0
+        # Agent states last synced, so that an agent going down or up is noticed at the
+        # next pass even when nobody flagged its host.
+        self._agent_states: dict[str, str] = {}
 
     # Component protocol
     def routes(self) -> dict[str, dict[str, Any]]:
@@ -264,18 +267,28 @@ class PlacementSync:
         """Write every host that needs it (all of them when ``full``); raises PlacementUnavailable."""
         result = PassResult()
         now = time.monotonic()
-        for hostname in self._hosts_to_sync(full):
+        hosts, agent_states = self._hosts_to_sync(full)
+        for hostname in hosts:
             waiting = self._hosts_waiting.get(hostname)
             if waiting is not None and not waiting.ready(now):
                 result.waiting_hosts.append(hostname)
                 continue
             self._sync_host(hostname, full, result)
+            if hostname in agent_states:
+                self._agent_states[hostname] = agent_states[hostname]
         return result
 
-    def _hosts_to_sync(self, full: bool) -> list[str]:
+    def _hosts_to_sync(self, full: bool) -> tuple[list[str], dict[str, str]]:
+        """Hosts to look at, and the agent states read on the way."""
         with self.db.read() as conn:
             hosts = set(conn.scalars(select(placement_sync.c.hostname).distinct()
                                      .where(placement_sync.c.dirty.is_(True))))
+            agent_states: dict[str, str] = {}
+            if self.conf.conductor.reserve_devices_of_down_agents:
+                agent_states = {h: s for h, s in conn.execute(
+                    select(agents.c.hostname, agents.c.state))}
+                hosts.update(h for h, s in agent_states.items()
+                             if self._agent_states.get(h, "up") != s)
             hosts.update(h for h, b in self._hosts_waiting.items()
                          if b.ready(time.monotonic()))
             if full:
@@ -283,7 +296,7 @@ class PlacementSync:
                                           .join(deployables,
                                                 deployables.c.device_id == devices.c.id)))
                 hosts.update(conn.scalars(select(placement_sync.c.hostname).distinct()))
-        return sorted(hosts)
+        return sorted(hosts), agent_states
 
     def _sync_host(self, hostname: str, full: bool, result: PassResult) -> None:
         # Claim the host's dirty rows before reading, so a change flagged after this
