@@ -129,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
 EXTRA_COMMANDS: list[Callable[..., None]] = []
 
 
+def _node_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
+    from acceld.services import node_cli  # agent, driver NAME, status
+
+    node_cli.register(sub, common)
+
+
+EXTRA_COMMANDS.append(_node_commands)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)

@@ -32,7 +32,7 @@ from oslo_config import cfg
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from acceld.clients.internal import InternalClient, InternalError
+from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
 from acceld.conductor.reconcile import apply_report
 from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
@@ -157,10 +157,8 @@ class AgentsComponent:
 
     def _client(self, endpoint: str) -> InternalClient:
         assert self._secret is not None, "component not started"
-        scheme = "" if "://" in endpoint else (
-            "https://" if self.conf.internal.tls_cert_file else "http://")
-        verify: str | bool = self.conf.internal.tls_ca_file or True
-        return InternalClient(scheme + endpoint, self._secret, verify=verify)
+        url = endpoint if "://" in endpoint else f"{scheme(self.conf)}://{endpoint}"
+        return InternalClient(url, self._secret, verify=tls_verify(self.conf))
 
     def request_discovery(self, hostname: str) -> None:
         """Ask a node's agent to rediscover; its next hello is pulled whatever its digest."""

@@ -41,6 +41,10 @@ def services(conf: cfg.ConfigOpts, common: list[str]) -> list[Service]:
         Service("conductor", ["conductor", *common, "--port", str(conf.conductor.port)],
                 conductor_url, f"tcp://{conf.conductor.host_ip}:{conf.conductor.port}"),
         Service("api", ["api", *common, *api_args], api_url, api_url),
+        # One agent for this machine, with [agent] enabled_drivers (default fake and pci).
+        Service("agent", ["agent", *common, "--port", str(conf.agent.port)],
+                f"http://{conf.agent.host_ip}:{conf.agent.port}",
+                f"tcp://{conf.agent.host_ip}:{conf.agent.port}"),
     ]
 
 

@@ -1,0 +1,143 @@
+"""`acceld driver NAME`: any installed driver as its own process, speaking the seed's Driver API.
+
+- ``POST /discovery``: 202 ``{"status": "IN-PROGRESS"}``; the driver rescans in
+  the background and, if its hardware changed, says hello to its agent at once.
+- ``GET /hardware``: ``{"hardware": [...], "digest": "..."}``.
+- More routes come from :data:`ROUTE_FACTORIES`.
+
+It registers with its agent (``[driver] agent_url``) by ``POST /hello``
+``{"status": "READY", "endpoint": "host:port", "type": "FPGA", "name": NAME,
+"hardware_digest": ...}``, and repeats that hello every heartbeat interval so
+that a restarted agent learns of it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any, Callable
+
+import falcon
+from oslo_config import cfg
+
+from acceld.agent.hardware import HelloLoop, digest
+from acceld.clients.internal import InternalClient, scheme, tls_verify
+from acceld.drivers import loader
+from acceld.drivers.base import Driver
+from acceld.internal.server import Handler, InternalServer, build_app, respond
+from acceld.services.secrets import internal_secret
+
+LOG = logging.getLogger(__name__)
+
+Routes = dict[str, dict[str, Handler]]
+
+
+def agent_url(conf: cfg.ConfigOpts) -> str:
+    return conf.driver.agent_url or f"{scheme(conf)}://{conf.agent.host_ip}:{conf.agent.port}"
+
+
+class DriverProcess:
+    def __init__(self, conf: cfg.ConfigOpts, name: str, hostname: str | None = None,
+                 driver: Driver | None = None) -> None:
+        self.conf = conf
+        self.hostname = hostname or conf.host
+        self.driver = driver if driver is not None else loader.load(name, conf, self.hostname)
+        self.secret = internal_secret(conf)
+        self._lock = threading.Lock()
+        self._discovering = threading.Lock()
+        self._records: list[Any] = []
+        self._stop = threading.Event()
+        self.server: InternalServer | None = None
+        self.hello: HelloLoop | None = None
+
+    def hardware(self) -> tuple[list[Any], str]:
+        with self._lock:
+            records = list(self._records)
+        return records, digest(records)
+
+    def discover(self) -> bool:
+        with self._discovering:
+            try:
+                records = [r.to_dict() for r in self.driver.discover()]
+            except Exception as exc:  # noqa: BLE001 - keep serving the last good report
+                LOG.warning("Driver %s failed to discover (its last report is kept): %s",
+                            self.driver.name, exc)
+                return False
+            with self._lock:
+                changed = records != self._records
+                self._records = records
+        if changed and self.hello is not None:
+            self.hello.wake()
+        return changed
+
+    def routes(self) -> Routes:
+        routes: Routes = {"/discovery": {"POST": self.on_discovery},
+                          "/hardware": {"GET": self.on_hardware}}
+        for factory in ROUTE_FACTORIES:
+            routes.update(factory(self))
+        return routes
+
+    def on_discovery(self, req: falcon.Request, resp: falcon.Response) -> None:
+        threading.Thread(target=self.discover, name="discovery", daemon=True).start()
+        respond(resp, {"status": "IN-PROGRESS"}, status=202)
+
+    def on_hardware(self, req: falcon.Request, resp: falcon.Response) -> None:
+        records, hardware_digest = self.hardware()
+        respond(resp, {"hardware": records, "digest": hardware_digest})
+
+    def endpoint(self) -> str:
+        assert self.server is not None
+        host_port = f"{self.conf.driver.host_ip}:{self.server.port}"
+        return f"https://{host_port}" if self.conf.internal.tls_cert_file else host_port
+
+    def hello_body(self) -> dict[str, Any]:
+        return {"status": "READY", "endpoint": self.endpoint(),
+                "type": self.driver.hardware_type, "name": self.driver.name,
+                "hardware_digest": self.hardware()[1]}
+
+    def start(self) -> "DriverProcess":
+        app = build_app(self.secret, self.conf.internal.credential_ttl, self.routes())
+        self.server = InternalServer(app, self.conf.driver.host_ip, self.conf.driver.port,
+                                     cert_file=self.conf.internal.tls_cert_file,
+                                     key_file=self.conf.internal.tls_key_file).start()
+        self.discover()
+        url = agent_url(self.conf)
+        self.hello = HelloLoop(InternalClient(url, self.secret, timeout=60,
+                                              verify=tls_verify(self.conf)),
+                               self.conf.agent.heartbeat_interval, self.hello_body,
+                               f"agent {url}")
+        self.hello.start()
+        threading.Thread(target=self._discovery_loop, name="discovery-loop",
+                         daemon=True).start()
+        LOG.info("Driver %s listening on %s, registering with %s", self.driver.name,
+                 self.server.url, url)
+        return self
+
+    def _discovery_loop(self) -> None:
+        while not self._stop.wait(self.conf.agent.discovery_interval):
+            self.discover()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.hello:
+            self.hello.stop()
+        if self.server:
+            self.server.stop()
+
+    def wait(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        while not self._stop.wait(0.5):
+            pass
+        self.stop()
+
+
+# Extra routes of a driver process (e.g. programming), each factory taking the DriverProcess.
+ROUTE_FACTORIES: list[Callable[[DriverProcess], Routes]] = []
+
+
+def run(conf: cfg.ConfigOpts, name: str) -> None:
+    process = DriverProcess(conf, name).start()
+    print(f"acceld driver {name}: {process.server.url}", flush=True)  # type: ignore[union-attr]
+    process.wait()

@@ -1,0 +1,94 @@
+"""What agents and driver processes share: the hardware list, its digest, the hello loop.
+
+The digest is a SHA-256 over the node's records in a canonical order and key
+order, so the same hardware always gives the same digest whatever order the
+drivers listed it in. Agents send it to the conductor and driver processes
+send it to their agent in every ``POST /hello``; the receiver pulls ``GET
+/hardware`` only when it changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from typing import Any, Callable
+
+import orjson
+import requests
+
+from acceld.clients.internal import InternalClient, InternalError
+
+LOG = logging.getLogger(__name__)
+
+
+def _sort_key(record: Any) -> bytes:
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+
+
+def canonical(records: list[Any]) -> list[Any]:
+    return sorted(records, key=_sort_key)
+
+
+def digest(records: list[Any]) -> str:
+    """SHA-256 hex of the records, independent of their order."""
+    return hashlib.sha256(orjson.dumps(canonical(records),
+                                       option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+class HelloLoop:
+    """Says hello to an upstream peer every ``interval`` seconds, or at once when woken.
+
+    ``body()`` builds each hello (it carries the current digest). Failures are
+    logged once per change of outcome, not at every beat, and retried at the next.
+    """
+
+    def __init__(self, client: InternalClient, interval: float, body: Callable[[], dict],
+                 peer: str) -> None:
+        self.client = client
+        self.interval = interval
+        self.body = body
+        self.peer = peer
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._last_error: str | None = None
+        self._thread = threading.Thread(target=self._run, name=f"hello-{peer}", daemon=True)
+        self.beats = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    def once(self) -> bool:
+        """One hello now; True if the peer accepted it."""
+        try:
+            self.client.call("POST", "/hello", self.body(), timeout=60)
+        except InternalError as exc:
+            self._report(f"{self.peer} answered {exc.status}: {exc.message}")
+            return exc.status < 500  # a 4xx hello was still heard (a refused record)
+        except requests.RequestException as exc:
+            self._report(f"{self.peer} unreachable: {exc.__class__.__name__}: {exc}")
+            return False
+        if self._last_error is not None:
+            LOG.info("Hello to %s accepted again", self.peer)
+        self._last_error = None
+        self.beats += 1
+        return True
+
+    def _report(self, message: str) -> None:
+        if message != self._last_error:
+            LOG.warning("Hello to %s failed: %s", self.peer, message)
+        self._last_error = message
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            self.once()
+            self._wake.wait(self.interval)

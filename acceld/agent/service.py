@@ -1,0 +1,267 @@
+"""`acceld agent`: one per compute node; its drivers' hardware, served to the conductor.
+
+Internal API (every call signed, see acceld.internal.auth):
+
+- ``POST /hello`` from an external driver process: ``{"status": "READY",
+  "endpoint": "host:port", "type": "FPGA", "name": "fake", "hardware_digest": ...}``.
+  The agent pulls that driver's ``GET /hardware`` when its digest is new.
+- ``POST /discovery``: 202 ``{"status": "IN-PROGRESS"}``; rescans every in-process
+  driver and asks every external driver to rescan.
+- ``GET /hardware``: ``{"hardware": [...], "digest": "..."}`` over all drivers.
+- More routes come from :data:`ROUTE_FACTORIES` (programming, attach handles).
+
+The agent says hello to the conductor every ``[agent] heartbeat_interval``
+seconds with the digest of its hardware, and at once when a discovery changed
+it. In-process drivers come from ``[agent] enabled_drivers`` (entry points).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import falcon
+import requests
+from jsonschema import Draft202012Validator
+from oslo_config import cfg
+
+from acceld.agent.hardware import HelloLoop, digest
+from acceld.clients.conductor import conductor_url
+from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
+from acceld.drivers import loader
+from acceld.drivers.base import Driver
+from acceld.internal.server import Handler, InternalServer, build_app, json_body, respond
+from acceld.services.secrets import internal_secret
+
+LOG = logging.getLogger(__name__)
+
+Routes = dict[str, dict[str, Handler]]
+
+DRIVER_HELLO = Draft202012Validator({
+    "type": "object",
+    "required": ["status", "endpoint", "type"],
+    "additionalProperties": False,
+    "properties": {
+        "status": {"const": "READY"},
+        "endpoint": {"type": "string", "maxLength": 255,
+                     "pattern": r"^(https?://)?[A-Za-z0-9_.:\[\]-]+:[0-9]{1,5}$"},
+        "type": {"type": "string", "maxLength": 30},
+        "name": {"type": "string", "maxLength": 100},
+        "hardware_digest": {"type": ["string", "null"], "maxLength": 64},
+    },
+})
+
+
+@dataclass
+class ExternalDriver:
+    """A driver process that said hello; its last hardware is kept until it goes silent."""
+
+    endpoint: str
+    type: str
+    name: str | None
+    last_hello: float
+    digest: str | None = None
+    records: list[Any] = field(default_factory=list)
+
+
+class Agent:
+    """The node agent: drivers, their hardware, the internal server and the hello loop."""
+
+    def __init__(self, conf: cfg.ConfigOpts, hostname: str | None = None,
+                 drivers: list[Driver] | None = None) -> None:
+        self.conf = conf
+        self.hostname = hostname or conf.host
+        self.drivers = drivers if drivers is not None else [
+            loader.load(name, conf, self.hostname) for name in conf.agent.enabled_drivers]
+        self.secret = internal_secret(conf)
+        self._lock = threading.Lock()
+        self._records: dict[str, list[Any]] = {}  # driver name -> its records (in-process)
+        self.external: dict[str, ExternalDriver] = {}
+        self._discovering = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.server: InternalServer | None = None
+        self.hello: HelloLoop | None = None
+
+    # What the routes and other components use
+
+    def find_driver(self, name: str) -> Driver | None:
+        return next((d for d in self.drivers if d.name == name), None)
+
+    def hardware(self) -> tuple[list[Any], str]:
+        with self._lock:
+            records = [r for rs in self._records.values() for r in rs]
+            records += [r for ext in self.external.values() for r in ext.records]
+        return records, digest(records)
+
+    def client(self, endpoint: str, timeout: float = 30.0) -> InternalClient:
+        url = endpoint if "://" in endpoint else f"{scheme(self.conf)}://{endpoint}"
+        return InternalClient(url, self.secret, timeout=timeout, verify=tls_verify(self.conf))
+
+    # Discovery
+
+    def discover(self) -> bool:
+        """Rescan in-process drivers, ask external ones to rescan; True if hardware changed."""
+        with self._discovering:
+            _, before = self.hardware()
+            for driver in self.drivers:
+                try:
+                    records = [r.to_dict() for r in driver.discover()]
+                except Exception as exc:  # noqa: BLE001 - one driver must not stop the others
+                    LOG.warning("Driver %s failed to discover (its last report is kept): %s",
+                                driver.name, exc)
+                    continue
+                with self._lock:
+                    self._records[driver.name] = records
+            for ext in list(self.external.values()):
+                self._call_external(ext, "POST", "/discovery", {})
+            self._expire_external()
+            _, after = self.hardware()
+        if after != before and self.hello is not None:
+            self.hello.wake()
+        return after != before
+
+    def discover_in_background(self) -> None:
+        threading.Thread(target=self.discover, name="discovery", daemon=True).start()
+
+    def _call_external(self, ext: ExternalDriver, method: str, path: str,
+                       body: Any = None) -> Any:
+        client = self.client(ext.endpoint)
+        try:
+            return client.call(method, path, body)
+        except (InternalError, requests.RequestException) as exc:
+            LOG.warning("Driver process at %s: %s %s failed: %s", ext.endpoint, method, path,
+                        exc)
+            return None
+        finally:
+            client.close()
+
+    def _expire_external(self) -> None:
+        limit = self.conf.agent.heartbeat_interval * self.conf.conductor.agent_down_intervals
+        now = time.monotonic()
+        with self._lock:
+            for endpoint, ext in list(self.external.items()):
+                if now - ext.last_hello > limit:
+                    LOG.warning("Driver process %s at %s silent for %.0f s: its hardware is "
+                                "dropped", ext.name or ext.type, endpoint, now - ext.last_hello)
+                    del self.external[endpoint]
+
+    def pull_external(self, ext: ExternalDriver) -> None:
+        answer = self._call_external(ext, "GET", "/hardware")
+        if not isinstance(answer, dict) or not isinstance(answer.get("hardware"), list):
+            raise falcon.HTTPBadGateway(description=f"GET /hardware of {ext.endpoint} gave no "
+                                                    "hardware list")
+        _, before = self.hardware()
+        with self._lock:
+            ext.records = answer["hardware"]
+            ext.digest = answer.get("digest")
+        if self.hardware()[1] != before and self.hello is not None:
+            self.hello.wake()
+
+    # Routes
+
+    def routes(self) -> Routes:
+        routes: Routes = {
+            "/hello": {"POST": self.on_driver_hello},
+            "/discovery": {"POST": self.on_discovery},
+            "/hardware": {"GET": self.on_hardware},
+        }
+        for factory in ROUTE_FACTORIES:
+            routes.update(factory(self))
+        return routes
+
+    def on_driver_hello(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = json_body(req)
+        error = next(iter(DRIVER_HELLO.iter_errors(body)), None)
+        if error is not None:
+            raise falcon.HTTPBadRequest(description=f"Invalid driver hello: {error.message}")
+        endpoint = body["endpoint"]
+        with self._lock:
+            ext = self.external.get(endpoint)
+            if ext is None:
+                ext = self.external[endpoint] = ExternalDriver(
+                    endpoint, body["type"], body.get("name"), time.monotonic())
+                LOG.info("Driver process %s (%s) registered from %s", body.get("name", "?"),
+                         body["type"], endpoint)
+            ext.last_hello = time.monotonic()
+            stale = body.get("hardware_digest") is None or \
+                body.get("hardware_digest") != ext.digest
+        if stale:
+            self.pull_external(ext)
+        respond(resp, {"status": "OK", "heartbeat_interval": self.conf.agent.heartbeat_interval})
+
+    def on_discovery(self, req: falcon.Request, resp: falcon.Response) -> None:
+        self.discover_in_background()
+        respond(resp, {"status": "IN-PROGRESS"}, status=202)
+
+    def on_hardware(self, req: falcon.Request, resp: falcon.Response) -> None:
+        records, hardware_digest = self.hardware()
+        respond(resp, {"hardware": records, "digest": hardware_digest})
+
+    # Lifecycle
+
+    def endpoint(self) -> str:
+        assert self.server is not None
+        if self.conf.agent.advertise_endpoint:
+            return self.conf.agent.advertise_endpoint
+        host_port = f"{self.conf.agent.host_ip}:{self.server.port}"
+        return f"https://{host_port}" if self.conf.internal.tls_cert_file else host_port
+
+    def hello_body(self) -> dict[str, Any]:
+        return {"status": "READY", "endpoint": self.endpoint(), "hostname": self.hostname,
+                "heartbeat_interval": self.conf.agent.heartbeat_interval,
+                "hardware_digest": self.hardware()[1],
+                "drivers": [d.name for d in self.drivers]}
+
+    def start(self) -> "Agent":
+        app = build_app(self.secret, self.conf.internal.credential_ttl, self.routes())
+        self.server = InternalServer(app, self.conf.agent.host_ip, self.conf.agent.port,
+                                     cert_file=self.conf.internal.tls_cert_file,
+                                     key_file=self.conf.internal.tls_key_file).start()
+        self.discover()
+        url = conductor_url(self.conf)
+        self.hello = HelloLoop(InternalClient(url, self.secret, timeout=60,
+                                              verify=tls_verify(self.conf)),
+                               self.conf.agent.heartbeat_interval, self.hello_body,
+                               f"conductor {url}")
+        self.hello.start()
+        thread = threading.Thread(target=self._discovery_loop, name="discovery-loop",
+                                  daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        LOG.info("Agent of host %s listening on %s with drivers %s", self.hostname,
+                 self.server.url, ", ".join(d.name for d in self.drivers) or "none")
+        return self
+
+    def _discovery_loop(self) -> None:
+        while not self._stop.wait(self.conf.agent.discovery_interval):
+            self.discover()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.hello:
+            self.hello.stop()
+        if self.server:
+            self.server.stop()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def wait(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        while not self._stop.wait(0.5):
+            pass
+        self.stop()
+
+
+# Extra internal routes of the agent, each factory taking the Agent and returning
+# {path: {method: handler}} (programming, attach-handle preparation, ...).
+ROUTE_FACTORIES: list[Callable[[Agent], Routes]] = []
+
+
+def run(conf: cfg.ConfigOpts) -> None:
+    Agent(conf).start().wait()

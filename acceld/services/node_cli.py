@@ -1,0 +1,102 @@
+"""The node-side `acceld` subcommands: `agent`, `driver NAME` and `status`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from sqlalchemy import func, select
+
+
+def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from acceld.cli import _load as load
+
+    conf = load(args)
+    if getattr(args, "host", None):
+        conf.set_override("host", args.host)
+    return conf
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from acceld import logs
+    from acceld.agent import service
+
+    conf = _load(args)
+    if args.port is not None:
+        conf.set_override("port", args.port, group="agent")
+    logs.setup(conf, "agent")
+    service.run(conf)
+    return 0
+
+
+def cmd_driver(args: argparse.Namespace) -> int:
+    from acceld import logs
+    from acceld.agent import driver_process
+    from acceld.drivers import loader
+
+    conf = _load(args)
+    if args.port is not None:
+        conf.set_override("port", args.port, group="driver")
+    if args.agent_url:
+        conf.set_override("agent_url", args.agent_url, group="driver")
+    logs.setup(conf, f"driver-{args.name}")
+    try:
+        loader.driver_class(args.name)
+    except loader.UnknownDriver as exc:
+        print(f"acceld driver: {exc}", file=sys.stderr)
+        return 2
+    driver_process.run(conf, args.name)
+    return 0
+
+
+def format_status(rows, devices_by_host: dict[str, int], now) -> str:  # type: ignore[no-untyped-def]
+    """The agents table as `acceld status` prints it."""
+    lines = [f"{'HOST':<24} {'STATE':<6} {'LAST CONTACT (UTC)':<20} {'AGO':>8} "
+             f"{'DEVICES':>7}  ENDPOINT"]
+    for row in rows:
+        ago = (now - row.last_seen_at).total_seconds()
+        lines.append(f"{row.hostname:<24} {row.state:<6} "
+                     f"{row.last_seen_at.isoformat(sep=' ', timespec='seconds'):<20} "
+                     f"{ago:>7.0f}s {devices_by_host.get(row.hostname, 0):>7}  {row.endpoint}")
+    if not rows:
+        lines.append("(no agent has reported yet)")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from acceld.db import agents as agents_db
+    from acceld.db.engine import from_config
+    from acceld.db.models import devices, utcnow
+
+    conf = _load(args)
+    db = from_config(conf)
+    with db.read() as conn:
+        rows = agents_db.list_agents(conn)
+        counts = dict(conn.execute(select(devices.c.hostname, func.count()).group_by(
+            devices.c.hostname)).all())
+    sys.stdout.write(format_status(rows, counts, utcnow()))
+    db.dispose()
+    return 1 if any(r.state == "down" for r in rows) else 0
+
+
+def register(sub: argparse._SubParsersAction,
+             common: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser("agent", help="Run the node agent (drivers, hardware, heartbeats).")
+    common(p)
+    p.add_argument("--port", type=int, help="Internal API port (default 6668).")
+    p.add_argument("--host", help="Node name to report under (default [DEFAULT] host).")
+    p.set_defaults(func=cmd_agent)
+
+    p = sub.add_parser("driver", help="Run one driver as its own process (the Driver API).")
+    common(p)
+    p.add_argument("name", help="Driver name (an entry point in acceld.drivers).")
+    p.add_argument("--port", type=int, help="Port to listen on (default: a free one).")
+    p.add_argument("--host", help="Node name (default [DEFAULT] host).")
+    p.add_argument("--agent-url", help="The agent to register with.")
+    p.set_defaults(func=cmd_driver)
+
+    p = sub.add_parser("status", help="List agents, their state and last contact; "
+                                      "exits 1 if any is down.")
+    common(p)
+    p.set_defaults(func=cmd_status)
