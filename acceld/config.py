@@ -111,7 +111,7 @@ conductor_opts = [
                       "at a time runs it)."),
     cfg.BoolOpt("reserve_devices_of_down_agents", default=True,
                 help="Reserve the Placement inventory of a down agent's devices."),
-    cfg.IntOpt("program_timeout", default=100, min=5,
+    cfg.IntOpt("program_timeout", default=100, min=1,
                help="Seconds one program request (bitstream or firmware: download and "
                     "write) may take, end to end. Keep it below the API server's worker "
                     "timeout (120 s): the API waits for the result."),

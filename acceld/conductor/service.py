@@ -127,6 +127,15 @@ def _placement(conf: cfg.ConfigOpts, db: Database) -> Component:
 COMPONENT_FACTORIES.append(_placement)
 
 
+def _programming(conf: cfg.ConfigOpts, db: Database) -> Component:
+    from acceld.conductor.programming import ProgrammingComponent  # imports this module
+
+    return ProgrammingComponent(conf, db)
+
+
+COMPONENT_FACTORIES.append(_programming)
+
+
 def _agents(conf: cfg.ConfigOpts, db: Database) -> Component:
     from acceld.conductor.agents import AgentsComponent  # imports this module: load late
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import insert, or_, update
+from sqlalchemy import delete, insert, or_, update
 from sqlalchemy.exc import IntegrityError
 
 from acceld.db.engine import Database
@@ -28,3 +28,10 @@ def acquire(db: Database, name: str, owner: str, seconds: float) -> bool:
         return True
     except IntegrityError:
         return False
+
+
+def release(db: Database, name: str, owner: str) -> bool:
+    """Give lease ``name`` back if ``owner`` still holds it; False if it had lapsed or moved."""
+    with db.write() as conn:
+        return bool(conn.execute(delete(leases).where(
+            leases.c.name == name, leases.c.owner == owner)).rowcount)

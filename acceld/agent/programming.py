@@ -1,0 +1,136 @@
+"""The agent's programming route: fetch an image, hand it to the deployable's driver.
+
+``POST /program`` ``{"driver_name", "deployable_name", "kind", "image_id" |
+"function_id"}`` (from the conductor) resolves a function id to an image id,
+gets the image from the node's image source (acceld.agent.images), and calls
+``driver.program(deployable_name, path, kind)``. Programs of one deployable
+are serialised by a lock per deployable (the conductor also holds a database
+lease); the answer is ``{"image_id": ...}`` once the driver returned.
+
+Statuses: 400 for what the client can fix (unknown image, a driver that cannot
+program that kind of image), 409 when an earlier program of the deployable
+did not finish in time, 502 when the driver or the image service failed, 503
+when the driver is not loaded here or the image service is unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+import falcon
+from oslo_config import cfg
+
+from acceld.agent import images
+from acceld.drivers.base import Driver, DriverError, NotSupported
+from acceld.internal.server import json_body, respond
+
+LOG = logging.getLogger(__name__)
+
+KINDS = ("bitstream", "firmware")
+
+
+class ProgramFailed(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class DeployableLocks:
+    """One lock per (driver, deployable): a second program waits for the first."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+
+    def get(self, driver_name: str, deployable_name: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault((driver_name, deployable_name), threading.Lock())
+
+
+class Programming:
+    """Programs deployables of this node's drivers. ``find_driver(name)`` returns a loaded
+    driver or None."""
+
+    def __init__(self, conf: cfg.ConfigOpts, find_driver: Callable[[str], Driver | None],
+                 source: images.ImageSource | None = None) -> None:
+        self.conf = conf
+        self.find_driver = find_driver
+        self.source = source if source is not None else images.from_config(conf)
+        self.locks = DeployableLocks()
+
+    def program(self, request: Any) -> dict[str, str]:
+        driver_name, name, kind, image_id, function_id = _parse(request)
+        driver = self.find_driver(driver_name)
+        if driver is None:
+            raise ProgramFailed(503, f"Driver {driver_name} is not loaded on host "
+                                     f"{self.conf.host}; deployable {name} cannot be "
+                                     "programmed here.")
+        lock = self.locks.get(driver_name, name)
+        timeout = float(self.conf.conductor.program_timeout)
+        if not lock.acquire(timeout=timeout):
+            raise ProgramFailed(409, f"Deployable {name} is still being programmed by an "
+                                     "earlier request; try again.")
+        try:
+            try:
+                if function_id is not None:
+                    image_id = self.source.find_by_function(function_id)
+                with self.source.open(image_id) as path:
+                    LOG.info("Programming %s %s into %s (driver %s)", kind, image_id, name,
+                             driver_name)
+                    driver.program(name, path, kind)
+            except images.ImageError as exc:
+                raise ProgramFailed(exc.status, exc.message) from None
+            except NotSupported as exc:
+                raise ProgramFailed(400, f"Deployable {name}: {exc}") from None
+            except DriverError as exc:
+                raise ProgramFailed(502, f"Driver {driver_name} failed to program {kind} "
+                                         f"{image_id} into {name}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - a driver bug: report it, keep serving
+                LOG.exception("Driver %s raised while programming %s", driver_name, name)
+                raise ProgramFailed(502, f"Driver {driver_name} failed unexpectedly while "
+                                         f"programming {name}: {exc.__class__.__name__}: "
+                                         f"{exc}") from None
+        finally:
+            lock.release()
+        return {"image_id": image_id, "kind": kind}
+
+    def routes(self) -> dict:
+        return {"/program": {"POST": self.on_program}}
+
+    def on_program(self, req: falcon.Request, resp: falcon.Response) -> None:
+        try:
+            answer = self.program(json_body(req))
+        except ProgramFailed as exc:
+            raise falcon.HTTPError(exc.status, description=exc.message) from None
+        respond(resp, answer)
+
+
+def _parse(request: Any) -> tuple[str, str, str, str | None, str | None]:
+    if not isinstance(request, dict):
+        raise ProgramFailed(400, "Expected a JSON object.")
+    unknown = set(request) - {"driver_name", "deployable_name", "kind", "image_id",
+                              "function_id"}
+    if unknown:
+        raise ProgramFailed(400, f"Unknown keys: {', '.join(sorted(unknown))}.")
+    driver_name, name = request.get("driver_name"), request.get("deployable_name")
+    kind = request.get("kind", "bitstream")
+    if not isinstance(driver_name, str) or not driver_name:
+        raise ProgramFailed(400, "driver_name is required.")
+    if not isinstance(name, str) or not name:
+        raise ProgramFailed(400, "deployable_name is required.")
+    if kind not in KINDS:
+        raise ProgramFailed(400, f"kind must be one of {', '.join(KINDS)}.")
+    image_id, function_id = request.get("image_id"), request.get("function_id")
+    if (image_id is None) == (function_id is None):
+        raise ProgramFailed(400, "Name exactly one of image_id and function_id.")
+    if image_id is not None:
+        try:
+            image_id = images.check_image_id(image_id)
+        except images.ImageError as exc:
+            raise ProgramFailed(400, exc.message) from None
+    elif not isinstance(function_id, str) or not function_id or len(function_id) > 255:
+        raise ProgramFailed(400, "function_id must be a non-empty string.")
+    return driver_name, name, kind, image_id, function_id

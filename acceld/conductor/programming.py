@@ -1,0 +1,214 @@
+"""The conductor's programming component: relays program requests to the node's agent.
+
+``POST /deployables/{uuid}/program`` ``{"kind": "bitstream"|"firmware",
+"image_id": <uuid>}`` (or ``"function_id"`` instead of ``image_id``, as a bind
+asks) finds the deployable's node, holds the database lease
+``program:<deployable uuid>`` so that programs of one deployable run one at a
+time across every conductor, calls the agent's ``POST /program`` and, only
+when the driver succeeded, records ``bitstream_id``. Errors keep the status
+the client should see: 4xx for what the client can fix, 409 when another
+program of the deployable outlasted the wait, 502 when the agent, driver or
+image service failed, 503 when the agent cannot be reached.
+
+Binding calls :meth:`Programmer.program` directly (profile groups with
+``accel:bitstream_id`` or ``accel:function_id``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid as uuidlib
+from typing import Any
+
+import falcon
+import orjson
+import requests
+from oslo_config import cfg
+from sqlalchemy import select
+
+from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
+from acceld.conductor.service import PeriodicTask
+from acceld.db import deployables as dep_db
+from acceld.db import leases
+from acceld.db.engine import Database
+from acceld.db.models import agents
+from acceld.internal.server import json_body, respond
+from acceld.services.secrets import internal_secret
+
+LOG = logging.getLogger(__name__)
+
+KINDS = ("bitstream", "firmware")
+_LEASE_POLL = 0.2
+
+
+class ProgramError(Exception):
+    """A program request failed; ``status`` is what the API answers, ``message`` why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def local_name(stored_name: str, hostname: str) -> str:
+    """The driver's own name of a deployable: the inventory stores ``<hostname>_<name>``."""
+    prefix = f"{hostname}_"
+    return stored_name[len(prefix):] if stored_name.startswith(prefix) else stored_name
+
+
+class Programmer:
+    """Programs deployables through their agents; safe to share between threads."""
+
+    def __init__(self, conf: cfg.ConfigOpts, db: Database, secret: bytes | None = None) -> None:
+        self.conf = conf
+        self.db = db
+        self._secret = secret
+
+    @property
+    def secret(self) -> bytes:
+        if self._secret is None:
+            self._secret = internal_secret(self.conf)
+        return self._secret
+
+    def program(self, deployable_uuid: str, kind: str, *, image_id: str | None = None,
+                function_id: str | None = None) -> str:
+        """Program and record; return the image id written. Raises ProgramError."""
+        if kind not in KINDS:
+            raise ProgramError(400, f"Unknown image kind {kind!r}; expected one of "
+                                    f"{', '.join(KINDS)}.")
+        if (image_id is None) == (function_id is None):
+            raise ProgramError(400, "Name exactly one of image_id and function_id.")
+        with self.db.read() as conn:
+            target = dep_db.program_target(conn, deployable_uuid)
+            agent = None if target is None else conn.execute(
+                select(agents.c.endpoint, agents.c.state).where(
+                    agents.c.hostname == target.hostname)).first()
+        if target is None:
+            raise ProgramError(404, f"Deployable {deployable_uuid} could not be found.")
+        if agent is None:
+            raise ProgramError(503, f"No agent has registered for host {target.hostname}, "
+                                    f"where deployable {target.name} is.")
+        if agent.state != "up":
+            raise ProgramError(503, f"The agent of host {target.hostname} is down; deployable "
+                                    f"{target.name} cannot be programmed now.")
+        request: dict[str, Any] = {"driver_name": target.driver_name,
+                                   "deployable_name": local_name(target.name, target.hostname),
+                                   "kind": kind}
+        if image_id is not None:
+            request["image_id"] = image_id
+        else:
+            request["function_id"] = function_id
+        with self._lease(target.uuid, target.name):
+            answer = self._call_agent(agent.endpoint, target.hostname, request)
+            written = answer.get("image_id") if isinstance(answer, dict) else None
+            if not isinstance(written, str):
+                raise ProgramError(502, f"The agent of host {target.hostname} answered "
+                                        "without the image id it programmed.")
+            if kind == "bitstream":
+                with self.db.write() as conn:
+                    if not dep_db.record_bitstream(conn, target.id, written):
+                        raise ProgramError(404, f"Deployable {deployable_uuid} was removed "
+                                                "while it was being programmed.")
+        LOG.info("Programmed %s %s into deployable %s on %s", kind, written, target.name,
+                 target.hostname)
+        return written
+
+    def _call_agent(self, endpoint: str, hostname: str, request: dict) -> Any:
+        timeout = float(self.conf.conductor.program_timeout)
+        url = endpoint if "://" in endpoint else f"{scheme(self.conf)}://{endpoint}"
+        client = InternalClient(url, self.secret, timeout=timeout, verify=tls_verify(self.conf))
+        try:
+            return client.call("POST", "/program", request, timeout=timeout)
+        except InternalError as exc:
+            message = _message(exc)
+            if exc.status == 401:
+                raise ProgramError(502, f"The agent of host {hostname} refused the conductor's "
+                                        "internal credential; check [internal] shared_secret."
+                                   ) from None
+            if exc.status >= 500:
+                status = exc.status if exc.status in (502, 503) else 502
+                raise ProgramError(status, message) from None
+            raise ProgramError(exc.status, message) from None
+        except requests.Timeout:
+            raise ProgramError(502, f"The agent of host {hostname} did not finish programming "
+                                    f"within {timeout:.0f} s ([conductor] program_timeout); "
+                                    "the device state is unknown.") from None
+        except requests.RequestException as exc:
+            raise ProgramError(503, f"The agent of host {hostname} could not be reached: "
+                                    f"{exc.__class__.__name__}.") from None
+        finally:
+            client.close()
+
+    def _lease(self, deployable_uuid: str, name: str):  # type: ignore[no-untyped-def]
+        return _ProgramLease(self.db, deployable_uuid, name,
+                             float(self.conf.conductor.program_timeout))
+
+
+class _ProgramLease:
+    """The DB-level guard: one program per deployable at a time, whichever conductor runs it.
+
+    A second request waits for the lease (programs are serialised, not refused)
+    up to ``program_timeout``; the lease outlives a crashed holder by at most
+    that plus a margin, then lapses.
+    """
+
+    def __init__(self, db: Database, deployable_uuid: str, name: str, timeout: float) -> None:
+        self.db = db
+        self.name = f"program:{deployable_uuid}"
+        self.deployable = name
+        self.owner = uuidlib.uuid4().hex
+        self.timeout = timeout
+
+    def __enter__(self) -> "_ProgramLease":
+        deadline = time.monotonic() + self.timeout
+        while not leases.acquire(self.db, self.name, self.owner, self.timeout + 30):
+            if time.monotonic() >= deadline:
+                raise ProgramError(409, f"Deployable {self.deployable} is being programmed by "
+                                        "another request that has not finished; try again.")
+            time.sleep(_LEASE_POLL)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            leases.release(self.db, self.name, self.owner)
+        except Exception:  # noqa: BLE001 - the lease lapses by itself; never mask the result
+            LOG.exception("Could not release lease %s", self.name)
+
+
+def _message(exc: InternalError) -> str:
+    try:
+        return str(orjson.loads(exc.message)["error"])
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return exc.message
+
+
+class ProgrammingComponent:
+    """Conductor component: the internal program route."""
+
+    def __init__(self, conf: cfg.ConfigOpts, db: Database) -> None:
+        self.programmer = Programmer(conf, db)
+
+    def routes(self) -> dict:
+        return {"/deployables/{uuid}/program": {"POST": self.on_program}}
+
+    def on_program(self, req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
+        body = json_body(req)
+        if not isinstance(body, dict) or set(body) - {"kind", "image_id", "function_id"}:
+            raise falcon.HTTPBadRequest(description="Expected {kind, image_id | function_id}.")
+        try:
+            written = self.programmer.program(
+                uuid, str(body.get("kind", "bitstream")), image_id=body.get("image_id"),
+                function_id=body.get("function_id"))
+        except ProgramError as exc:
+            raise falcon.HTTPError(exc.status, description=exc.message) from None
+        respond(resp, {"deployable_uuid": uuid, "image_id": written})
+
+    def periodic_tasks(self) -> list[PeriodicTask]:
+        return []
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
