@@ -48,9 +48,10 @@ class BindWorker:
     """Claims and completes bind jobs. ``run_once`` is synchronous (tests drive it)."""
 
     def __init__(self, conf: cfg.ConfigOpts, db: Database,
-                 notifier: nova.NovaNotifier | None = None) -> None:
+                 notifier: nova.NovaNotifier | None = None, batch: int = BATCH) -> None:
         self.conf = conf
         self.db = db
+        self.batch = batch
         self.notifier = notifier if notifier is not None else nova.NovaNotifier(conf)
         # Placement's view of each target, checked before the transaction (network calls).
         self.placement = placement_checks.BindPlacementCheck(conf)
@@ -64,7 +65,7 @@ class BindWorker:
         """Claim one batch of binds and one of orphaned notifications; return how many jobs."""
         lease = self.conf.conductor.bind_lease_seconds
         token = self._token()
-        claimed = bind_jobs.claim(self.db, bind_jobs.PENDING, token, BATCH, lease)
+        claimed = bind_jobs.claim(self.db, bind_jobs.PENDING, token, self.batch, lease)
         resolved: list[int] = []
         for index, job in enumerate(claimed):
             if self.stopping.is_set():
@@ -74,7 +75,7 @@ class BindWorker:
                 resolved.append(job.id)
         self._notify(resolved, token)
         orphan_token = self._token()
-        orphans = bind_jobs.claim(self.db, bind_jobs.NOTIFY, orphan_token, BATCH, lease)
+        orphans = bind_jobs.claim(self.db, bind_jobs.NOTIFY, orphan_token, self.batch, lease)
         self._notify([j.id for j in orphans], orphan_token)
         return len(claimed) + len(orphans)
 

@@ -1,0 +1,101 @@
+"""A stand-in for Nova's ``POST /os-server-external-events`` that records what it receives.
+
+It listens on 127.0.0.1 on a free port, in a thread of the test process. By
+default it answers as Nova does when every event is accepted (200, each event
+echoed with ``code: 200``); tests queue other answers with :meth:`answer`
+(a status, optionally per-event codes for a 207).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict
+
+
+class RecordingNova:
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self._answers: list[tuple[int, dict[str, int] | None]] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> "RecordingNova":
+        nova = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {"unparseable": raw.decode(errors="replace")}
+                status, payload = nova._record(Recorded("POST", self.path, dict(self.headers),
+                                                        body))
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True,
+                         name="recording-nova").start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def answer(self, status: int, codes: dict[str, int] | None = None) -> None:
+        """Queue the answer to the next request; ``codes`` maps an ARQ uuid (tag) to its
+        per-event code (others get 200)."""
+        with self._lock:
+            self._answers.append((status, codes))
+
+    # ------------------------------------------------------------------ reading
+    def _record(self, recorded: Recorded) -> tuple[int, dict]:
+        with self._lock:
+            self.requests.append(recorded)
+            status, codes = self._answers.pop(0) if self._answers else (200, None)
+        events = recorded.body.get("events") or []
+        if status >= 400:
+            return status, {"error": "scripted failure"}
+        return status, {"events": [{**e, "code": (codes or {}).get(e.get("tag"), 200)}
+                                   for e in events if isinstance(e, dict)]}
+
+    def events(self) -> list[dict]:
+        with self._lock:
+            return [e for r in self.requests for e in r.body.get("events") or []]
+
+    def wait_for_events(self, count: int, timeout: float = 20.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            events = self.events()
+            if len(events) >= count:
+                return events
+            time.sleep(0.05)
+        raise AssertionError(f"expected {count} events within {timeout}s, got {self.events()}")
