@@ -60,11 +60,14 @@ def normalise_id(value: str | None) -> str | None:
 
 
 def link_name(path: str) -> str | None:
-    """The last component of a symlink's target (``driver`` -> 'vfio-pci'), or None."""
-    try:
-        return os.path.basename(os.readlink(path))
-    except OSError:
+    """The name a symlink leads to (``driver`` -> 'vfio-pci'), or None when it is no link.
+
+    Resolved rather than read: a netdev's ``device`` link may be ``../../..``-style
+    and only the resolved path ends in the PCI address.
+    """
+    if not os.path.islink(path):
         return None
+    return os.path.basename(os.path.realpath(path)) or None
 
 
 def list_dir(path: str) -> list[str]:
