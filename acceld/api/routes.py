@@ -11,7 +11,7 @@ from typing import Callable
 import falcon
 
 from acceld.api.handlers import accelerator_requests as arqs
-from acceld.api.handlers import attributes, deployables, device_profiles, devices, root
+from acceld.api.handlers import attributes, deployables, device_profiles, devices, hosts, root
 
 Handler = Callable[..., None]
 
@@ -58,6 +58,9 @@ ROUTES: dict[str, dict[str, Handler]] = {
         "GET": attributes.show_attribute,
         "DELETE": attributes.delete_attribute,
     },
+    # acceld 2.4: node agents and their liveness (admin only; 404 below 2.4).
+    "/v2/hosts": {"GET": hosts.list_hosts},
+    "/v2/hosts/{hostname}": {"GET": hosts.show_host},
 }
 
 PREFIXES = ("", "/accelerator")
