@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import uuid as uuidlib
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -254,7 +255,7 @@ class NvidiaGpuDriver(Driver):
         offer = self._vgpu_offer(address, function, functions) if function else None
         if offer:
             deployable = Deployable(
-                name=f"{address}_{offer.key.replace(' ', '_')}",
+                name=f"{address}_{re.sub(r'[^A-Za-z0-9_.:-]', '_', offer.key)}",
                 num_accelerators=len(offer.handles),
                 attributes=attributes("VGPU", traits + [f"CUSTOM_VGPU_{trait_part(offer.name)}"],
                                        vgpu_type=offer.key, vgpu_name=offer.name,

@@ -277,3 +277,63 @@ class SysfsTree:
         path = ns_path / f"nvme{ctrl}n{nsid}p{part}"
         _write(path / "partition", str(part))
         return path
+
+
+def populate_node(tree: SysfsTree) -> SysfsTree:
+    """A node holding one of everything the in-tree drivers handle, plus bystanders."""
+    t = tree
+    # NVIDIA: an H200 with vGPU 17+ VFs, an NVSwitch, a T4 with mdev types.
+    t.add_pci("0000:41:00.0", "0x10de", "0x2335", "0x030200", driver="nvidia", revision="0xa1")
+    vfs = ["0000:41:00.4", "0000:41:00.5"]
+    t.add_vfs("0000:41:00.0", vfs, "0x2335", driver="nvidia", total=16)
+    for vf in vfs:
+        t.add_nvidia_vfio(vf, {1414: "NVIDIA H200X-1-18C", 1428: "NVIDIA H200X-141C"})
+    t.add_pci("0000:05:00.0", "0x10de", "0x22a3", "0x068000", driver="nvidia")
+    t.add_pci("0000:06:00.0", "0x10de", "0x1eb8", "0x030200", driver="nvidia")
+    t.add_mdev_type("0000:06:00.0", "nvidia-223", "GRID T4-2B", 8)
+    t.add_module_version("nvidia", "550.54.15")
+    # Intel PAC (DFL) and a Xilinx U250.
+    t.add_pci("0000:5e:00.0", "0x8086", "0x09c4", "0x120000", driver="dfl-pci")
+    t.add_dfl_pf("0000:5e:00.0", region=0, fme=0, port=0, bitstream_id="0x2300011001030f",
+                 interface_id="9346116da52d5ca8b06aa9a389ef7c8d",
+                 afu_id="d8424dc4a4a3c413f89e433683f9040b")
+    t.add_pci("0000:3b:00.0", "0x10ee", "0x5004", "0x120000", driver="xclmgmt")
+    t.add_pci("0000:3b:00.1", "0x10ee", "0x5005", "0x120000", driver="xocl")
+    # QAT 4xxx with VFs, in sym;asym mode.
+    t.add_pci("0000:6b:00.0", "0x8086", "0x4940", "0x0b4000", driver="4xxx")
+    t.add_vfs("0000:6b:00.0", ["0000:6b:00.1", "0000:6b:00.2"], "0x4941", driver="vfio-pci",
+              total=16)
+    t.add_qat_config("0000:6b:00.0")
+    # A free NVMe controller.
+    t.add_pci("0000:3c:00.0", "0x144d", "0xa80a", "0x010802", driver="nvme")
+    t.add_nvme("0000:3c:00.0", 0, model="Samsung SSD 970 EVO Plus 1TB", serial="S4EWNX0R123456")
+    # An X710 PF with VFs, its netdev enp94s0f0.
+    t.add_pci("0000:5f:00.0", "0x8086", "0x1572", "0x020000", driver="i40e")
+    t.add_netdev("0000:5f:00.0", "enp94s0f0")
+    t.add_vfs("0000:5f:00.0", ["0000:5f:02.0", "0000:5f:02.1"], "0x154c", driver="iavf",
+              total=64)
+    # An Ascend 910B, and a Huawei NIC that is not one.
+    t.add_pci("0000:c1:00.0", "0x19e5", "0xd802", "0x120000")
+    t.add_pci("0000:3d:00.0", "0x19e5", "0x1822", "0x020000", driver="hinic")
+    # Bystanders: host bridge, virtio.
+    t.add_pci("0000:00:00.0", "0x8086", "0x0d57", "0x060000")
+    t.add_pci("0000:00:03.0", "0x1af4", "0x1041", "0x020000", driver="virtio-pci")
+    return t
+
+
+#: Config overrides (make_conf keyword form) pointing every in-tree hardware driver at a tree.
+def node_overrides(tree: SysfsTree, tmp_path: Path) -> dict[str, object]:
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/vda1 / ext4 rw 0 0\n")
+    overrides: dict[str, object] = {
+        f"{group}__sysfs_root": str(tree.root)
+        for group in ("nvidia_gpu", "intel_fpga", "xilinx_fpga", "intel_qat", "nvme", "nic",
+                      "ascend")}
+    overrides.update({
+        "nvidia_gpu__use_nvml": False,
+        "nvidia_gpu__enabled_vgpu_types": ["NVIDIA H200X-1-18C"],
+        "nvme__mounts_path": str(mounts),
+        "nic__physical_device_mappings": ["physnet2:enp94s0f0"],
+        "ascend__version_info_path": str(tmp_path / "no-version.info"),
+    })
+    return overrides
