@@ -17,13 +17,17 @@ from sqlalchemy import delete, insert, select, update
 from acceld.clients import placement as pl
 from acceld.conductor import placement_checks
 from acceld.conductor.bind_target import BindRefused
-from acceld.conductor.placement_sync import (HELD, PlacementSync, desired_providers,
-                                             mark_dirty, provider_uuid)
+from acceld.conductor.placement_sync import HELD, PlacementSync, mark_dirty, provider_uuid
 from acceld.db.engine import Database
 from acceld.db.models import agents, attributes, deployables, devices, placement_sync, utcnow
 from tests.conftest import make_conf
 from tests.support import inventory
-from tests.support.placement import PlacementServer
+from tests.support.placement import PlacementServer, assert_placement_matches_db
+
+
+def assert_matches_db(placement: PlacementServer, db: Database, host: str, conf) -> None:
+    assert_placement_matches_db(placement, db, host,
+                                conf.conductor.reserve_devices_of_down_agents)
 
 pytestmark = pytest.mark.integration
 
@@ -56,25 +60,6 @@ def add_accelerator(db: Database, host: str, local: str, *, rc: str = "FPGA",
         dep = inventory.add_deployable(conn, dev["id"], name=name, num_accelerators=num,
                                        rp_uuid=provider_uuid(name), attrs=attrs)
     return {"device": dev, "deployable": dep, "rp": dep["rp_uuid"]}
-
-
-def assert_matches_db(placement: PlacementServer, db: Database, host: str, conf) -> None:
-    """Placement holds exactly what the database asks for on ``host``."""
-    with db.read() as conn:
-        wanted = desired_providers(conn, [host], conf.conductor.reserve_devices_of_down_agents)
-    root = placement.get("/resource_providers", name=host).json()["resource_providers"][0]
-    tree = placement.get("/resource_providers", in_tree=root["uuid"]).json()
-    children = {p["uuid"]: p for p in tree["resource_providers"] if p["uuid"] != root["uuid"]}
-    assert set(children) == set(wanted)
-    for rp, want in wanted.items():
-        assert children[rp]["name"] == want.name
-        assert children[rp]["parent_provider_uuid"] == root["uuid"]
-        inv = placement.get(f"/resource_providers/{rp}/inventories").json()["inventories"]
-        assert inv == {want.resource_class: {
-            "total": want.total, "max_unit": want.total, "reserved": want.reserved,
-            "min_unit": 1, "step_size": 1, "allocation_ratio": 1.0}}
-        traits = placement.get(f"/resource_providers/{rp}/traits").json()["traits"]
-        assert sorted(traits) == sorted(want.traits)
 
 
 def sync_rows(db: Database, host: str) -> dict[str, Any]:

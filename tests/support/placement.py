@@ -167,3 +167,26 @@ class PlacementServer:
         """The same as a config file section, for services started as processes."""
         return (f"[placement]\nauth_type = admin_token\nendpoint = {self.url}\n"
                 f"token = {TOKEN}\n")
+
+
+def assert_placement_matches_db(server: PlacementServer, db, host: str,  # type: ignore[no-untyped-def]
+                                reserve_down_agents: bool = True) -> None:
+    """Placement holds exactly the providers, inventories and traits acceld's DB asks for."""
+    from acceld.conductor.placement_sync import desired_providers
+
+    with db.read() as conn:
+        wanted = desired_providers(conn, [host], reserve_down_agents)
+    root = server.get("/resource_providers", name=host).json()["resource_providers"][0]
+    tree = server.get("/resource_providers", in_tree=root["uuid"]).json()
+    children = {p["uuid"]: p for p in tree["resource_providers"] if p["uuid"] != root["uuid"]}
+    assert set(children) == set(wanted), (sorted(children), sorted(wanted))
+    for rp, want in wanted.items():
+        assert children[rp]["name"] == want.name
+        assert children[rp]["parent_provider_uuid"] == root["uuid"]
+        inv = server.get(f"/resource_providers/{rp}/inventories").json()["inventories"]
+        assert inv == ({want.resource_class: {
+            "total": want.total, "max_unit": want.total, "reserved": want.reserved,
+            "min_unit": 1, "step_size": 1, "allocation_ratio": 1.0}}
+            if want.resource_class and want.total else {}), (want, inv)
+        traits = server.get(f"/resource_providers/{rp}/traits").json()["traits"]
+        assert sorted(traits) == sorted(want.traits), (want, traits)

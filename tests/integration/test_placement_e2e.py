@@ -1,0 +1,346 @@
+"""End to end with a real Placement: the test plays Nova, ``acceld all`` plays Cyborg.
+
+Nova's part, as nova-compute, the scheduler and the conductor do it: create the
+compute-node provider (with VCPU and memory), read the device profile, ask
+Placement for allocation candidates with the profile's groups as suffixed
+request groups (``resources_device_profile_0=...``, microversion >= 1.33),
+claim one with ``PUT /allocations/{instance}``, create the ARQs, bind each to
+the provider its group was given (the candidate's ``mappings``), wait for the
+``accelerator-request-bound`` event at a recording Nova endpoint and read the
+ARQs. Then the operator disables the device (Placement reserves it all and
+offers no candidates) and enables it again.
+
+Hardware comes from the fake driver through the all-in-one's agent. Where the
+all-in-one has no agent (it is being written), the test reconciles the fake
+driver's report in process, the way the conductor applies an agent's report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import requests
+
+from acceld.db.engine import Database
+from tests.compat.minimal_cloud import MinimalCloud
+from tests.support.placement import PlacementServer, assert_placement_matches_db, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TAG = uuid.uuid4().hex[:8].upper()
+HOST = f"e2e-node-{TAG.lower()}"
+TRAIT = f"CUSTOM_E2E_{TAG}"  # only this test's device has it: candidates are ours alone
+NOVA = {"Accept": "application/json", "X-User-Id": "nova-user", "X-Project-Id": "e2e-project",
+        "X-Roles": "member,reader", "X-Service-Roles": "service"}
+WAIT = 30.0
+
+
+@dataclass
+class Cyborg:
+    proc: subprocess.Popen
+    url: str
+    state_path: Path
+    spec_file: Path
+    has_agent: bool
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def db(self) -> Database:
+        return Database(f"sqlite:///{self.state_path / 'acceld.sqlite'}")
+
+    def set_hardware(self, devices: list[dict[str, Any]]) -> None:
+        """Change what the fake driver reports; the agent (or the test) reports it."""
+        self.spec_file.write_text(json.dumps({"devices": devices}))
+        if not self.has_agent:
+            reconcile_in_process(self)
+
+
+def reconcile_in_process(cyborg: Cyborg) -> None:
+    """What the conductor does with an agent's report, for an all-in-one without an agent."""
+    from acceld.agent.hardware import digest
+    from acceld.conductor.reconcile import apply_report
+    from acceld.drivers.fake import FakeDriver
+    from tests.conftest import make_conf
+
+    conf = make_conf(str(cyborg.state_path), fake_driver__spec_file=str(cyborg.spec_file))
+    records = [r.to_dict() for r in FakeDriver(conf, HOST).discover()]
+    db = cyborg.db
+    try:
+        outcome = apply_report(db, HOST, {"hardware": records, "digest": digest(records)})
+        assert not outcome.problems, outcome.describe_problems()
+    finally:
+        db.dispose()
+
+
+def _config(path: Path, placement: PlacementServer, nova: MinimalCloud, spec: Path) -> None:
+    path.write_text(f"""[DEFAULT]
+host = {HOST}
+
+[conductor]
+port = {free_port()}
+bind_poll_interval = 0.2
+
+[agent]
+port = {free_port()}
+enabled_drivers = fake
+heartbeat_interval = 1
+discovery_interval = 1
+
+[fake_driver]
+spec_file = {spec}
+
+{placement.config_lines()}sync_interval = 0.2
+full_sync_interval = 5
+retry_max_delay = 1
+
+[nova]
+auth_type = admin_token
+endpoint = {nova.compute_url}
+token = nova-admin
+""")
+
+
+def _pump(stream, lines: list[str], ready: "queue.Queue[str]") -> None:  # type: ignore[no-untyped-def]
+    for raw in iter(stream.readline, ""):
+        lines.append(raw.rstrip("\n"))
+        if raw.startswith("acceld api: "):
+            ready.put(raw[len("acceld api: "):].strip())
+    ready.put("")
+
+
+@pytest.fixture(scope="module")
+def nova() -> Iterator[MinimalCloud]:
+    cloud = MinimalCloud().start()
+    yield cloud
+    cloud.stop()
+
+
+@pytest.fixture(scope="module")
+def compute_node(placement: PlacementServer) -> str:
+    """What nova-compute does first: its compute-node provider, named after the host."""
+    return placement.create_compute_node(HOST, vcpus=8, memory_mb=16384)
+
+
+@pytest.fixture(scope="module")
+def cyborg(tmp_path_factory, placement, nova, compute_node) -> Iterator[Cyborg]:
+    from tests.compat.conftest import stop_acceld_all
+
+    state = tmp_path_factory.mktemp("acceld-e2e")
+    spec = state / "fake-devices.json"
+    spec.write_text(json.dumps({"devices": [
+        {"type": "FPGA", "attach_handles": 4, "traits": ["CUSTOM_FAKE_DEVICE", TRAIT]}]}))
+    _config(state / "acceld.conf", placement, nova, spec)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "acceld.cli", "all", "--port", str(free_port()),
+         "--state-path", str(state), "--config-file", str(state / "acceld.conf")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    ready: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, lines, ready), daemon=True).start()
+    try:
+        url = ready.get(timeout=60)
+    except queue.Empty:
+        url = ""
+    if not url:
+        stop_acceld_all(proc)
+        pytest.fail("acceld all did not start:\n" + "\n".join(lines[-40:]))
+    has_agent = any(line.startswith("acceld agent: ") for line in lines)
+    server = Cyborg(proc, url, state, spec, has_agent, lines)
+    if not has_agent:
+        reconcile_in_process(server)
+    try:
+        yield server
+    finally:
+        stop_acceld_all(proc)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except AssertionError as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}: {last!r}")
+
+
+def device_provider(placement: PlacementServer, root: str) -> dict[str, Any] | None:
+    tree = placement.get("/resource_providers", in_tree=root).json()["resource_providers"]
+    mine = [p for p in tree if p["uuid"] != root]
+    return mine[0] if len(mine) == 1 else None
+
+
+def inventory_of(placement: PlacementServer, rp: str) -> dict[str, Any]:
+    return placement.get(f"/resource_providers/{rp}/inventories").json()["inventories"]
+
+
+def nova_candidates(placement: PlacementServer, groups: list[dict[str, str]]) -> dict[str, Any]:
+    """GET /allocation_candidates the way Nova's scheduler builds it from a flavor + profile."""
+    params: dict[str, str] = {"resources": "VCPU:1,MEMORY_MB:512", "limit": "1000"}
+    for index, group in enumerate(groups):
+        suffix = f"_device_profile_{index}"
+        resources = [f"{k.split(':', 1)[1]}:{v}" for k, v in group.items()
+                     if k.startswith("resources:")]
+        required = [k.split(":", 1)[1] for k, v in group.items()
+                    if k.startswith("trait:") and v == "required"]
+        forbidden = ["!" + k.split(":", 1)[1] for k, v in group.items()
+                     if k.startswith("trait:") and v == "forbidden"]
+        params[f"resources{suffix}"] = ",".join(resources)
+        if required or forbidden:
+            params[f"required{suffix}"] = ",".join(required + forbidden)
+    if len(groups) > 1:
+        params["group_policy"] = "none"
+    resp = placement.get("/allocation_candidates", **params)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def test_nova_boot_with_an_accelerator_against_real_placement(placement, nova, compute_node,
+                                                              cyborg):
+    api, root = cyborg.url, compute_node
+    # 1. acceld reports the fake FPGA to Placement, under the compute node.
+    rp = wait_for("the device provider", lambda: device_provider(placement, root))
+    assert rp["name"] == f"{HOST}_FakeDevice"
+    traits = wait_for("its traits", lambda: placement.get(
+        f"/resource_providers/{rp['uuid']}/traits").json()["traits"])  # written last
+    assert set(traits) == {"OWNER_CYBORG", "CUSTOM_FAKE_DEVICE", TRAIT}
+    inv = inventory_of(placement, rp["uuid"])
+    assert inv["FPGA"]["total"] == inv["FPGA"]["max_unit"] == 4
+    assert inv["FPGA"]["reserved"] == 0
+    deployables = requests.get(f"{api}/deployables").json()["deployables"]
+    assert [d["rp_uuid"] for d in deployables if d["name"] == rp["name"]] == [rp["uuid"]]
+
+    # 2. An operator's profile; Nova reads it by name.
+    profile = f"e2e-{TAG.lower()}"
+    resp = requests.post(f"{api}/device_profiles", json=[{"name": profile, "groups": [
+        {"resources:FPGA": "1", f"trait:{TRAIT}": "required"}]}])
+    assert resp.status_code == 201, resp.text
+    (dp,) = requests.get(f"{api}/device_profiles", params={"name": profile},
+                         headers=NOVA).json()["device_profiles"]
+
+    # 3. The scheduler: candidates for the flavor plus the profile's groups, then the claim.
+    found = nova_candidates(placement, dp["groups"])
+    assert len(found["allocation_requests"]) == 1, found
+    claim = found["allocation_requests"][0]
+    assert claim["mappings"]["_device_profile_0"] == [rp["uuid"]]
+    instance = str(uuid.uuid4())
+    resp = placement.put(f"/allocations/{instance}", {
+        "allocations": claim["allocations"], "mappings": claim["mappings"],
+        "project_id": "e2e-project", "user_id": "nova-user", "consumer_generation": None,
+        "consumer_type": "INSTANCE"})
+    assert resp.status_code == 204, resp.text
+
+    # 4. The conductor: ARQs, one bind PATCH with each ARQ's allocated provider.
+    resp = requests.post(f"{api}/accelerator_requests", json={"device_profile_name": profile},
+                         headers=NOVA)
+    assert resp.status_code == 201, resp.text
+    arqs = resp.json()["arqs"]
+    assert len(arqs) == 1
+    patch = {arq["uuid"]: [
+        {"path": "/hostname", "op": "add", "value": HOST},
+        {"path": "/device_rp_uuid", "op": "add",
+         "value": claim["mappings"][f"_device_profile_{arq['device_profile_group_id']}"][0]},
+        {"path": "/instance_uuid", "op": "add", "value": instance}] for arq in arqs}
+    resp = requests.patch(f"{api}/accelerator_requests", json=patch, headers=NOVA)
+    assert resp.status_code == 202, resp.text
+
+    # 5. Nova hears of it, and reads the bound ARQs.
+    events = wait_for("the bound event", lambda: [e for e in nova.events
+                                                  if e["server_uuid"] == instance])
+    assert events == [{"name": "accelerator-request-bound", "server_uuid": instance,
+                       "tag": arqs[0]["uuid"], "status": "completed"}]
+    resp = requests.get(f"{api}/accelerator_requests", params={"instance": instance},
+                        headers=NOVA)
+    assert resp.status_code == 200, resp.text
+    (bound,) = resp.json()["arqs"]
+    assert bound["state"] == "Bound", bound
+    assert bound["device_rp_uuid"] == rp["uuid"] and bound["hostname"] == HOST
+
+    # A bind Placement did not allocate is refused (check_allocations), and Nova is told.
+    stranger = str(uuid.uuid4())
+    resp = requests.post(f"{api}/accelerator_requests", json={"device_profile_name": profile},
+                         headers=NOVA)
+    (other,) = resp.json()["arqs"]
+    resp = requests.patch(f"{api}/accelerator_requests", headers=NOVA, json={other["uuid"]: [
+        {"path": "/hostname", "op": "add", "value": HOST},
+        {"path": "/device_rp_uuid", "op": "add", "value": rp["uuid"]},
+        {"path": "/instance_uuid", "op": "add", "value": stranger}]})
+    assert resp.status_code == 202, resp.text
+    failed = wait_for("the failed event", lambda: [e for e in nova.events
+                                                   if e["server_uuid"] == stranger])
+    assert failed[0]["status"] == "failed"
+    arq = requests.get(f"{api}/accelerator_requests/{other['uuid']}", headers=NOVA).json()
+    assert arq["state"] == "BindFailed"
+    assert any(f"instance {stranger} has no Placement allocation" in line
+               for line in cyborg.lines), "the refusal reason is logged"
+    assert requests.delete(f"{api}/accelerator_requests", params={"arqs": other["uuid"]},
+                           headers=NOVA).status_code == 204
+
+    # 6. The operator disables the device: all reserved, no candidates; enable: back.
+    (device,) = [d for d in requests.get(f"{api}/devices", params={"hostname": HOST}).json()[
+        "devices"]]
+    assert requests.post(f"{api}/devices/{device['uuid']}/disable").status_code == 200
+    wait_for("reserved == total", lambda: inventory_of(placement, rp["uuid"])["FPGA"][
+        "reserved"] == 4)
+    assert nova_candidates(placement, dp["groups"])["allocation_requests"] == []
+    # The running instance keeps its allocation while the device is reserved.
+    assert rp["uuid"] in placement.get(f"/allocations/{instance}").json()["allocations"]
+    assert requests.post(f"{api}/devices/{device['uuid']}/enable").status_code == 200
+    wait_for("reserved == 0", lambda: inventory_of(placement, rp["uuid"])["FPGA"][
+        "reserved"] == 0)
+    assert len(nova_candidates(placement, dp["groups"])["allocation_requests"]) == 1
+
+    # 7. Teardown as Nova does it.
+    assert requests.delete(f"{api}/accelerator_requests", params={"instance": instance},
+                           headers=NOVA).status_code == 204
+    assert placement.delete(f"/allocations/{instance}").status_code == 204
+
+
+def test_placement_outage_while_hardware_changes_ends_matching(placement, compute_node,
+                                                               cyborg):
+    root = compute_node
+    wait_for("the device provider", lambda: device_provider(placement, root))
+    db = cyborg.db
+    try:
+        placement.stop(kill=True)
+        try:
+            # The node's hardware changes while Placement is away: a second device appears,
+            # the first one loses a trait and gains handles.
+            cyborg.set_hardware([
+                {"type": "FPGA", "attach_handles": 6, "traits": ["CUSTOM_FAKE_DEVICE"]},
+                {"type": "QAT", "name": "FakeQat", "attach_handles": 2}])
+            wait_for("the new inventory in the database", lambda: len(
+                requests.get(f"{cyborg.url}/deployables").json()["deployables"]) == 2)
+            # The API keeps serving while Placement is down.
+            assert requests.get(f"{cyborg.url}/devices").status_code == 200
+            time.sleep(1.0)  # the conductor tries, fails and backs off
+        finally:
+            placement.start()
+
+        def matches() -> bool:
+            assert_placement_matches_db(placement, db, HOST)
+            return True
+
+        wait_for("Placement to match the database", matches)
+        assert any("Placement sync paused" in line for line in cyborg.lines)
+        assert any("Placement reachable again" in line for line in cyborg.lines)
+        tree = placement.get("/resource_providers", in_tree=root).json()["resource_providers"]
+        assert len(tree) == 3  # the compute node and two devices
+    finally:
+        db.dispose()
