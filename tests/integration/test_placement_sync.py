@@ -155,6 +155,29 @@ def test_new_deployable_flagged_by_host_is_written_by_dirty_pass(placement, pcon
     assert_matches_db(placement, sqlite_db, host, pconf)
 
 
+def test_refused_provider_is_logged_and_retried_by_the_full_pass(placement, pconf, sqlite_db,
+                                                                 host, caplog):
+    db = sqlite_db
+    placement.create_compute_node(host)
+    bad = add_accelerator(db, host, "0000:5e:00.0", traits=("HW_NO_SUCH_STANDARD_TRAIT",))
+    good = add_accelerator(db, host, "0000:5f:00.0")
+    sync = PlacementSync(pconf, db)
+
+    with caplog.at_level(logging.ERROR, logger="acceld.conductor.placement_sync"):
+        result = sync.sync_once()
+    assert result.failed == [bad["rp"]] and result.written == [good["rp"]]
+    assert "HW_NO_SUCH_STANDARD_TRAIT" in caplog.text
+    assert sync_rows(db, host)[bad["rp"]].digest is None
+    assert sync.sync_once(full=False).failed == []  # not hammered by the fast pass
+
+    with db.write() as conn:
+        conn.execute(update(attributes).where(
+            attributes.c.deployable_id == bad["deployable"]["id"],
+            attributes.c.key == "trait0").values(value="CUSTOM_FIXED"))
+    assert sync.sync_once(full=True).written == [bad["rp"]]
+    assert_matches_db(placement, db, host, pconf)
+
+
 def test_removed_deployable_removes_its_provider(placement, pconf, db, host):
     placement.create_compute_node(host)
     keep = add_accelerator(db, host, "0000:5e:00.0")
