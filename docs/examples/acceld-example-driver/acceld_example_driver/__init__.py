@@ -1,0 +1,1 @@
+"""An example out-of-tree acceld driver (see docs/driver-guide.md)."""

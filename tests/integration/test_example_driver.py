@@ -1,0 +1,137 @@
+"""The driver guide's out-of-tree example, run the two ways the guide describes.
+
+The package under docs/examples/acceld-example-driver is made importable with
+a generated ``.dist-info`` whose ``entry_points.txt`` comes from the example's
+own pyproject.toml, so the entry-point mechanism finds it exactly as it would
+after ``pip install`` (without the cost of a build).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+import requests
+
+from acceld import config
+from acceld.clients.internal import InternalClient, InternalError
+from acceld.drivers import loader
+from tests.support.sysfs_fixtures import SysfsTree
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "docs" / "examples" / "acceld-example-driver"
+SCHEMA = json.loads((REPO / "docs" / "hardware-record.schema.json").read_text())
+SECRET = "example-driver-test-secret"
+DSA, UNBOUND = "0000:6a:01.0", "0000:e7:01.0"
+
+
+def install_example(site: Path) -> Path:
+    """The example as an installed distribution in ``site``: package plus dist-info."""
+    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
+    shutil.copytree(EXAMPLE / "acceld_example_driver", site / "acceld_example_driver")
+    dist = site / f"acceld_example_driver-{project['version']}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
+                                   f"Version: {project['version']}\n")
+    lines = [f"[{group}]" + "".join(f"\n{name} = {target}" for name, target in eps.items())
+             for group, eps in project["entry-points"].items()]
+    (dist / "entry_points.txt").write_text("\n\n".join(lines) + "\n")
+    return site
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch) -> Path:
+    path = install_example(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(path))
+    yield path
+    for name in [m for m in sys.modules if m.startswith("acceld_example_driver")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def conf_file(tmp_path) -> Path:
+    tree = SysfsTree(tmp_path / "sys")
+    tree.add_pci(DSA, "0x8086", "0x0b25", "0x088000", driver="idxd", iommu_group=3)
+    tree.add_pci(UNBOUND, "0x8086", "0x0b25", "0x088000")
+    tree.add_pci("0000:6b:00.0", "0x8086", "0x4940", "0x0b4000", driver="4xxx")  # not chosen
+    path = tmp_path / "acceld.conf"
+    path.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\nhost = node7\n"
+                    f"[internal]\nshared_secret = {SECRET}\n"
+                    f"[example_driver]\nsysfs_root = {tree.root}\npci_ids = 8086:0b25\n")
+    return path
+
+
+def test_entry_point_loads_and_records_validate(site, conf_file):
+    assert "example" in loader.available()
+    cls = loader.driver_class("example")
+    assert cls.name == "example" and cls.__module__ == "acceld_example_driver.driver"
+    conf = config.load(conf=config.cfg.ConfigOpts(), config_files=[str(conf_file)])
+    records = [r.to_dict() for r in loader.load("example", conf, conf.host).discover()]
+    for record in records:
+        jsonschema.validate(record, SCHEMA)
+    assert [(r["deployables"][0]["name"], r["acc_status"]) for r in records] == [
+        (DSA, "ready"), (UNBOUND, "setup_required")]
+    assert records[0]["deployables"][0]["attributes"] == {
+        "rc": "CUSTOM_EXAMPLE", "trait0": "CUSTOM_EXAMPLE", "trait1": "CUSTOM_EXAMPLE_8086_0B25"}
+
+
+def _read_url(proc: subprocess.Popen, deadline: float) -> str:
+    """The URL from the process's 'acceld driver example: <url>' line."""
+    assert proc.stdout is not None
+    buffer = ""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            buffer += line
+            if line.startswith("acceld driver example: "):
+                return line.split(": ", 1)[1].strip()
+        elif proc.poll() is not None:
+            break
+    raise AssertionError(f"no URL from acceld driver (exit {proc.poll()}): {buffer} "
+                         f"(its log is driver.log in the test's tmp_path)")
+
+
+@pytest.mark.integration
+def test_runs_as_an_external_driver_process(site, conf_file, tmp_path):
+    acceld = Path(sys.executable).parent / "acceld"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
+    # Its agent is not running: the process keeps serving and retries its hello.
+    argv = [str(acceld), "driver", "example", "--config-file", str(conf_file),
+            "--agent-url", "http://127.0.0.1:9"]
+    log = open(tmp_path / "driver.log", "w")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+                            cwd=tmp_path)
+    try:
+        url = _read_url(proc, time.monotonic() + 60)
+        client = InternalClient(url, SECRET.encode())
+        answer = client.call("GET", "/hardware")
+        for record in answer["hardware"]:
+            jsonschema.validate(record, SCHEMA)
+        assert [r["deployables"][0]["name"] for r in answer["hardware"]] == [DSA, UNBOUND]
+        assert client.call("POST", "/discovery") == {"status": "IN-PROGRESS"}
+        # Without a credential, or with a wrong one, the Driver API refuses.
+        assert requests.get(f"{url}/hardware", timeout=10).status_code == 401
+        wrong = InternalClient(url, b"not-the-secret")
+        with pytest.raises(InternalError) as refused:
+            wrong.call("GET", "/hardware")
+        assert refused.value.status == 401
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
