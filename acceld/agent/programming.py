@@ -3,7 +3,8 @@
 ``POST /program`` ``{"driver_name", "deployable_name", "kind", "image_id" |
 "function_id"}`` (from the conductor) resolves a function id to an image id,
 gets the image from the node's image source (acceld.agent.images), and calls
-``driver.program(deployable_name, path, kind)``. Programs of one deployable
+``driver.program(deployable_name, path, kind)``; ``POST /images/resolve``
+``{"function_id"}`` answers the image id a function id stands for. Programs of one deployable
 are serialised by a lock per deployable (the conductor also holds a database
 lease); the answer is ``{"image_id": ...}`` once the driver returned.
 
@@ -97,8 +98,27 @@ class Programming:
             lock.release()
         return {"image_id": image_id, "kind": kind}
 
+    def resolve(self, request: Any) -> dict[str, str]:
+        """The image id an ``accel:function_id`` stands for on this node (binding asks first,
+        so that it programs only when the deployable holds another image)."""
+        function_id = request.get("function_id") if isinstance(request, dict) else None
+        if not isinstance(function_id, str) or not function_id or len(function_id) > 255:
+            raise ProgramFailed(400, "function_id must be a non-empty string.")
+        try:
+            return {"image_id": self.source.find_by_function(function_id)}
+        except images.ImageError as exc:
+            raise ProgramFailed(exc.status, exc.message) from None
+
     def routes(self) -> dict:
-        return {"/program": {"POST": self.on_program}}
+        return {"/program": {"POST": self.on_program},
+                "/images/resolve": {"POST": self.on_resolve}}
+
+    def on_resolve(self, req: falcon.Request, resp: falcon.Response) -> None:
+        try:
+            answer = self.resolve(json_body(req))
+        except ProgramFailed as exc:
+            raise falcon.HTTPError(exc.status, description=exc.message) from None
+        respond(resp, answer)
 
     def on_program(self, req: falcon.Request, resp: falcon.Response) -> None:
         try:

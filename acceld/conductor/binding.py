@@ -24,7 +24,7 @@ from oslo_config import cfg
 from sqlalchemy import delete, select
 
 from acceld.clients import nova
-from acceld.conductor import bind_target, placement_checks
+from acceld.conductor import bind_programming, bind_target, placement_checks
 from acceld.conductor.service import PeriodicTask
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs
@@ -55,6 +55,9 @@ class BindWorker:
         self.notifier = notifier if notifier is not None else nova.NovaNotifier(conf)
         # Placement's view of each target, checked before the transaction (network calls).
         self.placement = placement_checks.BindPlacementCheck(conf)
+        # Programming asked by the profile group (accel:bitstream_id / function_id): also
+        # before the transaction, then checked inside it.
+        self.programming = bind_programming.BindProgramming(conf, db)
         self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}"
         self.stopping = threading.Event()
 
@@ -86,6 +89,8 @@ class BindWorker:
             time.sleep(delay)
         try:
             verdict = self.placement.before(self.db, job.arq_id)
+            programmed = self.programming.before(
+                self.db, job.arq_id, placement_refused=bool(verdict and verdict.refusal))
             with self.db.write() as conn:
                 arq = arq_db.lock_one_by_id(conn, job.arq_id)
                 if arq is None or not bind_jobs.lock_owned(conn, job.id, token):
@@ -95,7 +100,7 @@ class BindWorker:
                     conn.execute(delete(jobs_table).where(jobs_table.c.id == job.id))
                     LOG.warning("Bind job for ARQ %s found it %s; dropped", arq.uuid, arq.state)
                     return False
-                self._resolve(conn, arq, job.attempts, verdict)
+                self._resolve(conn, arq, job.attempts, verdict, programmed)
             return True
         except _JobLost:
             LOG.info("Bind job %s for ARQ id %s was unbound, deleted or taken over; skipped",
@@ -108,7 +113,8 @@ class BindWorker:
             return False
 
     def _resolve(self, conn, arq, attempts: int,  # type: ignore[no-untyped-def]
-                 verdict: placement_checks.Verdict | None = None) -> None:
+                 verdict: placement_checks.Verdict | None = None,
+                 programmed: bind_programming.ProgramVerdict | None = None) -> None:
         target = bind_target.BindTarget(
             arq_uuid=arq.uuid, hostname=arq.hostname, device_rp_uuid=arq.device_rp_uuid,
             instance_uuid=arq.instance_uuid,
@@ -119,6 +125,7 @@ class BindWorker:
                     f"the bind was abandoned after {attempts - 1} attempts that did not finish "
                     "(the conductor died or failed each time)")
             self.placement.enforce(verdict, arq)
+            self.programming.enforce(programmed, conn, arq)
             bind_target.check_and_take(conn, target)
         except bind_target.BindRefused as refused:
             moved = arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,

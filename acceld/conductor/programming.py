@@ -79,19 +79,7 @@ class Programmer:
                                     f"{', '.join(KINDS)}.")
         if (image_id is None) == (function_id is None):
             raise ProgramError(400, "Name exactly one of image_id and function_id.")
-        with self.db.read() as conn:
-            target = dep_db.program_target(conn, deployable_uuid)
-            agent = None if target is None else conn.execute(
-                select(agents.c.endpoint, agents.c.state).where(
-                    agents.c.hostname == target.hostname)).first()
-        if target is None:
-            raise ProgramError(404, f"Deployable {deployable_uuid} could not be found.")
-        if agent is None:
-            raise ProgramError(503, f"No agent has registered for host {target.hostname}, "
-                                    f"where deployable {target.name} is.")
-        if agent.state != "up":
-            raise ProgramError(503, f"The agent of host {target.hostname} is down; deployable "
-                                    f"{target.name} cannot be programmed now.")
+        target, endpoint = self._locate(deployable_uuid)
         request: dict[str, Any] = {"driver_name": target.driver_name,
                                    "deployable_name": local_name(target.name, target.hostname),
                                    "kind": kind}
@@ -100,7 +88,7 @@ class Programmer:
         else:
             request["function_id"] = function_id
         with self._lease(target.uuid, target.name):
-            answer = self._call_agent(agent.endpoint, target.hostname, request)
+            answer = self._call_agent(endpoint, target.hostname, request)
             written = answer.get("image_id") if isinstance(answer, dict) else None
             if not isinstance(written, str):
                 raise ProgramError(502, f"The agent of host {target.hostname} answered "
@@ -114,12 +102,42 @@ class Programmer:
                  target.hostname)
         return written
 
-    def _call_agent(self, endpoint: str, hostname: str, request: dict) -> Any:
+    def resolve_function(self, deployable_uuid: str, function_id: str) -> str:
+        """The image id ``function_id`` stands for, asked of the deployable's agent (the
+        image source is the node's). Raises ProgramError."""
+        target, endpoint = self._locate(deployable_uuid)
+        answer = self._call_agent(endpoint, target.hostname, {"function_id": function_id},
+                                  path="/images/resolve")
+        image_id = answer.get("image_id") if isinstance(answer, dict) else None
+        if not isinstance(image_id, str):
+            raise ProgramError(502, f"The agent of host {target.hostname} did not resolve "
+                                    f"function id {function_id}.")
+        return image_id
+
+    def _locate(self, deployable_uuid: str):  # type: ignore[no-untyped-def]
+        """The deployable (with its node) and its agent's endpoint, or ProgramError."""
+        with self.db.read() as conn:
+            target = dep_db.program_target(conn, deployable_uuid)
+            agent = None if target is None else conn.execute(
+                select(agents.c.endpoint, agents.c.state).where(
+                    agents.c.hostname == target.hostname)).first()
+        if target is None:
+            raise ProgramError(404, f"Deployable {deployable_uuid} could not be found.")
+        if agent is None:
+            raise ProgramError(503, f"No agent has registered for host {target.hostname}, "
+                                    f"where deployable {target.name} is.")
+        if agent.state != "up":
+            raise ProgramError(503, f"The agent of host {target.hostname} is down; deployable "
+                                    f"{target.name} cannot be programmed now.")
+        return target, agent.endpoint
+
+    def _call_agent(self, endpoint: str, hostname: str, request: dict,
+                    path: str = "/program") -> Any:
         timeout = float(self.conf.conductor.program_timeout)
         url = endpoint if "://" in endpoint else f"{scheme(self.conf)}://{endpoint}"
         client = InternalClient(url, self.secret, timeout=timeout, verify=tls_verify(self.conf))
         try:
-            return client.call("POST", "/program", request, timeout=timeout)
+            return client.call("POST", path, request, timeout=timeout)
         except InternalError as exc:
             message = _message(exc)
             if exc.status == 401:

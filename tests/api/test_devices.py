@@ -241,3 +241,57 @@ def test_wrong_methods(client, db):
 def test_served_at_root_too(client, db):
     add(db)
     assert len(client.simulate_get("/v2/devices", headers=ADMIN).json["devices"]) == 1
+
+
+# ---------------------------------------------------------------- disabled devices and binding
+
+ARQ_URL = "/accelerator/v2/accelerator_requests"
+NOVA = {**member("project-a"), "X-Service-Roles": "service"}
+
+
+def _bound_state_after_bind(client, conf, db, fpga, instance=None):
+    """Create an ARQ for the fake FPGA, bind it to the deployable, run the bind worker."""
+    from acceld.conductor.binding import BindWorker
+
+    [arq] = client.simulate_post(ARQ_URL, json={"device_profile_name": "dp-fpga"},
+                                 headers=NOVA).json["arqs"]
+    ops = [{"op": "add", "path": "/hostname", "value": "node1"},
+           {"op": "add", "path": "/device_rp_uuid", "value": fpga["deployable"]["rp_uuid"]},
+           {"op": "add", "path": "/instance_uuid", "value": instance or str(uuid.uuid4())}]
+    assert client.simulate_patch(ARQ_URL, json={arq["uuid"]: ops},
+                                 headers=NOVA).status_code == 202
+    worker = BindWorker(conf, db)
+    while worker.run_once():
+        pass
+    return client.simulate_get(f"{ARQ_URL}/{arq['uuid']}", headers={
+        **NOVA, **version("2.4")}).json
+
+
+@pytest.mark.parametrize("form", ["post", "patch"])
+def test_disabled_device_is_never_bound_and_bound_arqs_stay(client, conf, db, form):
+    fpga = inventory.add_fpga(db, hostname="node1", handles=2)
+    assert client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
+        {"name": "dp-fpga", "groups": [{"resources:FPGA": "1"}]}]).status_code == 201
+    first = _bound_state_after_bind(client, conf, db, fpga)
+    assert first["state"] == "Bound"
+
+    dev_uuid = fpga["device"]["uuid"]
+    if form == "post":
+        result = client.simulate_post(f"{URL}/{dev_uuid}/disable", headers=ADMIN)
+    else:
+        result = client.simulate_patch(f"{URL}/{dev_uuid}", headers=ADMIN,
+                                       json=status_patch("disabled", "maintenance"))
+    assert result.status_code in (200, 204)
+
+    refused = _bound_state_after_bind(client, conf, db, fpga)
+    assert refused["state"] == "BindFailed"
+    assert "disabled" in refused["bind_failure_reason"]
+    # The ARQ bound before the disable keeps its device.
+    kept = client.simulate_get(f"{ARQ_URL}/{first['uuid']}", headers=NOVA).json
+    assert kept["state"] == "Bound" and kept["attach_handle_info"] == first["attach_handle_info"]
+
+    if form == "post":
+        client.simulate_post(f"{URL}/{dev_uuid}/enable", headers=ADMIN)
+    else:
+        client.simulate_patch(f"{URL}/{dev_uuid}", headers=ADMIN, json=status_patch("enabled"))
+    assert _bound_state_after_bind(client, conf, db, fpga)["state"] == "Bound"

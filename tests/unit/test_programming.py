@@ -14,65 +14,19 @@ import time
 import uuid
 
 import pytest
-from falcon import testing
-from sqlalchemy import insert, select, update
+from sqlalchemy import update
 
 from acceld.agent import images
 from acceld.agent.programming import Programming
-from acceld.api.app import build_app
-from acceld.clients.conductor import ConductorClient
-from acceld.conductor.programming import Programmer, ProgrammingComponent, ProgramError
+from acceld.conductor.programming import Programmer, ProgramError
 from acceld.db import leases
 from acceld.db.models import agents, deployables
 from acceld.drivers.fake import FakeDriver
 from acceld.drivers.pci import PciDriver
-from acceld.internal.server import InternalServer, build_app as internal_app
 from tests.conftest import make_conf
-from tests.helpers import ADMIN, fault
-from tests.support import inventory
+from tests.helpers import fault
 from tests.support.glance import GlanceServer
-
-SECRET = b"test-secret-for-programming"
-HOST = "node1"
-IMAGE = str(uuid.uuid4())
-FIRMWARE = str(uuid.uuid4())
-DATA = b"\x55\xaa fpga bitstream" * 64
-
-
-class Chain:
-    """Agent and conductor internal servers, and an API client wired to them."""
-
-    def __init__(self, conf, db, source=None, drivers=None) -> None:
-        self.conf, self.db = conf, db
-        self.fake = FakeDriver(conf, HOST)
-        self.drivers = drivers if drivers is not None else {"fake": self.fake}
-        self.agent_routes = Programming(conf, self.drivers.get, source)
-        self.agent = InternalServer(internal_app(SECRET, 60, self.agent_routes.routes()),
-                                    "127.0.0.1", 0).start()
-        self.component = ProgrammingComponent(conf, db)
-        self.component.programmer = Programmer(conf, db, SECRET)
-        self.conductor = InternalServer(internal_app(SECRET, 60, self.component.routes()),
-                                        "127.0.0.1", 0).start()
-        self.client = testing.TestClient(build_app(
-            conf, db, ConductorClient(self.conductor.url, SECRET)))
-        with db.write() as conn:
-            conn.execute(insert(agents).values(hostname=HOST, endpoint=self.agent.url[7:],
-                                               state="up", heartbeat_interval=10))
-        self.fpga = inventory.add_fpga(db, hostname=HOST, driver_name="fake")
-        self.dep = self.fpga["deployable"]
-
-    def stop(self) -> None:
-        self.agent.stop()
-        self.conductor.stop()
-
-    def bitstream(self) -> str | None:
-        with self.db.read() as conn:
-            return conn.execute(select(deployables.c.bitstream_id).where(
-                deployables.c.id == self.dep["id"])).scalar_one()
-
-    def patch(self, url: str, body):  # type: ignore[no-untyped-def]
-        return self.client.simulate_patch(f"/accelerator/v2/deployables/{url}", headers=ADMIN,
-                                          json=body)
+from tests.support.programming import DATA, FIRMWARE, HOST, IMAGE, SECRET, Chain
 
 
 @pytest.fixture

@@ -1,0 +1,159 @@
+"""Binding programs the device first when the profile group names a bitstream or a function.
+
+As upstream: a group with ``accel:bitstream_id`` (a Glance image id) or
+``accel:function_id`` (resolved by the node's agent to the one image whose
+``accel:function_id`` property matches) gets its FPGA programmed before the
+ARQ is bound; a failed program fails the bind with the reason. Naming both is
+refused.
+
+Programming is a network call of up to ``[conductor] program_timeout``, so it
+runs before the bind's write transaction (:meth:`BindProgramming.before`), and
+the transaction then checks that the deployable still holds that image
+(:meth:`BindProgramming.enforce`). A deployable that already holds the image
+is not programmed again; one that holds another image while some of its
+attach handles are in use is not reprogrammed under its users (the bind fails
+with the reason). An unreachable agent leaves the bind job to be retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from oslo_config import cfg
+from sqlalchemy import func, select, true
+
+from acceld.conductor import bind_target
+from acceld.conductor.bind_target import BindRefused
+from acceld.conductor.programming import Programmer, ProgramError
+from acceld.db.engine import Database
+from acceld.db.models import accelerator_requests as arqs
+from acceld.db.models import attach_handles, deployables, device_profiles, devices
+
+LOG = logging.getLogger(__name__)
+
+BITSTREAM_KEY = "accel:bitstream_id"
+FUNCTION_KEY = "accel:function_id"
+
+
+class ProgrammingUnavailable(Exception):
+    """The agent could not be reached: retry the bind job later rather than fail the boot."""
+
+
+@dataclass(frozen=True)
+class ProgramVerdict:
+    """What happened before the transaction, for the target it was decided for."""
+
+    hostname: str
+    device_rp_uuid: str
+    instance_uuid: str
+    image_id: str | None  # the image the deployable must hold; None: not decided (retry)
+    refusal: str | None = None
+
+
+def wanted_image(group: dict[str, str]) -> tuple[str | None, str | None]:
+    """(bitstream_id, function_id) the group names; BindRefused if it names both."""
+    bitstream, function = group.get(BITSTREAM_KEY), group.get(FUNCTION_KEY)
+    if bitstream and function:
+        raise BindRefused(f"the profile group names both {BITSTREAM_KEY} and {FUNCTION_KEY}; "
+                          "name one")
+    return bitstream or None, function or None
+
+
+class BindProgramming:
+    """What the bind worker calls: program before the transaction, check inside it."""
+
+    def __init__(self, conf: cfg.ConfigOpts, db: Database,
+                 programmer: Programmer | None = None) -> None:
+        self.conf = conf
+        self.programmer = programmer if programmer is not None else Programmer(conf, db)
+
+    def before(self, db: Database, arq_id: int, placement_refused: bool = False
+               ) -> ProgramVerdict | None:
+        """Program the ARQ's target if its group asks for it. None when it does not ask.
+
+        Skips programming (image_id None) when the bind will be refused anyway: an
+        unknown provider, another host, a device that is not usable, or Placement said no.
+        """
+        with db.read() as conn:
+            arq = conn.execute(select(
+                arqs.c.hostname, arqs.c.device_rp_uuid, arqs.c.instance_uuid,
+                arqs.c.device_profile_group_id, device_profiles.c.profile_json).select_from(
+                arqs.join(device_profiles, device_profiles.c.id == arqs.c.device_profile_id))
+                .where(arqs.c.id == arq_id)).first()
+            if arq is None or not (arq.hostname and arq.device_rp_uuid and arq.instance_uuid):
+                return None
+            group = bind_target.group_of(arq.profile_json, arq.device_profile_group_id)
+            if not (group.get(BITSTREAM_KEY) or group.get(FUNCTION_KEY)):
+                return None
+            dep = conn.execute(select(
+                deployables.c.id, deployables.c.uuid, deployables.c.name,
+                deployables.c.bitstream_id, devices.c.hostname, devices.c.status,
+                devices.c.acc_status, devices.c.vanished).select_from(
+                deployables.join(devices, devices.c.id == deployables.c.device_id)).where(
+                deployables.c.rp_uuid == arq.device_rp_uuid)).first()
+            in_use = 0 if dep is None else conn.execute(
+                select(func.count()).select_from(attach_handles).where(
+                    attach_handles.c.deployable_id == dep.id,
+                    attach_handles.c.in_use == true())).scalar_one()
+        key = (arq.hostname, arq.device_rp_uuid, arq.instance_uuid)
+        try:
+            bitstream, function = wanted_image(group)
+        except BindRefused as refused:
+            return ProgramVerdict(*key, image_id=None, refusal=refused.reason)
+        if (placement_refused or dep is None or dep.hostname != arq.hostname
+                or dep.vanished or dep.status != "enabled" or dep.acc_status != "ready"):
+            return ProgramVerdict(*key, image_id=None)  # the checks refuse this bind
+        try:
+            image = bitstream or self.programmer.resolve_function(dep.uuid, function)
+            if dep.bitstream_id == image:
+                return ProgramVerdict(*key, image_id=image)
+            if in_use:
+                return ProgramVerdict(*key, image_id=image, refusal=(
+                    f"deployable {dep.name} holds bitstream {dep.bitstream_id or 'unknown'} and "
+                    f"{in_use} of its attach handles are in use; it cannot be reprogrammed "
+                    f"with {image} under them"))
+            self.programmer.program(dep.uuid, "bitstream", image_id=image)
+            return ProgramVerdict(*key, image_id=image)
+        except ProgramError as exc:
+            if exc.status == 503:
+                raise ProgrammingUnavailable(exc.message) from None
+            what = f"bitstream {bitstream}" if bitstream else f"function {function}"
+            return ProgramVerdict(*key, image_id=None,
+                                  refusal=f"programming {what} into {dep.name} failed: "
+                                          f"{exc.message}")
+
+    def enforce(self, verdict: ProgramVerdict | None, conn: Any, arq: Any) -> None:
+        """Inside the bind transaction (``arq`` is the locked row with its profile)."""
+        group = bind_target.group_of(arq.profile_json, arq.device_profile_group_id)
+        if not (group.get(BITSTREAM_KEY) or group.get(FUNCTION_KEY)):
+            return
+        if verdict is None or (verdict.hostname, verdict.device_rp_uuid,
+                               verdict.instance_uuid) != (arq.hostname, arq.device_rp_uuid,
+                                                          arq.instance_uuid):
+            raise RuntimeError(f"bind target of ARQ {arq.uuid} changed while its device was "
+                               "being programmed; the bind is retried")
+        if verdict.refusal:
+            raise BindRefused(verdict.refusal)
+        if verdict.image_id is None:
+            # Programming was skipped because the target looked unusable: the checks refuse
+            # it now with their reason, or it became usable meanwhile and the job is retried.
+            probe = bind_target_for(arq)
+            for check in bind_target.CHECKS:
+                check(conn, probe)
+            raise RuntimeError(f"device of ARQ {arq.uuid} became usable while the bind was "
+                               "prepared; the bind is retried to program it")
+        held = conn.execute(select(deployables.c.bitstream_id).where(
+            deployables.c.rp_uuid == arq.device_rp_uuid)).scalar()
+        if held != verdict.image_id:
+            raise BindRefused(f"the deployable of provider {arq.device_rp_uuid} was "
+                              f"reprogrammed with {held} while binding needed "
+                              f"{verdict.image_id}")
+
+
+def bind_target_for(arq: Any) -> bind_target.BindTarget:
+    return bind_target.BindTarget(
+        arq_uuid=arq.uuid, hostname=arq.hostname, device_rp_uuid=arq.device_rp_uuid,
+        instance_uuid=arq.instance_uuid,
+        group=bind_target.group_of(arq.profile_json, arq.device_profile_group_id))
