@@ -56,11 +56,14 @@ class Programming:
     driver or None."""
 
     def __init__(self, conf: cfg.ConfigOpts, find_driver: Callable[[str], Driver | None],
-                 source: images.ImageSource | None = None) -> None:
+                 source: images.ImageSource | None = None,
+                 after_program: Callable[[], None] | None = None) -> None:
         self.conf = conf
         self.find_driver = find_driver
         self.source = source if source is not None else images.from_config(conf)
         self.locks = DeployableLocks()
+        # Called after a successful program: a new bitstream may change what the driver reports.
+        self.after_program = after_program
 
     def program(self, request: Any) -> dict[str, str]:
         driver_name, name, kind, image_id, function_id = _parse(request)
@@ -96,6 +99,8 @@ class Programming:
                                          f"{exc}") from None
         finally:
             lock.release()
+        if self.after_program is not None:
+            self.after_program()
         return {"image_id": image_id, "kind": kind}
 
     def resolve(self, request: Any) -> dict[str, str]:
@@ -154,3 +159,10 @@ def _parse(request: Any) -> tuple[str, str, str, str | None, str | None]:
     elif not isinstance(function_id, str) or not function_id or len(function_id) > 255:
         raise ProgramFailed(400, "function_id must be a non-empty string.")
     return driver_name, name, kind, image_id, function_id
+
+
+def agent_routes(agent: Any) -> dict:
+    """The agent's route factory (acceld.agent.service.ROUTE_FACTORIES): in-process drivers
+    only; a rescan follows each successful program."""
+    return Programming(agent.conf, agent.find_driver,
+                       after_program=agent.discover_in_background).routes()

@@ -263,5 +263,14 @@ class Agent:
 ROUTE_FACTORIES: list[Callable[[Agent], Routes]] = []
 
 
+def _programming(agent: Agent) -> Routes:
+    from acceld.agent.programming import agent_routes
+
+    return agent_routes(agent)
+
+
+ROUTE_FACTORIES.append(_programming)
+
+
 def run(conf: cfg.ConfigOpts) -> None:
     Agent(conf).start().wait()
