@@ -264,7 +264,7 @@ class PlacementSync:
         return result
 
     def sync_once(self, full: bool = True) -> PassResult:
-        """Write every host that needs it (all of them when ``full``); raises PlacementUnavailable."""
+        """Write every host that needs it (all when ``full``); raises PlacementUnavailable."""
         result = PassResult()
         now = time.monotonic()
         hosts, agent_states = self._hosts_to_sync(full)

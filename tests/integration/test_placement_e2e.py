@@ -18,7 +18,6 @@ driver's report in process, the way the conductor applies an agent's report.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
 import sys
@@ -111,7 +110,7 @@ token = nova-admin
 """)
 
 
-def _pump(stream, lines: list[str], ready: "queue.Queue[str]") -> None:  # type: ignore[no-untyped-def]
+def _pump(stream: Any, lines: list[str], ready: "queue.Queue[str]") -> None:
     for raw in iter(stream.readline, ""):
         lines.append(raw.rstrip("\n"))
         if raw.startswith("acceld api: "):

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -169,7 +170,7 @@ class PlacementServer:
                 f"token = {TOKEN}\n")
 
 
-def assert_placement_matches_db(server: PlacementServer, db, host: str,  # type: ignore[no-untyped-def]
+def assert_placement_matches_db(server: PlacementServer, db: Any, host: str,
                                 reserve_down_agents: bool = True) -> None:
     """Placement holds exactly the providers, inventories and traits acceld's DB asks for."""
     from acceld.conductor.placement_sync import desired_providers
