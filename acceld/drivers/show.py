@@ -10,6 +10,7 @@ not pass the hardware record schema (the JSON is printed either way).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Sequence
 
@@ -28,6 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="acceld config file (repeatable)")
     parser.add_argument("--host", help="node name used for uuids (default [DEFAULT] host)")
     args = parser.parse_args(argv)
+    # Drivers say why they fell back (e.g. NVML unavailable) at INFO: show it on stderr.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
     conf = config.load(conf=cfg.ConfigOpts(), config_files=args.config_file)
     try:
         driver = loader.load(args.name, conf, args.host or conf.host)
