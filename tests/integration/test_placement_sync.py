@@ -8,6 +8,9 @@ suffix where a query must not see other tests' providers.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import time
 import uuid as uuidlib
 from typing import Any
 
@@ -390,6 +393,25 @@ def test_placement_killed_while_syncing_then_back_ends_matching(placement, pconf
     assert sync._backoff.delay == 0
     assert_matches_db(placement, db, host, pconf)
     assert not any(r.dirty for r in sync_rows(db, host).values())
+
+
+def test_slow_placement_times_out_and_is_retried(placement, pconf, sqlite_db, host):
+    db = sqlite_db
+    placement.create_compute_node(host)
+    acc = add_accelerator(db, host, "0000:5e:00.0")
+    pconf.set_override("timeout", 1, group="placement")
+    sync = PlacementSync(pconf, db)
+    os.killpg(placement.proc.pid, signal.SIGSTOP)  # it accepts connections, answers nothing
+    try:
+        started = time.monotonic()
+        assert sync.run() is None
+        assert time.monotonic() - started < 5
+        assert sync._backoff.delay > 0
+    finally:
+        os.killpg(placement.proc.pid, signal.SIGCONT)
+    sync._backoff.next_at = 0
+    assert sync.run().written == [acc["rp"]]
+    assert_matches_db(placement, db, host, pconf)
 
 
 def test_without_placement_configured_the_component_does_nothing(tmp_path, sqlite_db, caplog):
