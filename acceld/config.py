@@ -236,9 +236,10 @@ def _resource_class_opt(default: str) -> cfg.StrOpt:
 
 
 def _tool_timeout_opt() -> cfg.IntOpt:
-    return cfg.IntOpt("program_timeout", default=900, min=1,
+    return cfg.IntOpt("program_timeout", default=90, min=1,
                       help="Seconds a programming tool may run before it is stopped and "
-                           "the program request fails.")
+                           "the program request fails. Keep it below [conductor] "
+                           "program_timeout, which bounds the whole request.")
 
 
 GROUPS.update({
