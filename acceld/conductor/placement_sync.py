@@ -267,22 +267,23 @@ class PlacementSync:
         """Write every host that needs it (all when ``full``); raises PlacementUnavailable."""
         result = PassResult()
         now = time.monotonic()
-        hosts, agent_states = self._hosts_to_sync(full)
+        hosts, dirty_hosts, agent_states = self._hosts_to_sync(full)
         for hostname in hosts:
             waiting = self._hosts_waiting.get(hostname)
             if waiting is not None and not waiting.ready(now):
                 result.waiting_hosts.append(hostname)
                 continue
-            self._sync_host(hostname, full, result)
+            self._sync_host(hostname, full, hostname in dirty_hosts, result)
             if hostname in agent_states:
                 self._agent_states[hostname] = agent_states[hostname]
         return result
 
-    def _hosts_to_sync(self, full: bool) -> tuple[list[str], dict[str, str]]:
-        """Hosts to look at, and the agent states read on the way."""
+    def _hosts_to_sync(self, full: bool) -> tuple[list[str], set[str], dict[str, str]]:
+        """Hosts to look at, those with flagged providers, and the agent states."""
         with self.db.read() as conn:
-            hosts = set(conn.scalars(select(placement_sync.c.hostname).distinct()
+            dirty = set(conn.scalars(select(placement_sync.c.hostname).distinct()
                                      .where(placement_sync.c.dirty.is_(True))))
+            hosts = set(dirty)
             agent_states: dict[str, str] = {}
             if self.conf.conductor.reserve_devices_of_down_agents:
                 agent_states = {h: s for h, s in conn.execute(
@@ -296,14 +297,18 @@ class PlacementSync:
                                           .join(deployables,
                                                 deployables.c.device_id == devices.c.id)))
                 hosts.update(conn.scalars(select(placement_sync.c.hostname).distinct()))
-        return sorted(hosts), agent_states
+        return sorted(hosts), dirty, agent_states
 
-    def _sync_host(self, hostname: str, full: bool, result: PassResult) -> None:
+    def _sync_host(self, hostname: str, full: bool, flagged: bool, result: PassResult) -> None:
         # Claim the host's dirty rows before reading, so a change flagged after this
-        # point stays flagged for the next pass instead of being lost.
-        with self.db.write() as conn:
-            claimed = set(conn.scalars(select(placement_sync.c.rp_uuid).where(
-                placement_sync.c.hostname == hostname, placement_sync.c.dirty.is_(True))))
+        # point stays flagged for the next pass instead of being lost. A host with
+        # nothing flagged (full pass) is only read: no write lock for a comparison.
+        claimed: set[str] = set()
+        with (self.db.write() if flagged else self.db.read()) as conn:
+            if flagged:
+                claimed = set(conn.scalars(select(placement_sync.c.rp_uuid).where(
+                    placement_sync.c.hostname == hostname,
+                    placement_sync.c.dirty.is_(True))))
             if claimed:
                 conn.execute(update(placement_sync).where(
                     placement_sync.c.rp_uuid.in_(claimed)).values(dirty=False))
