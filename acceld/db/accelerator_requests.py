@@ -48,6 +48,7 @@ _WIRE_COLUMNS = (
     handles.c.uuid.label("attach_handle_uuid"), handles.c.attach_type.label("attach_handle_type"),
     handles.c.attach_info.label("attach_handle_info"), arqs.c.created_at, arqs.c.updated_at,
 )
+WIRE_FIELDS = tuple(c.name for c in _WIRE_COLUMNS)
 _WIRE_FROM = arqs.join(dp, dp.c.id == arqs.c.device_profile_id).outerjoin(
     handles, handles.c.id == arqs.c.attach_handle_id)
 

@@ -33,50 +33,49 @@ _EMPTY_INFO = orjson.Fragment(b"{}")
 # ---------------------------------------------------------------------------- wire
 
 def serializer(req: falcon.Request) -> Callable:  # type: ignore[type-arg]
-    """A row -> dict function for this request (link base and microversion looked up once)."""
+    """A row -> dict function for this request (link base and microversion looked up once).
+
+    Rows are tuples in the order of ``db.WIRE_FIELDS``: unpacking one is several times
+    cheaper than reading fifteen attributes, which matters for lists of thousands.
+    """
     base = f"{wire.base_url(req)}/accelerator/v2/{COLLECTION}/"
     with_reason = req.context.version >= _V2_4
     stamp = wire.timestamp
+    fragment = orjson.Fragment
+    bound_state = db.BOUND
 
-    def to_wire(r) -> dict:  # type: ignore[no-untyped-def]
-        bound = r.state == db.BOUND and r.attach_handle_uuid is not None
+    def to_wire(row) -> dict:  # type: ignore[no-untyped-def]
+        (_id, uuid, state, profile_name, group_id, hostname, rp_uuid, instance, project,
+         reason, handle_uuid, handle_type, handle_info, created_at, updated_at) = row
+        bound = state == bound_state and handle_uuid is not None
         body = {
-            "uuid": r.uuid,
-            "state": r.state,
-            "device_profile_name": r.device_profile_name,
-            "device_profile_group_id": r.device_profile_group_id,
-            "hostname": r.hostname,
-            "device_rp_uuid": r.device_rp_uuid,
-            "instance_uuid": r.instance_uuid,
-            "project_id": r.project_id,
-            "attach_handle_type": r.attach_handle_type if bound else "",
-            "attach_handle_uuid": r.attach_handle_uuid if bound else None,
+            "uuid": uuid,
+            "state": state,
+            "device_profile_name": profile_name,
+            "device_profile_group_id": group_id,
+            "hostname": hostname,
+            "device_rp_uuid": rp_uuid,
+            "instance_uuid": instance,
+            "project_id": project,
+            "attach_handle_type": handle_type if bound else "",
+            "attach_handle_uuid": handle_uuid if bound else None,
             # Stored as JSON text, sent as is.
-            "attach_handle_info": orjson.Fragment(r.attach_handle_info) if bound
-            else _EMPTY_INFO,
-            "links": [{"href": base + r.uuid, "rel": "self"}],
-            "created_at": stamp(r.created_at),
-            "updated_at": stamp(r.updated_at),
+            "attach_handle_info": fragment(handle_info) if bound else _EMPTY_INFO,
+            "links": [{"href": base + uuid, "rel": "self"}],
+            "created_at": stamp(created_at),
+            "updated_at": stamp(updated_at),
         }
         if with_reason:
-            body["bind_failure_reason"] = r.bind_failure_reason
+            body["bind_failure_reason"] = reason
         return body
 
     return to_wire
 
 
-class _Created:
-    """A just-inserted ARQ, shaped like a query row for the serializer."""
-
-    __slots__ = ("uuid", "state", "device_profile_name", "device_profile_group_id", "hostname",
-                 "device_rp_uuid", "instance_uuid", "project_id", "attach_handle_type",
-                 "attach_handle_uuid", "attach_handle_info", "bind_failure_reason",
-                 "created_at", "updated_at")
-
-    def __init__(self, values: dict, profile_name: str) -> None:
-        for name in self.__slots__:
-            setattr(self, name, values.get(name))
-        self.device_profile_name = profile_name
+def _created_row(values: dict, profile_name: str) -> tuple:
+    """A just-inserted ARQ as a tuple in ``db.WIRE_FIELDS`` order."""
+    return tuple(profile_name if name == "device_profile_name" else values.get(name)
+                 for name in db.WIRE_FIELDS)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -144,7 +143,7 @@ def create_arqs(req: falcon.Request, resp: falcon.Response) -> None:
         created = db.create_many(conn, profile_id=profile.id, group_ids=group_ids,
                                  project_id=req.context.ctx.project_id)
     to_wire = serializer(req)
-    wire.respond(resp, {"arqs": [to_wire(_Created(v, profile.name)) for v in created]},
+    wire.respond(resp, {"arqs": [to_wire(_created_row(v, profile.name)) for v in created]},
                  status=201)
 
 
