@@ -6,7 +6,7 @@ from typing import Sequence
 
 from sqlalchemy import Connection, Row, select, update
 
-from acceld.db.models import deployables, devices, placement_sync, utcnow
+from acceld.db.models import devices, utcnow
 
 # The stored values of the operator status. The seed's 'disabled' is stored as upstream's
 # 'maintaining'; bind refuses any device whose status is not ENABLED.
@@ -37,26 +37,11 @@ def get_by_uuid(conn: Connection, uuid: str) -> Row | None:
 def set_status(conn: Connection, device_id: int, status: str, reason: str | None) -> bool:
     """Compare-and-set the status; False when it already had it (nothing written).
 
-    The reason is replaced either way it is given: an operator may re-disable a
-    device to record a better reason, so a differing reason alone also writes.
+    The reason is replaced whenever it differs: an operator may disable a device
+    again to record a better reason. The caller flags the device's Placement
+    providers when this returns True (acceld.conductor.placement_sync.mark_dirty).
     """
-    changed = conn.execute(update(devices).where(
+    return bool(conn.execute(update(devices).where(
         devices.c.id == device_id,
         (devices.c.status != status) | (devices.c.status_reason.is_distinct_from(reason)),
-    ).values(status=status, status_reason=reason, updated_at=utcnow())).rowcount
-    if changed:
-        mark_providers_dirty(conn, device_id)
-    return bool(changed)
-
-
-def mark_providers_dirty(conn: Connection, device_id: int) -> int:
-    """The Placement hook: the device's providers must be written again.
-
-    The Placement sync (acceld.conductor.placement_sync) reserves the whole
-    inventory of a provider whose device is not enabled, and releases it when
-    the device is enabled again; it writes every provider whose row is dirty.
-    """
-    provider_uuids = select(deployables.c.rp_uuid).where(
-        deployables.c.device_id == device_id, deployables.c.rp_uuid.is_not(None))
-    return conn.execute(update(placement_sync).where(
-        placement_sync.c.rp_uuid.in_(provider_uuids)).values(dirty=True)).rowcount
+    ).values(status=status, status_reason=reason, updated_at=utcnow())).rowcount)

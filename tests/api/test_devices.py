@@ -4,7 +4,7 @@ import json
 import uuid
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 
 from acceld.db.models import devices, placement_sync, utcnow
 from tests.conftest import count_queries
@@ -166,19 +166,32 @@ def test_seed_patch_disable_with_reason_then_enable(client, db):
     assert (row.status, row.status_reason) == ("enabled", None)
 
 
-def test_disable_marks_the_devices_providers_for_placement(client, db):
+def test_disable_and_enable_flag_the_devices_providers_for_placement(client, db):
     with db.write() as conn:
         dev = inventory.add_device(conn)
         dep = inventory.add_deployable(conn, dev["id"])
+        unsynced = inventory.add_deployable(conn, dev["id"])
         other_dev = inventory.add_device(conn)
         other = inventory.add_deployable(conn, other_dev["id"])
         for rp in (dep["rp_uuid"], other["rp_uuid"]):
             conn.execute(insert(placement_sync).values(rp_uuid=rp, hostname="node1",
                                                        digest="d", dirty=False))
+
+    def dirty():
+        with db.read() as conn:
+            return dict(conn.execute(select(placement_sync.c.rp_uuid,
+                                            placement_sync.c.dirty)).all())
+
     assert client.simulate_post(f"{URL}/{dev['uuid']}/disable", headers=ADMIN).status_code == 200
-    with db.read() as conn:
-        dirty = dict(conn.execute(select(placement_sync.c.rp_uuid, placement_sync.c.dirty)).all())
-    assert dirty == {dep["rp_uuid"]: True, other["rp_uuid"]: False}
+    assert dirty() == {dep["rp_uuid"]: True, unsynced["rp_uuid"]: True, other["rp_uuid"]: False}
+    with db.write() as conn:
+        conn.execute(update(placement_sync).values(dirty=False))
+    # Nothing changes, nothing is flagged.
+    assert client.simulate_post(f"{URL}/{dev['uuid']}/disable", headers=ADMIN).status_code == 200
+    assert not any(dirty().values())
+    assert client.simulate_patch(f"{URL}/{dev['uuid']}", headers=ADMIN,
+                                 json=status_patch("enabled")).status_code == 204
+    assert dirty() == {dep["rp_uuid"]: True, unsynced["rp_uuid"]: True, other["rp_uuid"]: False}
 
 
 @pytest.mark.parametrize("body", [

@@ -2,8 +2,8 @@
 
 Disabling stores ``maintaining`` (upstream's word; the seed's ``disabled``):
 binding then refuses the device, ARQs already bound to it stay bound, and the
-device's Placement providers are marked for the sync to reserve their
-inventory (see acceld.db.devices.mark_providers_dirty).
+device's Placement providers are flagged for the sync to reserve their
+inventory (acceld.conductor.placement_sync.mark_dirty); enabling frees it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import falcon
 from acceld.api import errors, wire
 from acceld.api.microversion import Version
 from acceld.api.schemas import devices as schemas
+from acceld.conductor import placement_sync
 from acceld.db import devices as db
 
 COLLECTION = "devices"
@@ -98,7 +99,9 @@ def _set_status(req: falcon.Request, uuid: str, status: str, reason: str | None,
         row = db.get_by_uuid(conn, _canonical(uuid))
         if row is None:
             raise _not_found(uuid)
-        db.set_status(conn, row.id, status, reason)
+        if db.set_status(conn, row.id, status, reason):
+            # The Placement sync reserves a disabled device's inventory, and frees it again.
+            placement_sync.mark_dirty(conn, device_uuid=row.uuid)
 
 
 def _canonical(uuid: str) -> str:
