@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import requests
 from acceld import config
 from acceld.clients.internal import InternalClient, InternalError
 from acceld.drivers import loader
+from tests.support.driver_processes import read_url, stop
 from tests.support.sysfs_fixtures import SysfsTree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,25 +84,6 @@ def test_entry_point_loads_and_records_validate(site, conf_file):
         "rc": "CUSTOM_EXAMPLE", "trait0": "CUSTOM_EXAMPLE", "trait1": "CUSTOM_EXAMPLE_8086_0B25"}
 
 
-def _read_url(proc: subprocess.Popen, deadline: float) -> str:
-    """The URL from the process's 'acceld driver example: <url>' line."""
-    assert proc.stdout is not None
-    buffer = ""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline()
-            if not line and proc.poll() is not None:
-                break
-            buffer += line
-            if line.startswith("acceld driver example: "):
-                return line.split(": ", 1)[1].strip()
-        elif proc.poll() is not None:
-            break
-    raise AssertionError(f"no URL from acceld driver (exit {proc.poll()}): {buffer} "
-                         f"(its log is driver.log in the test's tmp_path)")
-
-
 @pytest.mark.integration
 def test_runs_as_an_external_driver_process(site, conf_file, tmp_path):
     acceld = Path(sys.executable).parent / "acceld"
@@ -114,7 +95,7 @@ def test_runs_as_an_external_driver_process(site, conf_file, tmp_path):
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
                             cwd=tmp_path)
     try:
-        url = _read_url(proc, time.monotonic() + 60)
+        url = read_url(proc, time.monotonic() + 60, "example")
         client = InternalClient(url, SECRET.encode())
         answer = client.call("GET", "/hardware")
         for record in answer["hardware"]:
@@ -128,10 +109,5 @@ def test_runs_as_an_external_driver_process(site, conf_file, tmp_path):
             wrong.call("GET", "/hardware")
         assert refused.value.status == 401
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
         log.close()
