@@ -15,6 +15,7 @@ disappears while in use.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid as uuidlib
 from dataclasses import dataclass, field
@@ -45,8 +46,9 @@ def rp_uuid(name: str) -> str:
 
 
 def board_text(value: dict[str, Any] | str) -> str:
-    """Board info as stored: JSON text for an object, a plain string as is."""
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
+    """Board info as stored and shown: JSON text for an object (spaced as upstream's), a
+    plain string as is."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def not_ready_reason(record: HardwareRecord) -> str | None:
