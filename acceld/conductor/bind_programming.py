@@ -29,7 +29,7 @@ from acceld.conductor.bind_target import BindRefused
 from acceld.conductor.programming import Programmer, ProgramError
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
-from acceld.db.models import attach_handles, deployables, device_profiles, devices
+from acceld.db.models import attach_handles, deployables, device_profiles
 
 LOG = logging.getLogger(__name__)
 
@@ -73,12 +73,13 @@ class BindProgramming:
                ) -> ProgramVerdict | None:
         """Program the ARQ's target if its group asks for it. None when it does not ask.
 
-        Skips programming (image_id None) when the bind will be refused anyway: an
-        unknown provider, another host, a device that is not usable, or Placement said no.
+        Skips programming (image_id None) when the bind will be refused anyway: the bind
+        checks (provider, host, agent, device status, resource class and traits) are run
+        first on a read snapshot, and Placement's verdict is respected.
         """
         with db.read() as conn:
             arq = conn.execute(select(
-                arqs.c.hostname, arqs.c.device_rp_uuid, arqs.c.instance_uuid,
+                arqs.c.uuid, arqs.c.hostname, arqs.c.device_rp_uuid, arqs.c.instance_uuid,
                 arqs.c.device_profile_group_id, device_profiles.c.profile_json).select_from(
                 arqs.join(device_profiles, device_profiles.c.id == arqs.c.device_profile_id))
                 .where(arqs.c.id == arq_id)).first()
@@ -87,24 +88,20 @@ class BindProgramming:
             group = bind_target.group_of(arq.profile_json, arq.device_profile_group_id)
             if not (group.get(BITSTREAM_KEY) or group.get(FUNCTION_KEY)):
                 return None
+            key = (arq.hostname, arq.device_rp_uuid, arq.instance_uuid)
+            try:
+                bitstream, function = wanted_image(group)
+            except BindRefused as refused:
+                return ProgramVerdict(*key, image_id=None, refusal=refused.reason)
+            if placement_refused or not _passes_checks(conn, bind_target_for(arq)):
+                return ProgramVerdict(*key, image_id=None)  # the checks refuse this bind
             dep = conn.execute(select(
                 deployables.c.id, deployables.c.uuid, deployables.c.name,
-                deployables.c.bitstream_id, devices.c.hostname, devices.c.status,
-                devices.c.acc_status, devices.c.vanished).select_from(
-                deployables.join(devices, devices.c.id == deployables.c.device_id)).where(
-                deployables.c.rp_uuid == arq.device_rp_uuid)).first()
-            in_use = 0 if dep is None else conn.execute(
-                select(func.count()).select_from(attach_handles).where(
-                    attach_handles.c.deployable_id == dep.id,
-                    attach_handles.c.in_use == true())).scalar_one()
-        key = (arq.hostname, arq.device_rp_uuid, arq.instance_uuid)
-        try:
-            bitstream, function = wanted_image(group)
-        except BindRefused as refused:
-            return ProgramVerdict(*key, image_id=None, refusal=refused.reason)
-        if (placement_refused or dep is None or dep.hostname != arq.hostname
-                or dep.vanished or dep.status != "enabled" or dep.acc_status != "ready"):
-            return ProgramVerdict(*key, image_id=None)  # the checks refuse this bind
+                deployables.c.bitstream_id).where(
+                deployables.c.rp_uuid == arq.device_rp_uuid)).one()
+            in_use = conn.execute(select(func.count()).select_from(attach_handles).where(
+                attach_handles.c.deployable_id == dep.id,
+                attach_handles.c.in_use == true())).scalar_one()
         try:
             image = bitstream or self.programmer.resolve_function(dep.uuid, function)
             if dep.bitstream_id == image:
@@ -150,6 +147,15 @@ class BindProgramming:
             raise BindRefused(f"the deployable of provider {arq.device_rp_uuid} was "
                               f"reprogrammed with {held} while binding needed "
                               f"{verdict.image_id}")
+
+
+def _passes_checks(conn: Any, probe: bind_target.BindTarget) -> bool:
+    try:
+        for check in bind_target.CHECKS:
+            check(conn, probe)
+    except BindRefused:
+        return False
+    return True
 
 
 def bind_target_for(arq: Any) -> bind_target.BindTarget:

@@ -37,11 +37,13 @@ def chain(tmp_path, sqlite_db):
 
 
 def bind(chain, group: dict[str, str], name: str | None = None) -> dict:
-    """Profile with one group, one ARQ, bound to the fake deployable; the bind completed."""
-    name = name or f"dp-{uuid.uuid4().hex[:8]}"
+    """One ARQ of a one-group profile (made here unless ``name`` names one), bound to the
+    fake deployable; the bind completed."""
     client = chain.client
-    assert client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
-        {"name": name, "groups": [{"resources:FPGA": "1", **group}]}]).status_code == 201
+    if name is None:
+        name = f"dp-{uuid.uuid4().hex[:8]}"
+        assert client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
+            {"name": name, "groups": [{"resources:FPGA": "1", **group}]}]).status_code == 201
     [arq] = client.simulate_post(ARQ_URL, json={"device_profile_name": name},
                                  headers=SERVICE).json["arqs"]
     ops = [{"op": "add", "path": "/hostname", "value": HOST},
@@ -134,4 +136,26 @@ def test_unreachable_agent_leaves_the_bind_to_retry(chain):
 def test_groups_without_programming_keys_bind_as_before(chain):
     arq = bind(chain, {})
     assert arq["state"] == "Bound"
+    assert chain.fake.programmed("FakeDevice") == {}
+
+
+def test_agent_marked_down_fails_the_bind_without_programming(chain):
+    from acceld.db.models import agents
+
+    with chain.db.write() as conn:
+        conn.execute(update(agents).values(state="down"))
+    arq = bind(chain, {"accel:bitstream_id": IMAGE})
+    assert arq["state"] == "BindFailed"
+    assert "down" in arq["bind_failure_reason"]
+    assert chain.fake.programmed("FakeDevice") == {}
+
+
+def test_wrong_resource_class_is_refused_without_programming(chain):
+    name = f"dp-{uuid.uuid4().hex[:8]}"
+    assert chain.client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
+        {"name": name, "groups": [{"resources:PGPU": "1",
+                                   "accel:bitstream_id": IMAGE}]}]).status_code == 201
+    arq = bind(chain, {}, name=name)
+    assert arq["state"] == "BindFailed"
+    assert "PGPU" in arq["bind_failure_reason"]
     assert chain.fake.programmed("FakeDevice") == {}
