@@ -35,7 +35,7 @@ from acceld.internal.server import respond
 
 LOG = logging.getLogger(__name__)
 
-BATCH = 32  # jobs per claim
+BATCH = 16  # jobs per claim: small enough to spread over worker threads
 MAX_BIND_ATTEMPTS = 5  # claims of one pending job before its ARQ is failed
 MAX_NOTIFY_ATTEMPTS = 10  # claims of one notify job before its event is given up
 
