@@ -153,6 +153,7 @@ def test_new_defaults_only_by_default(tmp_path) -> None:
     policy.authorize("cyborg:arq:get_all", reader)
 
 
+@pytest.mark.filterwarnings("ignore:Policy .* was deprecated:UserWarning")
 def test_upstream_transition_mode_honours_the_deprecated_rules(tmp_path) -> None:
     conf = make_conf(str(tmp_path), oslo_policy__enforce_new_defaults=False)
     policy = Policy(conf)
