@@ -138,6 +138,27 @@ def _node_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
 EXTRA_COMMANDS.append(_node_commands)
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from acceld import simulate
+
+    conf = _load(args)
+    logs.setup(conf, "simulate")
+    return simulate.main_from_cli(conf, args)
+
+
+def _simulate_command(sub, common) -> None:  # type: ignore[no-untyped-def]
+    from acceld import simulate
+
+    p = sub.add_parser("simulate", help="Simulate many node agents against a real conductor "
+                                        "(scale tests).")
+    common(p)
+    simulate.add_arguments(p)
+    p.set_defaults(func=cmd_simulate)
+
+
+EXTRA_COMMANDS.append(_simulate_command)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
