@@ -12,6 +12,12 @@ from acceld import logs
 LOG = logging.getLogger(__name__)
 
 
+def deployables_wait(conf: cfg.ConfigOpts) -> int:
+    from acceld.api.handlers.deployables import program_wait
+
+    return int(program_wait(conf))
+
+
 class _Gunicorn(BaseApplication):
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self.conf = conf
@@ -23,7 +29,8 @@ class _Gunicorn(BaseApplication):
             "bind": f"{api.host_ip}:{api.port}",
             "workers": api.workers,
             "worker_class": "sync",
-            "timeout": 120,
+            # A program request waits for the conductor (acceld.api.handlers.deployables).
+            "timeout": max(120, deployables_wait(self.conf) + 20),
             "graceful_timeout": 10,
             "keepalive": 5,
             "proc_name": "acceld-api",

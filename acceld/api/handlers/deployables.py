@@ -120,14 +120,24 @@ def _program(req: falcon.Request, uuid: str, kind: str, image_id: str) -> None:
             "Programming needs the conductor, and this API server has no internal secret to "
             "call it with; configure [internal] shared_secret.")
     body = {"kind": kind, "image_id": str(uuidlib.UUID(image_id))}
+    wait = program_wait(api.conf)
     try:
-        api.conductor.call("POST", f"/deployables/{uuid}/program", body,
-                           timeout=api.conf.conductor.program_timeout + 10)
+        api.conductor.call("POST", f"/deployables/{uuid}/program", body, timeout=wait)
     except InternalError as exc:
         raise backend_error(exc) from None
+    except requests.Timeout:
+        raise errors.BadGateway(f"The conductor did not finish programming deployable {uuid} "
+                                f"within {wait:.0f} s; it may still complete: read the "
+                                "deployable's bitstream_id later.") from None
     except requests.RequestException as exc:
         raise errors.ServiceUnavailable(f"The conductor could not be reached to program "
                                         f"deployable {uuid}: {exc.__class__.__name__}.") from None
+
+
+def program_wait(conf) -> float:  # type: ignore[no-untyped-def]
+    """How long the API waits for a program: a wait for an earlier program of the same
+    deployable (the conductor's lease) plus this one, each up to program_timeout."""
+    return 2.0 * conf.conductor.program_timeout + 15
 
 
 # Conductor answers passed on as they are: client mistakes and states the client can act on.
