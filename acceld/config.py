@@ -111,7 +111,7 @@ conductor_opts = [
                       "at a time runs it)."),
     cfg.BoolOpt("reserve_devices_of_down_agents", default=True,
                 help="Reserve the Placement inventory of a down agent's devices."),
-    cfg.IntOpt("program_timeout", default=50, min=1,
+    cfg.IntOpt("program_timeout", default=100, min=1,
                help="Seconds one program (bitstream or firmware: download and write) may "
                     "take in the agent; a second program of the same deployable waits as "
                     "long again for the first. The API waits for the result (up to twice "
