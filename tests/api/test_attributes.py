@@ -186,3 +186,12 @@ def test_unknown_is_404(client, db, dep, ident):
     result = client.simulate_delete(f"{URL}/{ident}", headers=ADMIN)
     assert result.status_code == 404
     assert ident in fault(result)
+
+
+def test_wrong_methods(client, db, dep):
+    made = client.simulate_post(URL, headers=ADMIN, json={
+        "deployable_id": dep["id"], "key": "rc", "value": "FPGA"}).json
+    assert client.simulate_patch(f"{URL}/{made['uuid']}", headers=ADMIN,
+                                 json=[]).status_code == 405
+    assert client.simulate_delete(URL, headers=ADMIN).status_code == 405
+    assert count(db) == 1

@@ -226,3 +226,12 @@ def test_program_without_a_conductor_is_503(client, db):
 def test_served_at_root_too(client, db):
     inventory.add_fpga(db)
     assert len(client.simulate_get("/v2/deployables", headers=ADMIN).json["deployables"]) == 1
+
+
+def test_wrong_methods(client, db):
+    dep = inventory.add_fpga(db)["deployable"]
+    assert client.simulate_post(URL, headers=ADMIN, json={}).status_code == 405
+    assert client.simulate_delete(f"{URL}/{dep['uuid']}", headers=ADMIN).status_code == 405
+    assert client.simulate_post(f"{URL}/{dep['uuid']}/program", headers=ADMIN,
+                                json=program_body()).status_code == 405
+    assert stored(db, dep["uuid"]).bitstream_id is None
