@@ -11,7 +11,7 @@ num_accelerators``, and the ``trait*`` attributes plus ``OWNER_CYBORG`` as trait
 
 Work is proportional to change. The ``placement_sync`` table keeps, per
 provider, a digest of what was last written and a ``dirty`` flag.
-:func:`mark_dirty` (reconcile, device enable/disable, agent liveness) flags a
+``acceld.db.placement_flags.mark_dirty`` (reconcile, device enable/disable, agent liveness) flags a
 host's or a device's providers; a pass every ``[placement] sync_interval``
 writes the dirty hosts, and a full pass every ``full_sync_interval`` compares
 every provider's digest with the database, so a change nobody flagged is still
@@ -34,7 +34,6 @@ import json
 import logging
 import re
 import time
-import uuid as uuidlib
 from typing import Any, Iterable
 
 from oslo_config import cfg
@@ -44,6 +43,7 @@ from acceld.clients import placement as pl
 from acceld.conductor.service import PeriodicTask
 from acceld.db.engine import Database
 from acceld.db.models import agents, attributes, deployables, devices, placement_sync, utcnow
+from acceld.db.placement_flags import provider_uuid, upsert
 
 LOG = logging.getLogger(__name__)
 
@@ -51,11 +51,6 @@ TASK_NAME = "placement-sync"
 # Digest of a provider whose deployable is gone but which still has allocations.
 HELD = "held"
 _NAME_RE = re.compile(r"^[A-Z0-9_]{1,255}$")
-
-
-def provider_uuid(name: str) -> str:
-    """The deterministic provider uuid of a deployable (upstream Cyborg's rule)."""
-    return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, name))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,52 +120,6 @@ def _desired(row: Any, attrs: dict[str, str], reserve_down_agents: bool) -> Desi
         rp_uuid=row.rp_uuid or provider_uuid(row.name), name=row.name, hostname=row.hostname,
         resource_class=rc, total=total, reserved=total if unavailable else 0,
         traits=tuple(sorted(set(traits) | {pl.OWNER_TRAIT})))
-
-
-# -- marking work -----------------------------------------------------------------------------
-
-def _upsert(conn: Connection, values: list[dict[str, Any]], update_cols: list[str]) -> None:
-    """Insert placement_sync rows, or update ``update_cols`` of the ones that exist."""
-    if not values:
-        return
-    dialect = conn.dialect.name
-    if dialect == "mysql":
-        from sqlalchemy.dialects.mysql import insert as my_insert
-
-        stmt = my_insert(placement_sync).values(values)
-        stmt = stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in update_cols})
-    else:
-        if dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as dialect_insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert as dialect_insert
-        stmt = dialect_insert(placement_sync).values(values)
-        stmt = stmt.on_conflict_do_update(index_elements=["rp_uuid"],
-                                          set_={c: stmt.excluded[c] for c in update_cols})
-    conn.execute(stmt)
-
-
-def mark_dirty(conn: Connection, *, hostname: str | None = None,
-               device_uuid: str | None = None) -> None:
-    """Flag a host's or a device's providers for the next sync pass (call inside your write).
-
-    Called after reconciling a node, enabling or disabling a device, or an agent
-    going down or coming back. New deployables get a row, so the pass writes them.
-    """
-    if hostname is None and device_uuid is None:
-        raise ValueError("mark_dirty needs a hostname or a device uuid")
-    query = (select(deployables.c.name, deployables.c.rp_uuid, devices.c.hostname)
-             .join(devices, deployables.c.device_id == devices.c.id))
-    query = query.where(devices.c.uuid == device_uuid) if device_uuid else \
-        query.where(devices.c.hostname == hostname)
-    now = utcnow()
-    values = [{"rp_uuid": rp or provider_uuid(name), "hostname": host, "dirty": True,
-               "updated_at": now}
-              for name, rp, host in conn.execute(query)]
-    _upsert(conn, values, ["dirty", "hostname", "updated_at"])
-    if hostname is not None:  # providers of deployables that are gone from the host
-        conn.execute(update(placement_sync).where(placement_sync.c.hostname == hostname)
-                     .values(dirty=True, updated_at=now))
 
 
 # -- the component ----------------------------------------------------------------------------
@@ -433,9 +382,9 @@ class PlacementSync:
         """Store what was written; flag what must be written again."""
         now = utcnow()
         with self.db.write() as conn:
-            _upsert(conn, [dict(v, dirty=False, updated_at=now) for v in done],
+            upsert(conn, [dict(v, dirty=False, updated_at=now) for v in done],
                     ["digest", "generation", "hostname", "updated_at"])
-            _upsert(conn, [{"rp_uuid": rp, "hostname": hostname, "dirty": True,
+            upsert(conn, [{"rp_uuid": rp, "hostname": hostname, "dirty": True,
                             "updated_at": now} for rp in retry],
                     ["dirty", "updated_at"])
         done.clear()

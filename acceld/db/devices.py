@@ -39,7 +39,7 @@ def set_status(conn: Connection, device_id: int, status: str, reason: str | None
 
     The reason is replaced whenever it differs: an operator may disable a device
     again to record a better reason. The caller flags the device's Placement
-    providers when this returns True (acceld.conductor.placement_sync.mark_dirty).
+    providers when this returns True (acceld.db.placement_flags.mark_dirty).
     """
     return bool(conn.execute(update(devices).where(
         devices.c.id == device_id,

@@ -24,8 +24,9 @@ from typing import Any, Iterable
 import orjson
 from sqlalchemy import Connection, delete, insert, select, update
 
-from acceld.db.models import (attach_handles, attributes, controlpath_ids, deployables, devices,
-                              placement_sync)
+from acceld.db import placement_flags
+from acceld.db.placement_flags import provider_uuid as rp_uuid
+from acceld.db.models import (attach_handles, attributes, controlpath_ids, deployables, devices)
 from acceld.drivers.base import HardwareRecord
 from acceld.drivers.record_schema import identity, json_text
 
@@ -38,11 +39,6 @@ VANISHED_REASON = (VANISHED_PREFIX + " from its node while an attach handle is i
 
 def deployable_name(hostname: str, local_name: str) -> str:
     return f"{hostname}_{local_name}"
-
-
-def rp_uuid(name: str) -> str:
-    """The Placement provider uuid of a deployable: uuid3(NAMESPACE_DNS, name), as upstream."""
-    return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, name))
 
 
 def board_text(value: dict[str, Any] | str) -> str:
@@ -157,7 +153,7 @@ def reconcile_node(conn: Connection, hostname: str, records: Iterable[HardwareRe
             continue
         _remove_device(conn, row, node, changes)
     if changes.dirty_rps:
-        mark_dirty(conn, hostname, changes.dirty_rps)
+        placement_flags.flag_providers(conn, hostname, changes.dirty_rps)
     return changes
 
 
@@ -370,20 +366,6 @@ def _remove_device(conn: Connection, row: Any, node: _Node, changes: Changes) ->
     conn.execute(delete(controlpath_ids).where(controlpath_ids.c.device_id == row.id))
     conn.execute(delete(devices).where(devices.c.id == row.id))
     changes.removed += 1
-
-
-def mark_dirty(conn: Connection, hostname: str, rp_uuids: set[str]) -> None:
-    """Flag providers whose inventory changed, for the Placement sync to write."""
-    wanted = sorted(rp_uuids)
-    known = set(conn.execute(select(placement_sync.c.rp_uuid).where(
-        placement_sync.c.rp_uuid.in_(wanted))).scalars())
-    if known:
-        conn.execute(update(placement_sync).where(placement_sync.c.rp_uuid.in_(sorted(known)))
-                     .values(dirty=True, hostname=hostname))
-    new = [{"rp_uuid": rp, "hostname": hostname, "dirty": True} for rp in wanted
-           if rp not in known]
-    if new:
-        conn.execute(insert(placement_sync), new)
 
 
 def held_devices(conn: Connection, hostname: str) -> int:

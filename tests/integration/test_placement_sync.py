@@ -20,7 +20,8 @@ from sqlalchemy import delete, insert, select, update
 from acceld.clients import placement as pl
 from acceld.conductor import placement_checks
 from acceld.conductor.bind_target import BindRefused
-from acceld.conductor.placement_sync import HELD, PlacementSync, mark_dirty, provider_uuid
+from acceld.conductor.placement_sync import HELD, PlacementSync
+from acceld.db.placement_flags import mark_dirty, provider_uuid
 from acceld.db.engine import Database
 from acceld.db.models import agents, attributes, deployables, devices, placement_sync, utcnow
 from tests.conftest import make_conf

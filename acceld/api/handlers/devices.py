@@ -3,7 +3,7 @@
 Disabling stores ``maintaining`` (upstream's word; the seed's ``disabled``):
 binding then refuses the device, ARQs already bound to it stay bound, and the
 device's Placement providers are flagged for the sync to reserve their
-inventory (acceld.conductor.placement_sync.mark_dirty); enabling frees it.
+inventory (acceld.db.placement_flags.mark_dirty); enabling frees it.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import falcon
 from acceld.api import errors, wire
 from acceld.api.microversion import Version
 from acceld.api.schemas import devices as schemas
-from acceld.conductor import placement_sync
 from acceld.db import devices as db
+from acceld.db import placement_flags
 
 COLLECTION = "devices"
 STATUS_VERSION = Version(2, 3)
@@ -101,7 +101,7 @@ def _set_status(req: falcon.Request, uuid: str, status: str, reason: str | None,
             raise _not_found(uuid)
         if db.set_status(conn, row.id, status, reason):
             # The Placement sync reserves a disabled device's inventory, and frees it again.
-            placement_sync.mark_dirty(conn, device_uuid=row.uuid)
+            placement_flags.mark_dirty(conn, device_uuid=row.uuid)
 
 
 def _canonical(uuid: str) -> str:
