@@ -15,7 +15,7 @@ MAINTAINING = "maintaining"
 
 _COLUMNS = (devices.c.id, devices.c.uuid, devices.c.type, devices.c.vendor, devices.c.model,
             devices.c.std_board_info, devices.c.vendor_board_info, devices.c.hostname,
-            devices.c.status, devices.c.status_reason, devices.c.created_at,
+            devices.c.status, devices.c.status_reason, devices.c.acc_status, devices.c.created_at,
             devices.c.updated_at)
 
 FILTERS = ("type", "vendor", "hostname")

@@ -63,6 +63,20 @@ def test_status_shown_from_2_3(client, db, v, shown):
             assert body["status"] == "maintaining"
 
 
+@pytest.mark.parametrize("v, shown", [("2.3", False), ("2.4", True)])
+def test_reason_and_hardware_state_shown_from_2_4(client, db, v, shown):
+    dev = add(db, status="maintaining", status_reason="fan replacement",
+              acc_status="reboot_required")
+    listed = client.simulate_get(URL, headers={**ADMIN, **version(v)}).json["devices"][0]
+    one = client.simulate_get(f"{URL}/{dev['uuid']}", headers={**ADMIN, **version(v)}).json
+    for body in (listed, one):
+        assert ("status_reason" in body) is shown
+        assert ("acc_status" in body) is shown
+        if shown:
+            assert body["status_reason"] == "fan replacement"
+            assert body["acc_status"] == "reboot_required"
+
+
 def test_filters(client, db):
     add(db, hostname="a", type="FPGA", vendor="0x8086")
     add(db, hostname="a", type="GPU", vendor="0x10de")

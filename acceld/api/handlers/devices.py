@@ -20,6 +20,8 @@ from acceld.db import placement_flags
 
 COLLECTION = "devices"
 STATUS_VERSION = Version(2, 3)
+# Why a device is maintaining, and whether its hardware is ready (the seed's acc_status).
+REASON_VERSION = Version(2, 4)
 
 
 def to_wire(req: falcon.Request, row) -> dict:  # type: ignore[no-untyped-def]
@@ -34,6 +36,9 @@ def to_wire(req: falcon.Request, row) -> dict:  # type: ignore[no-untyped-def]
     }
     if req.context.version >= STATUS_VERSION:
         body["status"] = row.status
+    if req.context.version >= REASON_VERSION:
+        body["status_reason"] = row.status_reason
+        body["acc_status"] = row.acc_status
     body["links"] = wire.self_link(req, COLLECTION, row.uuid)
     body["created_at"] = wire.timestamp(row.created_at)
     body["updated_at"] = wire.timestamp(row.updated_at)
