@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Sequence
 
-from sqlalchemy import Connection, Row, delete, exists, func, insert, or_, select
+from sqlalchemy import Connection, Row, bindparam, delete, exists, func, insert, or_, select
 
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import device_profiles as dp
@@ -15,11 +15,19 @@ _COLUMNS = (dp.c.id, dp.c.uuid, dp.c.name, dp.c.description, dp.c.profile_json,
             dp.c.created_at, dp.c.updated_at)
 
 
+# Statements built once, with bound parameters: building one per request (literal values,
+# coercions, a fresh cache key) cost more than running it.
+_LIST_ALL = select(*_COLUMNS).order_by(dp.c.id)
+_LIST_NAMED = _LIST_ALL.where(dp.c.name.in_(bindparam("names", expanding=True)))
+_TAKEN = select(dp.c.name, dp.c.uuid).where(
+    or_(dp.c.name == bindparam("name"), dp.c.uuid == bindparam("uuid"))).limit(1)
+_INSERT = insert(dp)
+
+
 def list_profiles(conn: Connection, names: Sequence[str] | None = None) -> Sequence[Row]:
-    query = select(*_COLUMNS).order_by(dp.c.id)
-    if names is not None:
-        query = query.where(dp.c.name.in_(names))
-    return conn.execute(query).all()
+    if names is None:
+        return conn.execute(_LIST_ALL).all()
+    return conn.execute(_LIST_NAMED, {"names": list(names)}).all()
 
 
 def get_by_uuid(conn: Connection, uuid: str) -> Row | None:
@@ -38,8 +46,7 @@ def find(conn: Connection, idents: Sequence[str]) -> Sequence[Row]:
 
 def name_or_uuid_taken(conn: Connection, name: str, uuid: str) -> str | None:
     """'name' or 'uuid' if a profile already has it, else None."""
-    row = conn.execute(select(dp.c.name, dp.c.uuid).where(
-        or_(dp.c.name == name, dp.c.uuid == uuid)).limit(1)).first()
+    row = conn.execute(_TAKEN, {"name": name, "uuid": uuid}).first()
     if row is None:
         return None
     return "name" if row.name == name else "uuid"
@@ -49,7 +56,7 @@ def create(conn: Connection, *, name: str, groups_json: str, description: str | 
            uuid: str | None = None) -> dict:
     values = {"uuid": uuid or str(uuidlib.uuid4()), "name": name, "description": description,
               "profile_json": groups_json, "created_at": utcnow(), "updated_at": None}
-    conn.execute(insert(dp).values(values))
+    conn.execute(_INSERT, values)
     return values
 
 
