@@ -334,6 +334,10 @@ def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
                 break
         else:
             out.append((group, ks_opts))
+    # keystonemiddleware reads [keystone_authtoken] itself; listed so the sample shows it.
+    from keystonemiddleware.auth_token import _opts as authtoken_opts
+
+    out += authtoken_opts.list_opts()
     return out
 
 
