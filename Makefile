@@ -47,5 +47,10 @@ $(STAMP_PLACEMENT): tests/support/placement-requirements.txt
 test: $(STAMP_TEST) $(STAMP_KEYSTONE) $(STAMP_PLACEMENT)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# acceld against upstream Cyborg 17.0.0 (installed into .upstream/venv on first use), then the
+# scale simulation; prints the table and writes it to docs/performance.md. Not part of `make test`.
+bench: $(STAMP_TEST) $(STAMP_PLACEMENT)
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) $(STATE_PATH) .pytest_cache
