@@ -116,6 +116,9 @@ conductor_opts = [
                     "take in the agent; a second program of the same deployable waits as "
                     "long again for the first. The API waits for the result (up to twice "
                     "this plus 15 s) and its workers' timeout follows."),
+    cfg.IntOpt("attach_timeout", default=30, min=1,
+               help="Seconds the conductor waits for an agent to prepare an attach handle "
+                    "on bind (create a vGPU mdev, ...) or to release it after unbind."),
 ]
 
 agent_opts = [
@@ -159,6 +162,10 @@ fake_driver_opts = [
     cfg.StrOpt("state_dir",
                help="Where programming is recorded (one JSON file per deployable). "
                     "Unset: <state_path>/fake_driver."),
+    cfg.StrOpt("attach_type", default="TEST_PCI", choices=["TEST_PCI", "MDEV"],
+               help="Attach handles of the simulated devices. MDEV simulates vGPU-style "
+                    "handles that must be prepared on bind and released after unbind "
+                    "(recorded under state_dir); the default is upstream's TEST_PCI."),
 ]
 
 pci_driver_opts = [

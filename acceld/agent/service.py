@@ -272,5 +272,14 @@ def _programming(agent: Agent) -> Routes:
 ROUTE_FACTORIES.append(_programming)
 
 
+def _attach_handles(agent: Agent) -> Routes:
+    from acceld.agent.attach import agent_routes
+
+    return agent_routes(agent)
+
+
+ROUTE_FACTORIES.append(_attach_handles)
+
+
 def run(conf: cfg.ConfigOpts) -> None:
     Agent(conf).start().wait()

@@ -24,10 +24,11 @@ from oslo_config import cfg
 from sqlalchemy import delete, select
 
 from acceld.clients import nova
-from acceld.conductor import bind_programming, bind_target, placement_checks
+from acceld.conductor import bind_attach, bind_programming, bind_target, placement_checks
+from acceld.conductor.attach import AttachClient, AttachError
 from acceld.conductor.service import PeriodicTask
 from acceld.db import accelerator_requests as arq_db
-from acceld.db import bind_jobs
+from acceld.db import bind_jobs, handle_releases
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import bind_jobs as jobs_table
@@ -58,6 +59,9 @@ class BindWorker:
         # Programming asked by the profile group (accel:bitstream_id / function_id): also
         # before the transaction, then checked inside it.
         self.programming = bind_programming.BindProgramming(conf, db)
+        # Handles with a host step (an mdev) are prepared by the node's agent between two
+        # transactions (acceld.conductor.bind_attach).
+        self.attach = AttachClient(conf, db)
         self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}"
         self.stopping = threading.Event()
 
@@ -100,7 +104,9 @@ class BindWorker:
                     conn.execute(delete(jobs_table).where(jobs_table.c.id == job.id))
                     LOG.warning("Bind job for ARQ %s found it %s; dropped", arq.uuid, arq.state)
                     return False
-                self._resolve(conn, arq, job.attempts, verdict, programmed)
+                ticket = self._resolve(conn, arq, job, verdict, programmed)
+            if ticket is not None:
+                return self._finish_prepared(ticket, job, token)
             return True
         except _JobLost:
             LOG.info("Bind job %s for ARQ id %s was unbound, deleted or taken over; skipped",
@@ -112,9 +118,13 @@ class BindWorker:
             bind_jobs.retry_later(self.db, [job.id], token, min(5.0, job.attempts * 1.0))
             return False
 
-    def _resolve(self, conn, arq, attempts: int,  # type: ignore[no-untyped-def]
+    def _resolve(self, conn, arq, job,  # type: ignore[no-untyped-def]
                  verdict: placement_checks.Verdict | None = None,
-                 programmed: bind_programming.ProgramVerdict | None = None) -> None:
+                 programmed: bind_programming.ProgramVerdict | None = None
+                 ) -> bind_attach.Ticket | None:
+        """Bound or BindFailed; or, for a handle with a host step, the handle held and a
+        ticket to prepare it (the ARQ stays BindStarted)."""
+        attempts = job.attempts
         target = bind_target.BindTarget(
             arq_uuid=arq.uuid, hostname=arq.hostname, device_rp_uuid=arq.device_rp_uuid,
             instance_uuid=arq.instance_uuid,
@@ -126,14 +136,26 @@ class BindWorker:
                     "(the conductor died or failed each time)")
             self.placement.enforce(verdict, arq)
             self.programming.enforce(programmed, conn, arq)
-            bind_target.check_and_take(conn, target)
+            held = arq.attach_handle_id and bind_attach.held_handle(conn, arq.attach_handle_id)
+            if held:
+                # An earlier try took this handle and was interrupted while preparing it.
+                for check in bind_target.CHECKS:
+                    check(conn, target)
+                target.handle = held
+            else:
+                bind_target.check_and_take(conn, target)
         except bind_target.BindRefused as refused:
+            if arq.attach_handle_id:
+                arq_db.release_handles(conn, [arq.attach_handle_id])
             moved = arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,
-                                      bind_failure_reason=refused.reason[:4000])
+                                      bind_failure_reason=refused.reason[:4000],
+                                      attach_handle_id=None, deployable_id=None)
             LOG.warning("Bind of ARQ %s (instance %s) to provider %s on %s failed: %s",
                         arq.uuid, arq.instance_uuid, arq.device_rp_uuid, arq.hostname,
                         refused.reason)
         else:
+            if bind_attach.needs_step(target.handle):
+                return bind_attach.hold(conn, arq, target, job.id)
             moved = arq_db.transition(conn, [arq.id], arq_db.BOUND,
                                       attach_handle_id=target.handle.id,
                                       deployable_id=target.deployable.id,
@@ -142,6 +164,46 @@ class BindWorker:
                      arq.instance_uuid, target.handle.uuid, target.deployable.name, arq.hostname)
         if moved != 1:
             raise _JobLost
+        return None
+
+    def _finish_prepared(self, ticket: bind_attach.Ticket, job, token: str  # type: ignore[no-untyped-def]
+                         ) -> bool:
+        """Prepare the held handle on its host (no transaction open), then Bound or
+        BindFailed in a second transaction, if the job is still this claim's."""
+        try:
+            prepared = bind_attach.prepare(self.attach, ticket)
+        except AttachError as unreachable:
+            if job.attempts < MAX_BIND_ATTEMPTS:
+                LOG.warning("Attach handle %s for ARQ %s not prepared (%s); the bind is "
+                            "retried", ticket.handle_uuid, ticket.arq_uuid, unreachable.message)
+                bind_jobs.retry_later(self.db, [job.id], token, min(5.0, job.attempts * 1.0))
+                return False
+            prepared = bind_attach.Prepared(unreachable)
+        error = prepared.error
+        with self.db.write() as conn:
+            arq = arq_db.lock_one_by_id(conn, ticket.arq_id)
+            if (arq is None or arq.state != arq_db.BIND_STARTED
+                    or arq.attach_handle_id != ticket.handle_id
+                    or not bind_jobs.lock_owned(conn, job.id, token)):
+                raise _JobLost  # unbound or deleted meanwhile: the handle went to the queue
+            if error is None:
+                arq_db.transition(conn, [arq.id], arq_db.BOUND, bind_failure_reason=None)
+                LOG.info("Bound ARQ %s (instance %s) to handle %s of deployable %s on %s, "
+                         "prepared on the host", arq.uuid, arq.instance_uuid,
+                         ticket.handle_uuid, ticket.deployable_name, ticket.hostname)
+                return True
+            reason = (f"preparing attach handle {ticket.handle_uuid} of deployable "
+                      f"{ticket.deployable_name} on {ticket.hostname} failed: {error.message}")
+            if error.unknown:
+                arq_db.release_handles(conn, [ticket.handle_id])  # queued: undo on the host
+            else:
+                handle_releases.free_now(conn, [ticket.handle_id])
+            arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,
+                              bind_failure_reason=reason[:4000], attach_handle_id=None,
+                              deployable_id=None)
+            LOG.warning("Bind of ARQ %s (instance %s) failed: %s", arq.uuid, arq.instance_uuid,
+                        reason)
+        return True
 
     def _notify(self, job_ids: list[int], token: str) -> None:
         """One Nova event per resolved ARQ of these jobs (if still ours), then drop the jobs."""

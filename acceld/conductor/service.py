@@ -8,7 +8,8 @@ decides which). Components:
 - binding (acceld.conductor.binding): completes bind jobs, notifies Nova;
 - agents and reconciliation (acceld.conductor.agents, .reconcile): hello,
   heartbeats, inventory diffs, liveness;
-- placement (acceld.conductor.placement_sync): mirrors inventory to Placement.
+- placement (acceld.conductor.placement_sync): mirrors inventory to Placement;
+- handle release (acceld.conductor.handle_release): runs queued attach-handle releases.
 """
 
 from __future__ import annotations
@@ -143,6 +144,15 @@ def _agents(conf: cfg.ConfigOpts, db: Database) -> Component:
 
 
 COMPONENT_FACTORIES.append(_agents)
+
+
+def _handle_release(conf: cfg.ConfigOpts, db: Database) -> Component:
+    from acceld.conductor.handle_release import HandleReleaseComponent  # imports this module
+
+    return HandleReleaseComponent(conf, db)
+
+
+COMPONENT_FACTORIES.append(_handle_release)
 
 
 def build(conf: cfg.ConfigOpts, db: Database) -> Conductor:

@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 
 from sqlalchemy import Connection, Row, bindparam, delete, insert, or_, select, update
 
+from acceld.db import handle_releases
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import attach_handles as handles
 from acceld.db.models import bind_jobs as jobs
@@ -115,7 +116,8 @@ def lock_one_by_id(conn: Connection, arq_id: int) -> "_Bindable | None":
     arq = conn.execute(select(
         arqs.c.id, arqs.c.uuid, arqs.c.state, arqs.c.hostname, arqs.c.device_rp_uuid,
         arqs.c.instance_uuid, arqs.c.project_id, arqs.c.device_profile_id,
-        arqs.c.device_profile_group_id).where(arqs.c.id == arq_id).with_for_update()).first()
+        arqs.c.device_profile_group_id, arqs.c.attach_handle_id).where(
+        arqs.c.id == arq_id).with_for_update()).first()
     if arq is None:
         return None
     profile = conn.execute(select(dp.c.name, dp.c.profile_json).where(
@@ -167,12 +169,11 @@ def start_binds(conn: Connection, binds: Sequence[dict]) -> int:
 
 
 def release_handles(conn: Connection, handle_ids: Iterable[int | None]) -> int:
-    """Mark the attach handles free again (the ARQs holding them are locked by the caller)."""
-    ids = [h for h in handle_ids if h is not None]
-    if not ids:
-        return 0
-    return conn.execute(update(handles).where(handles.c.id.in_(ids)).values(
-        in_use=False, updated_at=utcnow())).rowcount
+    """Give the attach handles back (the ARQs holding them are locked by the caller): free
+    at once, or, for a handle with a host step, queued for the conductor to release on its
+    node first (acceld.db.handle_releases). Returns how many were freed or queued."""
+    freed, queued = handle_releases.give_back(conn, handle_ids)
+    return freed + queued
 
 
 def unbind(conn: Connection, rows: Sequence[Row]) -> int:

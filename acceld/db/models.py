@@ -107,6 +107,8 @@ class Attribute(TimestampMixin, Base):
         ForeignKey("deployables.id", ondelete="CASCADE"), nullable=False)
     key: Mapped[str] = mapped_column(String(255), nullable=False)
     value: Mapped[str] = mapped_column(String(255), nullable=False)
+    # Created through the API: reconciliation neither updates nor removes it (docs/devices.md).
+    operator_owned: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     __table_args__ = (
         UniqueConstraint("deployable_id", "key", name="uq_attributes_deployable_id_key"),
         Index("ix_attributes_key", "key"),
@@ -186,6 +188,26 @@ class BindJob(TimestampMixin, Base):
     __table_args__ = (Index("ix_bind_jobs_phase_lease", "phase", "lease_expires_at"),)
 
 
+class HandleRelease(TimestampMixin, Base):
+    """An attach handle whose host step (mdev removal, ...) the conductor still has to run.
+
+    Written by the API in the unbind or delete transaction; the handle stays ``in_use``
+    until the conductor released it through the node's agent (docs/arqs.md).
+    """
+
+    __tablename__ = "handle_releases"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attach_handle_id: Mapped[int] = mapped_column(
+        ForeignKey("attach_handles.id", ondelete="CASCADE"), nullable=False, unique=True)
+    hostname: Mapped[str] = mapped_column(String(255), nullable=False)
+    driver_name: Mapped[str | None] = mapped_column(String(100))
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    __table_args__ = (Index("ix_handle_releases_lease", "lease_expires_at"),)
+
+
 class Agent(TimestampMixin, Base):
     """A node agent the conductor has heard from, and whether it is alive."""
 
@@ -230,6 +252,7 @@ attach_handles = AttachHandle.__table__
 device_profiles = DeviceProfile.__table__
 accelerator_requests = AcceleratorRequest.__table__
 bind_jobs = BindJob.__table__
+handle_releases = HandleRelease.__table__
 agents = Agent.__table__
 leases = Lease.__table__
 placement_sync = PlacementSync.__table__

@@ -12,7 +12,9 @@ Optional abilities, each refused with :class:`NotSupported` by default:
 - :meth:`Driver.program`: write a bitstream (FPGA) or a firmware image.
 - :meth:`Driver.prepare_attach_handle` / :meth:`Driver.release_attach_handle`:
   make an attach handle usable before a VM gets it (e.g. create a vGPU mdev)
-  and undo that after unbind.
+  and undo that after unbind. The conductor calls them (through the node's
+  agent) only for handles :func:`needs_attach_step` names; other handles cost
+  no agent call on bind or unbind.
 
 Names. A deployable's ``name`` from a driver is local to the node (a PCI
 address, ``FakeDevice``); the inventory stores ``<hostname>_<name>``, which is
@@ -33,6 +35,11 @@ DEVICE_TYPES = ("GPU", "FPGA", "AICHIP", "QAT", "NIC", "SSD")
 # The seed's hardware states: only 'ready' hardware is offered as accelerators.
 ACC_STATUSES = ("ready", "setup_required", "reboot_required")
 ATTACH_TYPES = ("PCI", "MDEV", "TEST_PCI")
+# Handles that exist on the host only once prepared: an MDEV is created on bind and removed
+# after unbind. A handle whose attach_info carries one of HOST_STEP_INFO_KEYS needs the same
+# (a vendor-specific VFIO vGPU: the VF gets its vGPU type on bind, 0 after unbind).
+HOST_STEP_ATTACH_TYPES = frozenset({"MDEV"})
+HOST_STEP_INFO_KEYS = frozenset({"vgpu_type"})
 # Namespace for uuids derived from stable hardware identity.
 HARDWARE_NAMESPACE = uuidlib.UUID("6c0bd3c2-3a33-4f0e-9d5c-2f7e0b1a9a41")
 
@@ -120,6 +127,17 @@ def normalize_acc_status(value: str | dict[str, Any]) -> str:
     if value.get("reboot_required") or value.get("reboot_equired"):
         return "reboot_required"
     return "ready"
+
+
+def needs_attach_step(attach_type: str, attach_info: dict[str, Any]) -> bool:
+    """Whether binding must prepare this handle on its host, and unbinding release it.
+
+    Decided from the handle alone, so that the API (which never talks to agents) and the
+    conductor agree without asking the driver. PCI and TEST_PCI handles need no step
+    unless their info names a host step (``vgpu_type``).
+    """
+    return attach_type in HOST_STEP_ATTACH_TYPES or not HOST_STEP_INFO_KEYS.isdisjoint(
+        attach_info)
 
 
 def hardware_uuid(hostname: str, driver_name: str, local_id: str) -> str:

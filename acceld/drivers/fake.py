@@ -8,6 +8,12 @@ deployable ``FakeDevice`` with 16 ``TEST_PCI`` attach handles, vendor
 simulated hardware, mark it not ready, or make it vanish. Programming is
 recorded (one JSON file per deployable under ``state_dir``) so the whole
 programming path can be checked without an FPGA.
+
+``[fake_driver] attach_type = MDEV`` (or ``"attach_type": "MDEV"`` per device
+in the spec file) simulates vGPU-style handles: each must be prepared on bind
+and released after unbind, and both steps are recorded in
+``<state_dir>/attach_handles.json`` (idempotent, as a real mdev's). A spec
+entry's ``"fail_attach": ["prepare", "release"]`` makes those steps fail.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import datetime as dt
 import hashlib
 import json
 import os
+import threading
+import uuid as uuidlib
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -28,6 +36,8 @@ MODEL = "miss model info"
 STD_BOARD_INFO = {"device_id": "0xabcd", "class": "Fake class"}
 VENDOR_BOARD_INFO = "fake_vendor_info"
 FIRST_BUS = 0x0C
+MDEV_TYPE = "fake-vgpu-1"
+_ATTACH_LOCK = threading.Lock()
 
 # Device type -> (resource class, extra trait). The FPGA row is upstream's.
 TYPES: dict[str, tuple[str, str | None]] = {
@@ -55,6 +65,8 @@ _SPEC_SCHEMA = Draft202012Validator({
             "rc": {"type": "string", "pattern": "^[A-Z0-9_]+$"},
             "traits": {"type": "array", "items": {"type": "string",
                                                   "pattern": "^[A-Z0-9_]+$"}},
+            "attach_type": {"enum": ["TEST_PCI", "MDEV"]},
+            "fail_attach": {"type": "array", "items": {"enum": ["prepare", "release"]}},
         },
     },
 })
@@ -98,10 +110,14 @@ class FakeDriver(Driver):
                                                                  else [])
         attributes = {"rc": spec.get("rc", rc)}
         attributes.update({f"trait{i}": trait for i, trait in enumerate(traits)})
-        handles = [AttachHandle(attach_type="TEST_PCI",
-                                attach_info={"domain": "0000", "bus": bus,
-                                             "device": str(n // 8), "function": str(n % 8)})
-                   for n in range(count)]
+        if spec.get("attach_type", self.conf.fake_driver.attach_type) == "MDEV":
+            handles = [self._mdev_handle(bus, n) for n in range(count)]
+        else:
+            handles = [AttachHandle(attach_type="TEST_PCI",
+                                    attach_info={"domain": "0000", "bus": bus,
+                                                 "device": str(n // 8),
+                                                 "function": str(n % 8)})
+                       for n in range(count)]
         acc_status = spec.get("acc_status", "ready")
         return HardwareRecord(
             uuid=hardware_uuid(self.hostname, self.name, name),
@@ -163,6 +179,59 @@ class FakeDriver(Driver):
         path = os.path.join(self.state_dir(), f"{self._local_name(deployable_name)}.json")
         try:
             with open(path) as handle:
+                return json.load(handle)
+        except FileNotFoundError:
+            return {}
+
+    # Simulated mdev handles: prepare and release are recorded, and idempotent.
+
+    def _mdev_handle(self, bus: str, slot: int) -> AttachHandle:
+        parent = f"0000:{bus}:00.0"
+        return AttachHandle(attach_type="MDEV", attach_info={
+            "parent": parent, "asked_type": MDEV_TYPE, "vgpu_mark": f"{MDEV_TYPE}_{slot}",
+            "uuid": str(uuidlib.uuid5(uuidlib.NAMESPACE_URL,
+                                      f"acceld-fake/{self.hostname}/{parent}/{slot}"))})
+
+    def _attach_step(self, handle: AttachHandle, step: str) -> None:
+        if handle.attach_type != "MDEV":
+            return
+        info = handle.attach_info
+        if "uuid" not in info or "parent" not in info:
+            raise DriverError(f"fake driver: MDEV attach handle lacks parent or uuid: {info}")
+        specs = self._specs()
+        index = next((i for i in range(len(specs))
+                      if info["parent"] == f"0000:{FIRST_BUS + i:02x}:00.0"), None)
+        if index is None:
+            raise DriverError(f"fake driver: no simulated device is parent {info['parent']}")
+        if step in specs[index].get("fail_attach", ()):
+            raise DriverError(f"fake driver: simulated failure to {step} mdev {info['uuid']}")
+        with _ATTACH_LOCK:
+            state = self.attach_state()
+            prepared = state.setdefault("prepared", {})
+            if step == "prepare":
+                prepared[info["uuid"]] = dict(info)
+            else:
+                prepared.pop(info["uuid"], None)
+            state.setdefault("log", []).append([step, info["uuid"]])
+            os.makedirs(self.state_dir(), exist_ok=True)
+            path = os.path.join(self.state_dir(), "attach_handles.json")
+            with open(path + ".tmp", "w") as out:
+                json.dump(state, out)
+            os.replace(path + ".tmp", path)
+
+    def prepare_attach_handle(self, handle: AttachHandle) -> AttachHandle:
+        """Create the simulated mdev (already there: nothing to do)."""
+        self._attach_step(handle, "prepare")
+        return handle
+
+    def release_attach_handle(self, handle: AttachHandle) -> None:
+        """Remove the simulated mdev (already gone: nothing to do)."""
+        self._attach_step(handle, "release")
+
+    def attach_state(self) -> dict[str, Any]:
+        """``{"prepared": {mdev uuid: info}, "log": [[step, mdev uuid], ...]}``."""
+        try:
+            with open(os.path.join(self.state_dir(), "attach_handles.json")) as handle:
                 return json.load(handle)
         except FileNotFoundError:
             return {}

@@ -145,6 +145,7 @@ def upgrade() -> None:
     sa.Column('deployable_id', sa.Integer(), nullable=False),
     sa.Column('key', sa.String(length=255), nullable=False),
     sa.Column('value', sa.String(length=255), nullable=False),
+    sa.Column('operator_owned', sa.Boolean(), nullable=False),
     sa.Column('created_at', TIMESTAMP, nullable=False),
     sa.Column('updated_at', TIMESTAMP, nullable=True),
     sa.ForeignKeyConstraint(['deployable_id'], ['deployables.id'], ondelete='CASCADE'),
@@ -199,9 +200,31 @@ def upgrade() -> None:
     with op.batch_alter_table('bind_jobs', schema=None) as batch_op:
         batch_op.create_index('ix_bind_jobs_phase_lease', ['phase', 'lease_expires_at'], unique=False)
 
+    op.create_table('handle_releases',
+    sa.Column('id', sa.Integer(), nullable=False),
+    sa.Column('attach_handle_id', sa.Integer(), nullable=False),
+    sa.Column('hostname', sa.String(length=255), nullable=False),
+    sa.Column('driver_name', sa.String(length=100), nullable=True),
+    sa.Column('lease_owner', sa.String(length=64), nullable=True),
+    sa.Column('lease_expires_at', TIMESTAMP, nullable=True),
+    sa.Column('attempts', sa.Integer(), nullable=False),
+    sa.Column('last_error', sa.Text(), nullable=True),
+    sa.Column('created_at', TIMESTAMP, nullable=False),
+    sa.Column('updated_at', TIMESTAMP, nullable=True),
+    sa.ForeignKeyConstraint(['attach_handle_id'], ['attach_handles.id'], ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id'),
+    sa.UniqueConstraint('attach_handle_id')
+    )
+    with op.batch_alter_table('handle_releases', schema=None) as batch_op:
+        batch_op.create_index('ix_handle_releases_lease', ['lease_expires_at'], unique=False)
+
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('handle_releases', schema=None) as batch_op:
+        batch_op.drop_index('ix_handle_releases_lease')
+
+    op.drop_table('handle_releases')
     with op.batch_alter_table('bind_jobs', schema=None) as batch_op:
         batch_op.drop_index('ix_bind_jobs_phase_lease')
 

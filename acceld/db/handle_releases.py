@@ -1,0 +1,126 @@
+"""The release queue: attach handles whose host step must run before they are free again.
+
+Unbind and delete run in the API, which never talks to agents. A handle that
+needs a step on its host after use (an mdev to remove, see
+:func:`acceld.drivers.base.needs_attach_step`) therefore stays ``in_use`` and
+gets a ``handle_releases`` row in the same transaction; a conductor claims the
+row with a lease (as bind jobs are claimed), asks the node's agent to release
+the handle, and only then frees the handle and deletes the row, in one
+transaction. A conductor killed in between leaves the row, whose lease
+expires and which is retried; releases are idempotent on the agent. Handles
+that need no step are freed at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Iterable, Sequence
+
+import orjson
+from sqlalchemy import Connection, Row, delete, insert, or_, select, update
+
+from acceld.db.engine import Database
+from acceld.db.models import attach_handles as handles
+from acceld.db.models import deployables, devices, handle_releases, utcnow
+from acceld.drivers.base import needs_attach_step
+
+BACKOFF_CAP = 300.0  # seconds between tries of a release whose agent keeps failing
+
+
+def give_back(conn: Connection, handle_ids: Iterable[int | None]) -> tuple[int, int]:
+    """Return handles after use, in the caller's transaction: free the ones that need no
+    host step, queue the others. Returns (freed, queued). Two or three statements."""
+    ids = sorted({h for h in handle_ids if h is not None})
+    if not ids:
+        return 0, 0
+    rows = conn.execute(select(
+        handles.c.id, handles.c.attach_type, handles.c.attach_info,
+        deployables.c.driver_name, devices.c.hostname,
+        handle_releases.c.id.label("queued")).select_from(
+        handles.join(deployables, deployables.c.id == handles.c.deployable_id)
+        .join(devices, devices.c.id == deployables.c.device_id)
+        .outerjoin(handle_releases, handle_releases.c.attach_handle_id == handles.c.id))
+        .where(handles.c.id.in_(ids))).all()
+    stepped = {r.id: r for r in rows
+               if needs_attach_step(r.attach_type, orjson.loads(r.attach_info))}
+    free = [i for i in ids if i not in stepped]
+    freed = 0
+    if free:
+        freed = conn.execute(update(handles).where(handles.c.id.in_(free)).values(
+            in_use=False, updated_at=utcnow())).rowcount
+    now = utcnow()
+    new = [{"attach_handle_id": r.id, "hostname": r.hostname, "driver_name": r.driver_name,
+            "lease_owner": None, "lease_expires_at": None, "attempts": 0, "last_error": None,
+            "created_at": now, "updated_at": None}
+           for r in stepped.values() if r.queued is None]
+    if new:
+        conn.execute(insert(handle_releases), new)
+    return freed, len(stepped)
+
+
+def free_now(conn: Connection, handle_ids: Sequence[int]) -> int:
+    """Free handles whose host step is known not to have happened (a prepare the driver
+    refused), without a release."""
+    if not handle_ids:
+        return 0
+    return conn.execute(update(handles).where(handles.c.id.in_(list(handle_ids))).values(
+        in_use=False, updated_at=utcnow())).rowcount
+
+
+def _claimable(now: dt.datetime):  # type: ignore[no-untyped-def]
+    return or_(handle_releases.c.lease_expires_at.is_(None),
+               handle_releases.c.lease_expires_at < now)
+
+
+def claim(db: Database, token: str, limit: int, lease_seconds: float) -> list[Row]:
+    """Lease up to ``limit`` due releases to ``token``; each row carries the handle and the
+    deployable's name. Compare-and-set like :func:`acceld.db.bind_jobs.claim`."""
+    now = utcnow()
+    with db.write() as conn:
+        candidates = list(conn.execute(select(handle_releases.c.id).where(
+            _claimable(now)).order_by(handle_releases.c.id).limit(limit)).scalars())
+        if not candidates:
+            return []
+        conn.execute(update(handle_releases).where(
+            handle_releases.c.id.in_(candidates), _claimable(now)).values(
+            lease_owner=token, lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
+            attempts=handle_releases.c.attempts + 1, updated_at=now))
+        return list(conn.execute(select(
+            handle_releases, handles.c.uuid.label("handle_uuid"), handles.c.attach_type,
+            handles.c.attach_info, deployables.c.name.label("deployable_name")).select_from(
+            handle_releases.join(handles, handles.c.id == handle_releases.c.attach_handle_id)
+            .join(deployables, deployables.c.id == handles.c.deployable_id)).where(
+            handle_releases.c.id.in_(candidates),
+            handle_releases.c.lease_owner == token).order_by(handle_releases.c.id)).all())
+
+
+def finish(db: Database, release_id: int, handle_id: int, token: str) -> bool:
+    """The agent released the handle: free it and drop the row, if the claim is still ours."""
+    with db.write() as conn:
+        gone = conn.execute(delete(handle_releases).where(
+            handle_releases.c.id == release_id,
+            handle_releases.c.lease_owner == token)).rowcount
+        if gone != 1:
+            return False
+        conn.execute(update(handles).where(handles.c.id == handle_id).values(
+            in_use=False, updated_at=utcnow()))
+        return True
+
+
+def retry_later(db: Database, release_id: int, token: str, delay: float, error: str) -> None:
+    """Give the lease up; the release is due again after ``delay`` seconds."""
+    with db.write() as conn:
+        conn.execute(update(handle_releases).where(
+            handle_releases.c.id == release_id, handle_releases.c.lease_owner == token).values(
+            lease_owner=None, lease_expires_at=utcnow() + dt.timedelta(seconds=delay),
+            last_error=error[:4000], updated_at=utcnow()))
+
+
+def backoff(attempts: int) -> float:
+    """2 s, 4 s, 8 s, ... up to :data:`BACKOFF_CAP`."""
+    return min(BACKOFF_CAP, 2.0 ** max(1, min(attempts, 9)))
+
+
+def pending(conn: Connection) -> Sequence[Row]:
+    """Every queued release (status and tests)."""
+    return conn.execute(select(handle_releases).order_by(handle_releases.c.id)).all()
