@@ -281,18 +281,32 @@ def _sync_deployables(conn: Connection, hostname: str, device_id: int, record: H
 
 def _sync_attributes(conn: Connection, dep_id: int, wanted: dict[str, str],
                      existing: dict[str, Any], changes: Changes) -> bool:
-    new = [{"uuid": str(uuidlib.uuid4()), "deployable_id": dep_id, "key": k, "value": v}
-           for k, v in wanted.items() if k not in existing]
+    """Driver-owned attributes follow the report; operator-owned ones (created through the
+    API) are never removed, and a key the driver reports takes the driver's value and
+    becomes driver-owned: what the hardware says wins over what an operator typed."""
+    new = [{"uuid": str(uuidlib.uuid4()), "deployable_id": dep_id, "key": k, "value": v,
+            "operator_owned": False} for k, v in wanted.items() if k not in existing]
     if new:
         conn.execute(insert(attributes), new)
         changes.added += len(new)
     changed = 0
     for key, value in wanted.items():
         row = existing.get(key)
-        if row is not None and row.value != value:
+        if row is None:
+            continue
+        if row.operator_owned:
+            if row.value != value:
+                LOG.warning("Attribute %s=%r of deployable id %s, set by an operator, is now "
+                            "reported by the driver as %r; the driver's value is kept",
+                            key, row.value, dep_id, value)
+            conn.execute(update(attributes).where(attributes.c.id == row.id).values(
+                value=value, operator_owned=False))
+            changed += 1
+        elif row.value != value:
             conn.execute(update(attributes).where(attributes.c.id == row.id).values(value=value))
             changed += 1
-    gone = [row.id for key, row in existing.items() if key not in wanted]
+    gone = [row.id for key, row in existing.items()
+            if key not in wanted and not row.operator_owned]
     if gone:
         conn.execute(delete(attributes).where(attributes.c.id.in_(gone)))
     changes.updated += changed

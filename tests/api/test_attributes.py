@@ -195,3 +195,43 @@ def test_wrong_methods(client, db, dep):
                                  json=[]).status_code == 405
     assert client.simulate_delete(URL, headers=ADMIN).status_code == 405
     assert count(db) == 1
+
+
+def test_created_attribute_survives_reconcile_and_flags_placement(client, db, conf):
+    from acceld.db import inventory as inv
+    from acceld.db.models import placement_sync
+    from acceld.drivers.fake import FakeDriver
+
+    with db.write() as conn:
+        inv.reconcile_node(conn, "node-r", FakeDriver(conf, "node-r").discover())
+        conn.execute(placement_sync.update().values(dirty=False))
+        dep_id = conn.execute(select(attributes.c.deployable_id)).scalars().first()
+    made = client.simulate_post(URL, headers=ADMIN, json={
+        "deployable_id": dep_id, "key": "trait5", "value": "CUSTOM_OPERATOR"})
+    assert made.status_code == 201
+    with db.read() as conn:
+        assert conn.execute(select(placement_sync.c.dirty)).scalar() is True
+    conf.set_override("attach_handles", 4, group="fake_driver")  # the hardware changed
+    with db.write() as conn:
+        changes = inv.reconcile_node(conn, "node-r", FakeDriver(conf, "node-r").discover())
+    assert changes.removed == 12
+    shown = client.simulate_get(f"{URL}/{made.json['uuid']}", headers=ADMIN)
+    assert shown.status_code == 200 and shown.json["value"] == "CUSTOM_OPERATOR"
+    keys = {a["key"] for a in client.simulate_get(
+        f"{URL}?deployable_id={dep_id}", headers=ADMIN).json["attributes"]}
+    assert keys == {"rc", "trait0", "trait5"}
+    with db.write() as conn:
+        conn.execute(placement_sync.update().values(dirty=False))
+    assert client.simulate_delete(f"{URL}/{made.json['uuid']}",
+                                  headers=ADMIN).status_code == 204
+    with db.read() as conn:
+        assert conn.execute(select(placement_sync.c.dirty)).scalar() is True
+
+
+def test_non_placement_attribute_flags_nothing(client, db, dep):
+    from acceld.db.models import placement_sync
+
+    assert client.simulate_post(URL, headers=ADMIN, json={
+        "deployable_id": dep["id"], "key": "owner", "value": "team-a"}).status_code == 201
+    with db.read() as conn:
+        assert conn.execute(select(func.count()).select_from(placement_sync)).scalar() == 0

@@ -253,3 +253,48 @@ def test_report_with_held_device_forgets_digest(db, fake_conf):
     assert outcome.changes.held
     with db.read() as conn:
         assert conn.execute(select(agents.c.hardware_digest)).scalar() is None
+
+
+def _attr_rows(db) -> dict[str, tuple[str, bool]]:
+    with db.read() as conn:
+        return {r.key: (r.value, r.operator_owned) for r in conn.execute(select(
+            attributes.c.key, attributes.c.value, attributes.c.operator_owned))}
+
+
+def test_operator_attribute_survives_reconcile(db, fake_conf):
+    from acceld.db import attributes as attr_db
+
+    reconcile(db, fake_records(fake_conf, handles=16))
+    with db.write() as conn:
+        dep_id = conn.execute(select(deployables.c.id)).scalar_one()
+        attr_db.create(conn, deployable_id=dep_id, key="trait7", value="CUSTOM_OPERATOR")
+    records = fake_records(fake_conf, handles=8)  # a changed report is diffed again
+    records[0].deployables[0].attributes.pop("trait0")
+    changes = reconcile(db, records)
+    assert changes.removed == 8 + 1  # the handles beyond 8 and the driver's trait0
+    assert _attr_rows(db) == {"rc": ("FPGA", False), "trait7": ("CUSTOM_OPERATOR", True)}
+    with count_queries(db) as statements:
+        assert reconcile(db, records).writes == 0
+    assert writes(statements) == []
+
+
+def test_driver_reported_key_takes_over_an_operator_attribute(db, fake_conf):
+    from acceld.db import attributes as attr_db
+
+    reconcile(db, fake_records(fake_conf))
+    with db.write() as conn:
+        dep_id = conn.execute(select(deployables.c.id)).scalar_one()
+        attr_db.create(conn, deployable_id=dep_id, key="trait1", value="CUSTOM_TYPED")
+    records = fake_records(fake_conf)
+    records[0].deployables[0].attributes["trait1"] = "CUSTOM_FROM_HARDWARE"
+    changes = reconcile(db, records)
+    assert rp_dirty(db, changes)
+    assert _attr_rows(db)["trait1"] == ("CUSTOM_FROM_HARDWARE", False)
+    # Now the driver's: it goes when the driver stops reporting it.
+    reconcile(db, fake_records(fake_conf))
+    assert "trait1" not in _attr_rows(db)
+
+
+def rp_dirty(db, changes) -> bool:
+    with db.read() as conn:
+        return bool(changes.dirty_rps) and conn.execute(select(placement_sync.c.dirty)).scalar()
