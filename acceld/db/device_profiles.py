@@ -30,12 +30,17 @@ def list_profiles(conn: Connection, names: Sequence[str] | None = None) -> Seque
     return conn.execute(_LIST_NAMED, {"names": list(names)}).all()
 
 
+_BY_UUID = select(*_COLUMNS).where(dp.c.uuid == bindparam("uuid"))
+_BY_NAME = select(*_COLUMNS).where(dp.c.name == bindparam("name"))
+
+
 def get_by_uuid(conn: Connection, uuid: str) -> Row | None:
-    return conn.execute(select(*_COLUMNS).where(dp.c.uuid == uuid)).first()
+    return conn.execute(_BY_UUID, {"uuid": uuid}).first()
 
 
 def get_by_name(conn: Connection, name: str) -> Row | None:
-    return conn.execute(select(*_COLUMNS).where(dp.c.name == name)).first()
+    """Also how every ARQ create finds its profile: one prepared statement."""
+    return conn.execute(_BY_NAME, {"name": name}).first()
 
 
 def find(conn: Connection, idents: Sequence[str]) -> Sequence[Row]:

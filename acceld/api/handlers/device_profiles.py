@@ -92,14 +92,15 @@ def create_profile(req: falcon.Request, resp: falcon.Response) -> None:
     groups_json = orjson.dumps(profile["groups"]).decode()
     try:
         with api.db.write() as conn:
-            taken = db.name_or_uuid_taken(conn, profile["name"], uuid or "")
-            if taken:
-                raise errors.Conflict(_duplicate_message(taken, profile["name"], uuid))
             values = db.create(conn, name=profile["name"], groups_json=groups_json,
                                description=profile.get("description"), uuid=uuid)
     except IntegrityError:
-        # A concurrent create won the race for the same name or uuid.
-        raise errors.Conflict(_duplicate_message("name", profile["name"], uuid)) from None
+        # The unique constraints on name and uuid decide, also between concurrent creates, in
+        # the one INSERT; which of the two was hit is looked up only now, for the message.
+        with api.db.read() as conn:
+            taken = db.name_or_uuid_taken(conn, profile["name"], uuid or "")
+        raise errors.Conflict(_duplicate_message(taken or "name", profile["name"], uuid)) \
+            from None
     row = (None, values["uuid"], values["name"], values["description"], values["profile_json"],
            values["created_at"], values["updated_at"])  # as db.list_profiles returns rows
     wire.respond(resp, to_wire(req, row), status=201)
