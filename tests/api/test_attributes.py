@@ -90,7 +90,8 @@ def test_unknown_deployable_is_400(client, db, dep):
     {},
     {"attribute": {}},
     {"key": "rc", "value": "FPGA"},
-    {"deployable_id": "1", "key": "rc", "value": "FPGA"},
+    {"deployable_id": "x1", "key": "rc", "value": "FPGA"},  # digits as a string: the CLI's
+    {"deployable_id": "01", "key": "rc", "value": "FPGA"},
     {"deployable_id": 0, "key": "rc", "value": "FPGA"},
     {"deployable_id": 1, "key": "", "value": "FPGA"},
     {"deployable_id": 1, "key": " rc", "value": "FPGA"},

@@ -207,11 +207,14 @@ def test_device_list_show_disable_enable(cli, fake_device) -> None:
 # ---- deployables -----------------------------------------------------------------------------
 
 def test_deployable_list_and_show(cli, fake_deployable) -> None:
-    listed = cli.json("accelerator", "deployable", "list")
-    assert fake_deployable["uuid"] in {d["uuid"] for d in listed}
+    listed = {d["uuid"]: d for d in cli.json("accelerator", "deployable", "list", "--long")}
+    assert listed[fake_deployable["uuid"]]["num_accelerators"] == \
+        fake_deployable["num_accelerators"]
+    assert listed[fake_deployable["uuid"]]["device_id"] == fake_deployable["device_id"]
     shown = cli.json("accelerator", "deployable", "show", fake_deployable["uuid"])
-    assert shown["name"] == fake_deployable["name"]
-    assert shown["num_accelerators"] == fake_deployable["num_accelerators"]
+    assert (shown["uuid"], shown["name"]) == (fake_deployable["uuid"], fake_deployable["name"])
+    missing = cli.run("accelerator", "deployable", "show", str(uuid.uuid4()), check=False)
+    assert missing.returncode != 0
 
 
 def test_deployable_program(cli, cloud, acceld_all, http, fake_deployable) -> None:

@@ -60,7 +60,9 @@ def create_attribute(req: falcon.Request, resp: falcon.Response) -> None:
         body = body["attribute"]
     wire.validate(schemas.CREATE, body)
     uuid = str(uuidlib.UUID(body["uuid"])) if body.get("uuid") else str(uuidlib.uuid4())
-    dep_id, key = body["deployable_id"], body["key"]
+    dep_id, key = int(body["deployable_id"]), body["key"]
+    if dep_id > 2**31 - 1:
+        raise errors.BadRequest(f"Invalid request body at 'deployable_id': {dep_id} is too large.")
     try:
         with api.db.write() as conn:
             if not db.deployable_exists(conn, dep_id):

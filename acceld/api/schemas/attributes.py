@@ -7,8 +7,10 @@ from acceld.api.schemas import common
 attribute = {
     "type": "object",
     "properties": {
-        # The deployable's integer id, as upstream shows it in deployable_id.
-        "deployable_id": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+        # The deployable's integer id, as upstream shows it in deployable_id. The openstack
+        # CLI sends it as a string of digits (a positional argument); upstream accepts that.
+        "deployable_id": {"oneOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                                    {"type": "string", "pattern": r"^[1-9][0-9]{0,9}$"}]},
         "key": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^\S(.*\S)?$"},
         "value": {"type": "string", "maxLength": 255},
         "uuid": common.uuid,
