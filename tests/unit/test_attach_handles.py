@@ -243,7 +243,7 @@ def test_unbind_while_preparing_queues_the_release(node):
     worker = BindWorker(node.conf, node.db)
     worker._finish_prepared = lambda *args: False
     arq_uuid = node.bind(worker)
-    [held] = node.in_use()
+    assert len(node.in_use()) == 1
     node.unbind(arq_uuid)
     assert node.arq(arq_uuid)["state"] == "Unbound"
     assert len(node.queue()) == 1
@@ -328,7 +328,7 @@ def test_agent_driver_failure_is_502(tmp_path):
 
 
 def test_pci_handle_needs_nothing_from_the_fake_driver(tmp_path):
-    steps, fake, _, body = _steps(tmp_path)
+    _, fake, _, _ = _steps(tmp_path)
     handle = AttachHandle("TEST_PCI", {"domain": "0000", "bus": "0c", "device": "0",
                                        "function": "0"})
     assert fake.prepare_attach_handle(handle) is handle
