@@ -61,18 +61,24 @@ class Client:
         with socket.create_connection((self.host, self.port), timeout=self.timeout) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.sendall(head.encode() + data)
-            chunks = []
-            while True:
+            # Read the head, then exactly Content-Length bytes, and close at once as HTTP
+            # clients do (waiting for the server's FIN would add a round trip per request).
+            raw = b""
+            while (header_end := raw.find(b"\r\n\r\n")) < 0:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise HttpError(f"{method} {path}: incomplete response ({len(raw)} bytes)")
+                raw += chunk
+            length = _content_length(raw[:header_end])
+            body = bytearray(raw[header_end + 4:])
+            while (length is None or len(body) < length):
                 chunk = sock.recv(262144)
                 if not chunk:
                     break
-                chunks.append(chunk)
-        raw = b"".join(chunks)
-        header_end = raw.find(b"\r\n\r\n")
-        if header_end < 0:
-            raise HttpError(f"{method} {path}: incomplete response ({len(raw)} bytes)")
-        status = int(raw[9:12])
-        return Response(status, raw[header_end + 4:])
+                body += chunk
+        if length is not None and len(body) < length:
+            raise HttpError(f"{method} {path}: body cut short ({len(body)} of {length} bytes)")
+        return Response(int(raw[9:12]), bytes(body))
 
     def expect(self, status: int | tuple[int, ...], method: str, path: str,
                body: object | None = None) -> Response:
@@ -81,6 +87,14 @@ class Client:
         if resp.status not in wanted:
             raise HttpError(f"{method} {path}: {resp.status} {resp.body[:300]!r}")
         return resp
+
+
+def _content_length(head: bytes) -> int | None:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return None
 
 
 # An operation gets (client, worker index, iteration) and performs one unit of work.

@@ -26,8 +26,9 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / ".upstream"
 VENV = BASE / "venv"
-STAMP = VENV / ".installed-17.0.0"
-PACKAGES = ["openstack-cyborg==17.0.0", "gunicorn>=23,<28"]
+STAMP = VENV / ".installed-17.0.0-h1c"
+# The same gunicorn, with the same C HTTP parser, as acceld's API gets: one server stack.
+PACKAGES = ["openstack-cyborg==17.0.0", "gunicorn>=23,<28", "gunicorn-h1c>=0.6"]
 HOSTNAME = "bench-node"
 # Upstream insists on UUID-shaped project ids (Keystone's); both sides get the same headers.
 HEADERS = {"X-User-Id": "5f0c8a8e1b7d4f6c9a2e3b4c5d6e7f80",
