@@ -8,7 +8,7 @@ import falcon
 import orjson
 from jsonschema import Draft202012Validator
 
-from acceld.api import errors
+from acceld.api import errors, fastcheck
 
 _JSON_TYPES = ("application/json",)
 
@@ -32,7 +32,13 @@ def read_json(req: falcon.Request) -> Any:
 
 
 def validate(validator: Draft202012Validator, document: Any, what: str = "request body") -> None:
-    """400 naming the first problem found, with its location."""
+    """400 naming the first problem found, with its location.
+
+    Valid documents (nearly every request) are passed by a compiled check (see
+    acceld.api.fastcheck, about a tenth of the cost); anything it does not pass goes to
+    jsonschema, which decides and words the message."""
+    if fastcheck.passes(validator, document):
+        return
     error = next(iter(validator.iter_errors(document)), None)
     if error is None:
         return
