@@ -96,5 +96,15 @@ def self_link(req: falcon.Request, collection: str, ident: str) -> list[dict[str
 
 
 def timestamp(value) -> str | None:  # type: ignore[no-untyped-def]
-    """UTC timestamps as upstream writes them: ISO 8601 with +00:00."""
-    return None if value is None else value.isoformat() + "+00:00"
+    """UTC timestamps as upstream writes them: ISO 8601 with +00:00.
+
+    ``value`` is a naive UTC datetime, or the text SQLite stores it as
+    (``YYYY-MM-DD HH:MM:SS[.ffffff]``) when a list reads driver rows directly
+    (acceld.db.rows.driver_rows); both give the same string."""
+    if value is None:
+        return None
+    if value.__class__ is str:
+        text = f"{value[:10]}T{value[11:]}"
+        # datetime.isoformat() leaves out a zero fraction; so does this.
+        return (text[:-7] if text.endswith(".000000") else text) + "+00:00"
+    return value.isoformat() + "+00:00"

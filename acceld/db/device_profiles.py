@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Row, bindparam, delete, exists, func, insert,
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import device_profiles as dp
 from acceld.db.models import utcnow
+from acceld.db.rows import driver_rows
 
 _COLUMNS = (dp.c.id, dp.c.uuid, dp.c.name, dp.c.description, dp.c.profile_json,
             dp.c.created_at, dp.c.updated_at)
@@ -24,10 +25,11 @@ _TAKEN = select(dp.c.name, dp.c.uuid).where(
 _INSERT = insert(dp)
 
 
-def list_profiles(conn: Connection, names: Sequence[str] | None = None) -> Sequence[Row]:
+def list_profiles(conn: Connection, names: Sequence[str] | None = None) -> Sequence[tuple]:
+    """Driver rows in _COLUMNS order (see acceld.db.rows)."""
     if names is None:
-        return conn.execute(_LIST_ALL).all()
-    return conn.execute(_LIST_NAMED, {"names": list(names)}).all()
+        return driver_rows(conn, _LIST_ALL)
+    return driver_rows(conn, _LIST_NAMED, {"names": list(names)})
 
 
 _BY_UUID = select(*_COLUMNS).where(dp.c.uuid == bindparam("uuid"))
