@@ -21,6 +21,7 @@ from acceld.db.models import attach_handles as handles
 from acceld.db.models import bind_jobs as jobs
 from acceld.db.models import device_profiles as dp
 from acceld.db.models import utcnow
+from acceld.db.rows import driver_rows
 
 INITIAL = "Initial"
 BIND_STARTED = "BindStarted"
@@ -63,14 +64,15 @@ def _wire_query():  # type: ignore[no-untyped-def]
 
 
 def list_arqs(conn: Connection, *, project_id: str | None = None,
-              instance_uuid: str | None = None) -> Sequence[Row]:
+              instance_uuid: str | None = None) -> Sequence[tuple]:
     """ARQs for the API, oldest first; ``project_id`` None means every project (admins)."""
     query = _wire_query().order_by(arqs.c.id)
     if project_id is not None:
         query = query.where(arqs.c.project_id == project_id)
     if instance_uuid is not None:
         query = query.where(arqs.c.instance_uuid == instance_uuid)
-    return conn.execute(query).all()
+    # Driver tuples in WIRE_FIELDS order: no per-value processing for 1,000 rows.
+    return driver_rows(conn, query)
 
 
 def get_by_uuid(conn: Connection, uuid: str, project_id: str | None = None) -> Row | None:

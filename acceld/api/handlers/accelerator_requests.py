@@ -160,7 +160,8 @@ def list_arqs(req: falcon.Request, resp: falcon.Response) -> None:
                                 "the only value accepted is 'resolved'.")
     with api.db.read() as conn:
         rows = db.list_arqs(conn, project_id=_scope(req), instance_uuid=instance)
-    if bind_state and instance and any(r.state not in db.RESOLVED for r in rows):
+    state = db.WIRE_FIELDS.index("state")  # rows are driver tuples in WIRE_FIELDS order
+    if bind_state and instance and any(r[state] not in db.RESOLVED for r in rows):
         raise errors.Locked("")
     to_wire = serializer(req)
     wire.respond(resp, {"arqs": [to_wire(r) for r in rows]})
