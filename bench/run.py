@@ -323,7 +323,7 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    free = subprocess.run(["free", "-h"], capture_output=True, text=True).stdout.strip()
+    free = subprocess.run(["free", "-h"], capture_output=True, text=True).stdout.rstrip()
     return (f"- CPU: {cpu}; `nproc` = {os.cpu_count()}\n- Python {platform.python_version()}, "
             f"{platform.system()} {platform.release()}\n- `free -h`:\n\n```\n{free}\n```")
 

@@ -138,12 +138,13 @@ def run_scale(workdir: Path, agents: int, per_agent: int,
             ev = events[f"{phase}_end"]
             written = _rows_written(db, start.db_time, end.db_time)
             per_min = 60.0 / seconds
+            changed = (f"{ev['devices_changed']} devices changed, " if phase == "churn"
+                       else "")
             rows.append((label, (
-                f"conductor CPU {cpu * per_min:.1f} s/min; {ev['hellos'] * per_min:,.0f} "
-                f"hellos/min, {ev['pulls'] * per_min:,.0f} pulls/min; inventory rows written "
-                f"{written * per_min:,.0f}/min; conductor write syscalls {syscw * per_min:,.0f}"
-                f"/min, {wbytes * per_min / 1e6:.1f} MB/min to disk"
-                + (f"; {ev['devices_changed']} devices changed" if phase == "churn" else ""))))
+                f"over {seconds:.0f} s: {changed}{ev['hellos']:,} hellos, {ev['pulls']:,} "
+                f"pulls, {written:,} inventory rows written. Per minute: conductor CPU "
+                f"{cpu * per_min:.1f} s, {syscw * per_min:,.0f} write syscalls, "
+                f"{wbytes * per_min / 1e6:.1f} MB written to disk")))
         return rows
     finally:
         if sim is not None and sim.poll() is None:

@@ -51,8 +51,12 @@ def ensure_venv(log=print) -> Path:  # type: ignore[no-untyped-def]
     started = time.monotonic()
     base_python = getattr(sys, "_base_executable", None) or sys.executable
     subprocess.run([base_python, "-m", "venv", "--clear", str(VENV)], check=True)
-    subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                    "--disable-pip-version-check", *PACKAGES], check=True)
+    done = subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                           "--disable-pip-version-check", *PACKAGES],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"installing upstream failed:\n{done.stdout[-3000:]}"
+                           f"{done.stderr[-3000:]}")
     STAMP.touch()
     log(f"installed in {time.monotonic() - started:.0f} s")
     return VENV
