@@ -14,7 +14,6 @@ that a restarted agent learns of it again.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from typing import Any, Callable
 
@@ -22,10 +21,11 @@ import falcon
 from oslo_config import cfg
 
 from acceld.agent.hardware import HelloLoop, digest
-from acceld.clients.internal import InternalClient, scheme, tls_verify
+from acceld.clients.internal import scheme
 from acceld.drivers import loader
 from acceld.drivers.base import Driver
-from acceld.internal.server import Handler, InternalServer, build_app, respond
+from acceld.internal.server import Handler, InternalServer, advertised_endpoint, respond, serve
+from acceld.services.lifecycle import repeat_until_stopped, run_until_signalled
 from acceld.services.secrets import internal_secret
 
 LOG = logging.getLogger(__name__)
@@ -88,8 +88,7 @@ class DriverProcess:
 
     def endpoint(self) -> str:
         assert self.server is not None
-        host_port = f"{self.conf.driver.host_ip}:{self.server.port}"
-        return f"https://{host_port}" if self.conf.internal.tls_cert_file else host_port
+        return advertised_endpoint(self.conf, self.conf.driver.host_ip, self.server.port)
 
     def hello_body(self) -> dict[str, Any]:
         return {"status": "READY", "endpoint": self.endpoint(),
@@ -97,26 +96,18 @@ class DriverProcess:
                 "hardware_digest": self.hardware()[1]}
 
     def start(self) -> "DriverProcess":
-        app = build_app(self.secret, self.conf.internal.credential_ttl, self.routes())
-        self.server = InternalServer(app, self.conf.driver.host_ip, self.conf.driver.port,
-                                     cert_file=self.conf.internal.tls_cert_file,
-                                     key_file=self.conf.internal.tls_key_file).start()
+        self.server = serve(self.conf, self.secret, self.routes(), self.conf.driver.host_ip,
+                            self.conf.driver.port)
         self.discover()
         url = agent_url(self.conf)
-        self.hello = HelloLoop(InternalClient(url, self.secret, timeout=60,
-                                              verify=tls_verify(self.conf)),
-                               self.conf.agent.heartbeat_interval, self.hello_body,
-                               f"agent {url}")
+        self.hello = HelloLoop.to_peer(self.conf, self.secret, url, self.hello_body,
+                                       f"agent {url}")
         self.hello.start()
-        threading.Thread(target=self._discovery_loop, name="discovery-loop",
-                         daemon=True).start()
+        repeat_until_stopped(self._stop, lambda: self.conf.agent.discovery_interval,
+                             self.discover, "discovery-loop")
         LOG.info("Driver %s listening on %s, registering with %s", self.driver.name,
                  self.server.url, url)
         return self
-
-    def _discovery_loop(self) -> None:
-        while not self._stop.wait(self.conf.agent.discovery_interval):
-            self.discover()
 
     def stop(self) -> None:
         self._stop.set()
@@ -126,11 +117,7 @@ class DriverProcess:
             self.server.stop()
 
     def wait(self) -> None:
-        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
-        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
-        while not self._stop.wait(0.5):
-            pass
-        self.stop()
+        run_until_signalled(self._stop, self.stop)
 
 
 # Extra routes of a driver process (e.g. programming), each factory taking the DriverProcess.

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import orjson
 import requests
 
-from acceld.clients.internal import InternalClient, InternalError
+from acceld.clients.internal import InternalClient, InternalError, tls_verify
 
 LOG = logging.getLogger(__name__)
 
@@ -54,6 +54,13 @@ class HelloLoop:
         self._last_error: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"hello-{peer}", daemon=True)
         self.beats = 0
+
+    @classmethod
+    def to_peer(cls, conf, secret: bytes, url: str,  # type: ignore[no-untyped-def]
+                body: Callable[[], dict], peer: str) -> "HelloLoop":
+        """A loop (not started) to the internal server at ``url``, every heartbeat interval."""
+        return cls(InternalClient(url, secret, timeout=60, verify=tls_verify(conf)),
+                   conf.agent.heartbeat_interval, body, peer)
 
     def start(self) -> None:
         self._thread.start()

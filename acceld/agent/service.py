@@ -18,7 +18,6 @@ it. In-process drivers come from ``[agent] enabled_drivers`` (entry points).
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,10 +30,12 @@ from oslo_config import cfg
 
 from acceld.agent.hardware import HelloLoop, digest
 from acceld.clients.conductor import conductor_url
-from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
+from acceld.clients.internal import InternalClient, InternalError, internal_url, tls_verify
 from acceld.drivers import loader
 from acceld.drivers.base import Driver
-from acceld.internal.server import Handler, InternalServer, build_app, json_body, respond
+from acceld.internal.server import (Handler, InternalServer, advertised_endpoint, json_body,
+                                    respond, serve)
+from acceld.services.lifecycle import repeat_until_stopped, run_until_signalled
 from acceld.services.secrets import internal_secret
 
 LOG = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ class Agent:
         return records, digest(records)
 
     def client(self, endpoint: str, timeout: float = 30.0) -> InternalClient:
-        url = endpoint if "://" in endpoint else f"{scheme(self.conf)}://{endpoint}"
+        url = internal_url(self.conf, endpoint)
         return InternalClient(url, self.secret, timeout=timeout, verify=tls_verify(self.conf))
 
     # Discovery
@@ -208,8 +209,7 @@ class Agent:
         assert self.server is not None
         if self.conf.agent.advertise_endpoint:
             return self.conf.agent.advertise_endpoint
-        host_port = f"{self.conf.agent.host_ip}:{self.server.port}"
-        return f"https://{host_port}" if self.conf.internal.tls_cert_file else host_port
+        return advertised_endpoint(self.conf, self.conf.agent.host_ip, self.server.port)
 
     def hello_body(self) -> dict[str, Any]:
         return {"status": "READY", "endpoint": self.endpoint(), "hostname": self.hostname,
@@ -218,28 +218,19 @@ class Agent:
                 "drivers": [d.name for d in self.drivers]}
 
     def start(self) -> "Agent":
-        app = build_app(self.secret, self.conf.internal.credential_ttl, self.routes())
-        self.server = InternalServer(app, self.conf.agent.host_ip, self.conf.agent.port,
-                                     cert_file=self.conf.internal.tls_cert_file,
-                                     key_file=self.conf.internal.tls_key_file).start()
+        self.server = serve(self.conf, self.secret, self.routes(), self.conf.agent.host_ip,
+                            self.conf.agent.port)
         self.discover()
         url = conductor_url(self.conf)
-        self.hello = HelloLoop(InternalClient(url, self.secret, timeout=60,
-                                              verify=tls_verify(self.conf)),
-                               self.conf.agent.heartbeat_interval, self.hello_body,
-                               f"conductor {url}")
+        self.hello = HelloLoop.to_peer(self.conf, self.secret, url, self.hello_body,
+                                       f"conductor {url}")
         self.hello.start()
-        thread = threading.Thread(target=self._discovery_loop, name="discovery-loop",
-                                  daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        self._threads.append(repeat_until_stopped(
+            self._stop, lambda: self.conf.agent.discovery_interval, self.discover,
+            "discovery-loop"))
         LOG.info("Agent of host %s listening on %s with drivers %s", self.hostname,
                  self.server.url, ", ".join(d.name for d in self.drivers) or "none")
         return self
-
-    def _discovery_loop(self) -> None:
-        while not self._stop.wait(self.conf.agent.discovery_interval):
-            self.discover()
 
     def stop(self) -> None:
         self._stop.set()
@@ -251,11 +242,7 @@ class Agent:
             thread.join(timeout=5)
 
     def wait(self) -> None:
-        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
-        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
-        while not self._stop.wait(0.5):
-            pass
-        self.stop()
+        run_until_signalled(self._stop, self.stop)
 
 
 # Extra internal routes of the agent, each factory taking the Agent and returning

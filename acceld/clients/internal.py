@@ -21,6 +21,11 @@ def scheme(conf) -> str:  # type: ignore[no-untyped-def]
     return "https" if conf.internal.tls_cert_file else "http"
 
 
+def internal_url(conf, endpoint: str) -> str:  # type: ignore[no-untyped-def]
+    """An advertised ``host:port`` (or full URL) as a URL with the internal scheme."""
+    return endpoint if "://" in endpoint else f"{scheme(conf)}://{endpoint}"
+
+
 class InternalError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}")

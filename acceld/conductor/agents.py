@@ -32,7 +32,7 @@ from oslo_config import cfg
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
+from acceld.clients.internal import InternalClient, InternalError, internal_url, tls_verify
 from acceld.conductor.reconcile import apply_report
 from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
@@ -157,7 +157,7 @@ class AgentsComponent:
 
     def _client(self, endpoint: str) -> InternalClient:
         assert self._secret is not None, "component not started"
-        url = endpoint if "://" in endpoint else f"{scheme(self.conf)}://{endpoint}"
+        url = internal_url(self.conf, endpoint)
         return InternalClient(url, self._secret, verify=tls_verify(self.conf))
 
     def request_discovery(self, hostname: str) -> None:

@@ -126,9 +126,7 @@ class BindProgramming:
         group = bind_target.group_of(arq.profile_json, arq.device_profile_group_id)
         if not (group.get(BITSTREAM_KEY) or group.get(FUNCTION_KEY)):
             return
-        if verdict is None or (verdict.hostname, verdict.device_rp_uuid,
-                               verdict.instance_uuid) != (arq.hostname, arq.device_rp_uuid,
-                                                          arq.instance_uuid):
+        if verdict is None or bind_target.target_of(verdict) != bind_target.target_of(arq):
             raise RuntimeError(f"bind target of ARQ {arq.uuid} changed while its device was "
                                "being programmed; the bind is retried")
         if verdict.refusal:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 from sqlalchemy import Connection, Row, false, select, update
@@ -37,6 +37,14 @@ class BindRefused(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def target_of(row: Any) -> tuple[str, str, str]:
+    """(hostname, device_rp_uuid, instance_uuid) of an ARQ row or of a verdict about one.
+
+    A verdict decided before the bind transaction applies only while this is unchanged.
+    """
+    return (row.hostname, row.device_rp_uuid, row.instance_uuid)
 
 
 @dataclass

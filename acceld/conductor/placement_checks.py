@@ -23,7 +23,7 @@ from oslo_config import cfg
 from sqlalchemy import select
 
 from acceld.clients import placement as pl
-from acceld.conductor.bind_target import BindRefused
+from acceld.conductor.bind_target import BindRefused, target_of
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests
 
@@ -101,9 +101,7 @@ class BindPlacementCheck:
         """
         if self.client is None:
             return
-        if verdict is None or (verdict.hostname, verdict.device_rp_uuid,
-                               verdict.instance_uuid) != (arq.hostname, arq.device_rp_uuid,
-                                                          arq.instance_uuid):
+        if verdict is None or target_of(verdict) != target_of(arq):
             raise RuntimeError(f"bind target of ARQ {arq.uuid} changed during the Placement "
                                "check; the bind is retried")
         if verdict.refusal:

@@ -22,19 +22,14 @@ import uuid as uuidlib
 from typing import Any
 
 import falcon
-import orjson
-import requests
 from oslo_config import cfg
-from sqlalchemy import select
 
-from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
+from acceld.clients.agent import AgentCallError, AgentCaller, AgentUnavailable
 from acceld.conductor.service import PeriodicTask
 from acceld.db import deployables as dep_db
 from acceld.db import leases
 from acceld.db.engine import Database
-from acceld.db.models import agents
 from acceld.internal.server import json_body, respond
-from acceld.services.secrets import internal_secret
 
 LOG = logging.getLogger(__name__)
 
@@ -63,13 +58,7 @@ class Programmer:
     def __init__(self, conf: cfg.ConfigOpts, db: Database, secret: bytes | None = None) -> None:
         self.conf = conf
         self.db = db
-        self._secret = secret
-
-    @property
-    def secret(self) -> bytes:
-        if self._secret is None:
-            self._secret = internal_secret(self.conf)
-        return self._secret
+        self.agents = AgentCaller(conf, db, secret)
 
     def program(self, deployable_uuid: str, kind: str, *, image_id: str | None = None,
                 function_id: str | None = None) -> str:
@@ -79,7 +68,7 @@ class Programmer:
                                     f"{', '.join(KINDS)}.")
         if (image_id is None) == (function_id is None):
             raise ProgramError(400, "Name exactly one of image_id and function_id.")
-        target, endpoint = self._locate(deployable_uuid)
+        target, url = self._locate(deployable_uuid)
         request: dict[str, Any] = {"driver_name": target.driver_name,
                                    "deployable_name": local_name(target.name, target.hostname),
                                    "kind": kind}
@@ -88,7 +77,7 @@ class Programmer:
         else:
             request["function_id"] = function_id
         with self._lease(target.uuid, target.name):
-            answer = self._call_agent(endpoint, target.hostname, request)
+            answer = self._call_agent(url, target.hostname, request)
             written = answer.get("image_id") if isinstance(answer, dict) else None
             if not isinstance(written, str):
                 raise ProgramError(502, f"The agent of host {target.hostname} answered "
@@ -105,8 +94,8 @@ class Programmer:
     def resolve_function(self, deployable_uuid: str, function_id: str) -> str:
         """The image id ``function_id`` stands for, asked of the deployable's agent (the
         image source is the node's). Raises ProgramError."""
-        target, endpoint = self._locate(deployable_uuid)
-        answer = self._call_agent(endpoint, target.hostname, {"function_id": function_id},
+        target, url = self._locate(deployable_uuid)
+        answer = self._call_agent(url, target.hostname, {"function_id": function_id},
                                   path="/images/resolve")
         image_id = answer.get("image_id") if isinstance(answer, dict) else None
         if not isinstance(image_id, str):
@@ -115,48 +104,32 @@ class Programmer:
         return image_id
 
     def _locate(self, deployable_uuid: str):  # type: ignore[no-untyped-def]
-        """The deployable (with its node) and its agent's endpoint, or ProgramError."""
+        """The deployable (with its node) and its agent's URL, or ProgramError."""
         with self.db.read() as conn:
             target = dep_db.program_target(conn, deployable_uuid)
-            agent = None if target is None else conn.execute(
-                select(agents.c.endpoint, agents.c.state).where(
-                    agents.c.hostname == target.hostname)).first()
-        if target is None:
-            raise ProgramError(404, f"Deployable {deployable_uuid} could not be found.")
-        if agent is None:
-            raise ProgramError(503, f"No agent has registered for host {target.hostname}, "
-                                    f"where deployable {target.name} is.")
-        if agent.state != "up":
-            raise ProgramError(503, f"The agent of host {target.hostname} is down; deployable "
-                                    f"{target.name} cannot be programmed now.")
-        return target, agent.endpoint
+            if target is None:
+                raise ProgramError(404, f"Deployable {deployable_uuid} could not be found.")
+            try:
+                url = self.agents.locate(target.hostname, conn)
+            except AgentUnavailable as exc:
+                raise ProgramError(503, (
+                    f"The agent of host {target.hostname} is down; deployable "
+                    f"{target.name} cannot be programmed now." if exc.registered else
+                    f"No agent has registered for host {target.hostname}, where deployable "
+                    f"{target.name} is.")) from None
+        return target, url
 
-    def _call_agent(self, endpoint: str, hostname: str, request: dict,
+    def _call_agent(self, url: str, hostname: str, request: dict,
                     path: str = "/program") -> Any:
         timeout = float(self.conf.conductor.program_timeout)
-        url = endpoint if "://" in endpoint else f"{scheme(self.conf)}://{endpoint}"
-        client = InternalClient(url, self.secret, timeout=timeout, verify=tls_verify(self.conf))
         try:
-            return client.call("POST", path, request, timeout=timeout)
-        except InternalError as exc:
-            message = _message(exc)
-            if exc.status == 401:
-                raise ProgramError(502, f"The agent of host {hostname} refused the conductor's "
-                                        "internal credential; check [internal] shared_secret."
-                                   ) from None
-            if exc.status >= 500:
-                status = exc.status if exc.status in (502, 503) else 502
-                raise ProgramError(status, message) from None
-            raise ProgramError(exc.status, message) from None
-        except requests.Timeout:
-            raise ProgramError(502, f"The agent of host {hostname} did not finish programming "
-                                    f"within {timeout:.0f} s ([conductor] program_timeout); "
-                                    "the device state is unknown.") from None
-        except requests.RequestException as exc:
-            raise ProgramError(503, f"The agent of host {hostname} could not be reached: "
-                                    f"{exc.__class__.__name__}.") from None
-        finally:
-            client.close()
+            return self.agents.post(
+                url, hostname, path, request, timeout=timeout,
+                timeout_message=f"The agent of host {hostname} did not finish programming "
+                                f"within {timeout:.0f} s ([conductor] program_timeout); "
+                                "the device state is unknown.")
+        except AgentCallError as exc:
+            raise ProgramError(exc.status, exc.message) from None
 
     def _lease(self, deployable_uuid: str, name: str):  # type: ignore[no-untyped-def]
         return _ProgramLease(self.db, deployable_uuid, name,
@@ -192,13 +165,6 @@ class _ProgramLease:
             leases.release(self.db, self.name, self.owner)
         except Exception:  # noqa: BLE001 - the lease lapses by itself; never mask the result
             LOG.exception("Could not release lease %s", self.name)
-
-
-def _message(exc: InternalError) -> str:
-    try:
-        return str(orjson.loads(exc.message)["error"])
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return exc.message
 
 
 class ProgrammingComponent:

@@ -15,7 +15,6 @@ decides which). Components:
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 import uuid
@@ -26,7 +25,8 @@ from oslo_config import cfg
 
 from acceld.db import leases
 from acceld.db.engine import Database
-from acceld.internal.server import Handler, InternalServer, build_app
+from acceld.internal.server import Handler, InternalServer, serve
+from acceld.services.lifecycle import run_until_signalled
 from acceld.services.secrets import internal_secret
 
 LOG = logging.getLogger(__name__)
@@ -63,10 +63,8 @@ class Conductor:
         routes: dict[str, dict[str, Handler]] = {}
         for component in self.components:
             routes.update(component.routes())
-        app = build_app(internal_secret(self.conf), self.conf.internal.credential_ttl, routes)
-        self.server = InternalServer(app, self.conf.conductor.host_ip, self.conf.conductor.port,
-                                     cert_file=self.conf.internal.tls_cert_file,
-                                     key_file=self.conf.internal.tls_key_file).start()
+        self.server = serve(self.conf, internal_secret(self.conf), routes,
+                            self.conf.conductor.host_ip, self.conf.conductor.port)
         for component in self.components:
             component.start()
         for component in self.components:
@@ -99,11 +97,7 @@ class Conductor:
 
     def wait(self) -> None:
         """Block until SIGTERM or SIGINT, then stop."""
-        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
-        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
-        while not self._stop.wait(0.5):
-            pass
-        self.stop()
+        run_until_signalled(self._stop, self.stop)
 
 
 # Component factories, in start order. Each takes (conf, db) and returns a Component.

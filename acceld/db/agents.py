@@ -94,3 +94,9 @@ def is_up(conn: Connection, hostname: str) -> bool:
     """
     state = conn.execute(select(agents.c.state).where(agents.c.hostname == hostname)).scalar()
     return state != "down"
+
+
+def reachability(conn: Connection, hostname: str) -> Any:
+    """The agent's ``endpoint`` and ``state`` (a row), or None when it never registered."""
+    return conn.execute(select(agents.c.endpoint, agents.c.state).where(
+        agents.c.hostname == hostname)).first()

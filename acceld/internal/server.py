@@ -117,3 +117,17 @@ class InternalServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def serve(conf, secret: bytes, routes: dict[str, dict[str, Handler]],  # type: ignore[no-untyped-def]
+          host: str, port: int) -> InternalServer:
+    """Start the authenticated internal app for ``routes``, with TLS from ``[internal]``."""
+    app = build_app(secret, conf.internal.credential_ttl, routes)
+    return InternalServer(app, host, port, cert_file=conf.internal.tls_cert_file,
+                          key_file=conf.internal.tls_key_file).start()
+
+
+def advertised_endpoint(conf, host: str, port: int) -> str:  # type: ignore[no-untyped-def]
+    """What a server tells its peer to call: ``host:port``, or an https URL under TLS."""
+    host_port = f"{host}:{port}"
+    return f"https://{host_port}" if conf.internal.tls_cert_file else host_port

@@ -1,0 +1,108 @@
+"""The conductor's signed calls to a node's agent, with one way of reporting failures.
+
+The agent is found in the ``agents`` table by hostname (a read transaction that
+ends before the call: no write transaction is ever held across the network).
+Every failure becomes :class:`AgentCallError` with the status the conductor acts
+on: 503 the agent is unknown, down or unreachable (nothing ran: retry later);
+502 it refused the credential, failed, or did not answer in time
+(``timed_out``: what it did on the host is unknown); the agent's own 4xx
+otherwise. Callers translate it into their own error type and wording.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import requests
+from oslo_config import cfg
+from sqlalchemy import Connection
+
+from acceld.clients.internal import InternalClient, InternalError, internal_url, tls_verify
+from acceld.db import agents as agents_db
+from acceld.db.engine import Database
+from acceld.services.secrets import internal_secret
+
+
+class AgentCallError(Exception):
+    """A call to an agent did not succeed; ``status`` and ``message`` say how."""
+
+    def __init__(self, status: int, message: str, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.timed_out = timed_out
+
+
+class AgentUnavailable(AgentCallError):
+    """The host has no agent (``registered`` False) or its agent is marked down: 503."""
+
+    def __init__(self, hostname: str, registered: bool) -> None:
+        super().__init__(503, f"The agent of host {hostname} is down." if registered
+                         else f"No agent has registered for host {hostname}.")
+        self.registered = registered
+
+
+def error_message(exc: InternalError) -> str:
+    """The ``error`` of an internal server's JSON error body, else the raw text."""
+    try:
+        return str(orjson.loads(exc.message)["error"])
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return exc.message
+
+
+class AgentCaller:
+    """Signed POSTs to the agents of nodes; safe to share between threads."""
+
+    def __init__(self, conf: cfg.ConfigOpts, db: Database, secret: bytes | None = None) -> None:
+        self.conf = conf
+        self.db = db
+        self._secret = secret
+
+    @property
+    def secret(self) -> bytes:
+        if self._secret is None:
+            self._secret = internal_secret(self.conf)
+        return self._secret
+
+    def locate(self, hostname: str, conn: Connection | None = None) -> str:
+        """The URL of the host's agent if it is up; AgentUnavailable otherwise.
+
+        ``conn`` reads inside the caller's transaction; without it a read of its own.
+        """
+        if conn is None:
+            with self.db.read() as own:
+                agent = agents_db.reachability(own, hostname)
+        else:
+            agent = agents_db.reachability(conn, hostname)
+        if agent is None:
+            raise AgentUnavailable(hostname, registered=False)
+        if agent.state != "up":
+            raise AgentUnavailable(hostname, registered=True)
+        return internal_url(self.conf, agent.endpoint)
+
+    def post(self, url: str, hostname: str, path: str, body: Any, *, timeout: float,
+             timeout_message: str) -> Any:
+        """POST ``body`` to the agent at ``url``; its answer, or AgentCallError.
+
+        ``timeout_message`` is the message when the agent did not answer in time.
+        """
+        client = InternalClient(url, self.secret, timeout=timeout, verify=tls_verify(self.conf))
+        try:
+            return client.call("POST", path, body, timeout=timeout)
+        except InternalError as exc:
+            if exc.status == 401:
+                raise AgentCallError(502, f"The agent of host {hostname} refused the "
+                                          "conductor's internal credential; check [internal] "
+                                          "shared_secret.") from None
+            status = exc.status
+            if status >= 500 and status not in (502, 503):
+                status = 502
+            raise AgentCallError(status, error_message(exc)) from None
+        except requests.Timeout:
+            raise AgentCallError(502, timeout_message, timed_out=True) from None
+        except requests.RequestException as exc:
+            raise AgentCallError(503, f"The agent of host {hostname} could not be reached: "
+                                      f"{exc.__class__.__name__}.") from None
+        finally:
+            client.close()
