@@ -110,7 +110,7 @@ def write_conf(path: Path, sections: dict[str, dict[str, object]]) -> str:
     return str(path)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
 def db_url(request, tmp_path):
     with private_database(request.param, tmp_path) as url:
         yield url
