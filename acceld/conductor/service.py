@@ -14,6 +14,7 @@ decides which). Components:
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
@@ -100,57 +101,24 @@ class Conductor:
         run_until_signalled(self._stop, self.stop)
 
 
-# Component factories, in start order. Each takes (conf, db) and returns a Component.
-COMPONENT_FACTORIES: list[Callable[[cfg.ConfigOpts, Database], Component]] = []
+# The conductor's components, in start order, as "module:class"; each class takes
+# (conf, db). Imported when the conductor is built: their modules import this one.
+COMPONENTS: list[str] = [
+    "acceld.conductor.binding:BindingComponent",
+    "acceld.conductor.placement_sync:PlacementSync",
+    "acceld.conductor.programming:ProgrammingComponent",
+    "acceld.conductor.agents:AgentsComponent",
+    "acceld.conductor.handle_release:HandleReleaseComponent",
+]
 
 
-def _binding(conf: cfg.ConfigOpts, db: Database) -> Component:
-    from acceld.conductor.binding import BindingComponent  # imports this module: load late
-
-    return BindingComponent(conf, db)
-
-
-COMPONENT_FACTORIES.append(_binding)
-
-
-def _placement(conf: cfg.ConfigOpts, db: Database) -> Component:
-    from acceld.conductor.placement_sync import PlacementSync  # imports this module: load late
-
-    return PlacementSync(conf, db)
-
-
-COMPONENT_FACTORIES.append(_placement)
-
-
-def _programming(conf: cfg.ConfigOpts, db: Database) -> Component:
-    from acceld.conductor.programming import ProgrammingComponent  # imports this module
-
-    return ProgrammingComponent(conf, db)
-
-
-COMPONENT_FACTORIES.append(_programming)
-
-
-def _agents(conf: cfg.ConfigOpts, db: Database) -> Component:
-    from acceld.conductor.agents import AgentsComponent  # imports this module: load late
-
-    return AgentsComponent(conf, db)
-
-
-COMPONENT_FACTORIES.append(_agents)
-
-
-def _handle_release(conf: cfg.ConfigOpts, db: Database) -> Component:
-    from acceld.conductor.handle_release import HandleReleaseComponent  # imports this module
-
-    return HandleReleaseComponent(conf, db)
-
-
-COMPONENT_FACTORIES.append(_handle_release)
+def _component(path: str, conf: cfg.ConfigOpts, db: Database) -> Component:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)(conf, db)
 
 
 def build(conf: cfg.ConfigOpts, db: Database) -> Conductor:
-    return Conductor(conf, db, [factory(conf, db) for factory in COMPONENT_FACTORIES])
+    return Conductor(conf, db, [_component(path, conf, db) for path in COMPONENTS])
 
 
 def run(conf: cfg.ConfigOpts) -> None:
