@@ -97,5 +97,10 @@ class HelloLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            self.once()
+            try:
+                self.once()
+            except Exception as exc:  # noqa: BLE001 - a dead loop would leave the node "down"
+                LOG.exception("Hello to %s failed unexpectedly; retried at the next beat",
+                              self.peer)
+                self._last_error = f"{exc.__class__.__name__}: {exc}"
             self._wake.wait(self.interval)
