@@ -64,26 +64,58 @@ class BindWorker:
         self.attach = AttachClient(conf, db)
         self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}"
         self.stopping = threading.Event()
+        # Tokens of the claims being worked on now; renew_leases keeps them from lapsing.
+        self._active: set[str] = set()
+        self._active_guard = threading.Lock()
 
     def _token(self) -> str:
         return f"{self.owner}-{uuid.uuid4().hex[:16]}"[:64]
+
+    def _activate(self, token: str) -> None:
+        with self._active_guard:
+            self._active.add(token)
+
+    def _deactivate(self, *tokens: str) -> None:
+        with self._active_guard:
+            self._active.difference_update(tokens)
+
+    def renew_leases(self) -> int:
+        """Extend the leases of the claims in progress (a periodic task of this conductor).
+
+        A batch is worked through one job at a time, and one job may wait for Placement,
+        a program (``[conductor] program_timeout``) or an attach step: longer than
+        ``bind_lease_seconds``. Without renewal the lease lapses, another worker claims
+        the same job, programs the device again, and the job's attempts run up until the
+        bind is abandoned although no conductor died.
+        """
+        with self._active_guard:
+            tokens = sorted(self._active)
+        return bind_jobs.renew(self.db, tokens, self.conf.conductor.bind_lease_seconds)
 
     def run_once(self) -> int:
         """Claim one batch of binds and one of orphaned notifications; return how many jobs."""
         lease = self.conf.conductor.bind_lease_seconds
         token = self._token()
-        claimed = bind_jobs.claim(self.db, bind_jobs.PENDING, token, self.batch, lease)
-        resolved: list[int] = []
-        for index, job in enumerate(claimed):
-            if self.stopping.is_set():
-                bind_jobs.retry_later(self.db, [j.id for j in claimed[index:]], token, 0)
-                break
-            if self._bind(job, token):
-                resolved.append(job.id)
-        self._notify(resolved, token)
+        self._activate(token)
+        try:
+            claimed = bind_jobs.claim(self.db, bind_jobs.PENDING, token, self.batch, lease)
+            resolved: list[int] = []
+            for index, job in enumerate(claimed):
+                if self.stopping.is_set():
+                    bind_jobs.retry_later(self.db, [j.id for j in claimed[index:]], token, 0)
+                    break
+                if self._bind(job, token):
+                    resolved.append(job.id)
+            self._notify(resolved, token)
+        finally:
+            self._deactivate(token)
         orphan_token = self._token()
-        orphans = bind_jobs.claim(self.db, bind_jobs.NOTIFY, orphan_token, self.batch, lease)
-        self._notify([j.id for j in orphans], orphan_token)
+        self._activate(orphan_token)
+        try:
+            orphans = bind_jobs.claim(self.db, bind_jobs.NOTIFY, orphan_token, self.batch, lease)
+            self._notify([j.id for j in orphans], orphan_token)
+        finally:
+            self._deactivate(orphan_token)
         return len(claimed) + len(orphans)
 
     def _bind(self, job, token: str) -> bool:  # type: ignore[no-untyped-def]
@@ -260,7 +292,9 @@ class BindingComponent:
         respond(resp, {"status": "woken"}, status=202)
 
     def periodic_tasks(self) -> list[PeriodicTask]:
-        return [PeriodicTask("bind-scan", self.conf.conductor.bind_poll_interval, self.scan)]
+        renew_every = max(1.0, self.conf.conductor.bind_lease_seconds / 3)
+        return [PeriodicTask("bind-scan", self.conf.conductor.bind_poll_interval, self.scan),
+                PeriodicTask("bind-lease-renew", renew_every, self.worker.renew_leases)]
 
     def scan(self) -> None:
         """Wake the workers when a job is due that no wake call announced."""

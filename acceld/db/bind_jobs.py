@@ -61,6 +61,22 @@ def claim(db: Database, phase: str, token: str, limit: int, lease_seconds: float
             jobs.c.id.in_(candidates), jobs.c.lease_owner == token).order_by(jobs.c.id)).all())
 
 
+def renew(db: Database, tokens: Sequence[str], lease_seconds: float) -> int:
+    """Extend the leases of every job still held by one of ``tokens`` (claims in progress).
+
+    A claim's work can outlast its lease (a batch of binds done one after another, a
+    program that takes minutes); without renewal another worker re-claims jobs still
+    being worked on. A conductor that dies stops renewing, so its jobs are due again
+    ``lease_seconds`` later. Returns how many leases were extended.
+    """
+    if not tokens:
+        return 0
+    now = utcnow()
+    with db.write() as conn:
+        return conn.execute(update(jobs).where(jobs.c.lease_owner.in_(list(tokens))).values(
+            lease_expires_at=now + dt.timedelta(seconds=lease_seconds))).rowcount
+
+
 def lock_owned(conn: Connection, job_id: int, token: str) -> bool:
     """Inside a bind transaction: True while ``token`` still holds pending job ``job_id``
     (not expired and re-claimed elsewhere, not replaced or dropped by an unbind or delete)."""
