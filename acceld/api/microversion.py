@@ -21,7 +21,8 @@ VERSIONS: list[tuple[str, str]] = [
     ("2.1", "An admin may set /project_id in an ARQ bind patch."),
     ("2.2", "Device profiles can be shown by name: GET /device_profiles/{name}."),
     ("2.3", "Devices show their status: enabled or maintaining."),
-    ("2.4", "acceld: ARQs show bind_failure_reason; GET /hosts lists agents and their liveness."),
+    ("2.4", "acceld: ARQs show bind_failure_reason; devices show status_reason and acc_status; "
+            "GET /hosts lists agents and their liveness."),
 ]
 
 

@@ -40,9 +40,15 @@ class RequestPlumbing:
             if not is_version_document(path):
                 req.context.version = microversion.from_header(req.get_header(microversion.HEADER))
                 resp.set_headers(microversion.response_headers(req.context.version))
+        if "\x00" in path:
+            # Path segments reach queries as text (names, hostnames); PostgreSQL refuses NUL.
+            raise errors.BadRequest("The request path holds a NUL character.")
         length = req.content_length
         if length is not None and length > self.api.conf.api.max_request_body_size:
             raise errors.PayloadTooLarge(
                 f"Request body is {length} bytes; the limit is "
                 f"{self.api.conf.api.max_request_body_size} bytes.")
-        req.context.ctx = context.from_headers(req.headers, self.api.conf, request_id)
+        ctx = req.context.ctx = context.from_headers(req.headers, self.api.conf, request_id)
+        if ctx.project_id and "\x00" in ctx.project_id:
+            # Only noauth lets a client choose it; it filters and is stored with ARQs.
+            raise errors.BadRequest("The X-Project-Id header holds a NUL character.")

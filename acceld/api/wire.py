@@ -11,6 +11,9 @@ from jsonschema import Draft202012Validator
 from acceld.api import errors, fastcheck
 
 _JSON_TYPES = ("application/json",)
+_NUL = "\x00"
+# Integer ids are 32-bit signed columns on every backend; PostgreSQL fails a larger one.
+MAX_ID = 2**31 - 1
 
 
 def read_json(req: falcon.Request) -> Any:
@@ -26,9 +29,32 @@ def read_json(req: falcon.Request) -> Any:
     if not raw.strip():
         raise errors.BadRequest("The request body is empty; a JSON document is required.")
     try:
-        return orjson.loads(raw)
+        document = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise errors.BadRequest(f"Malformed JSON in request body: {exc}") from None
+    # JSON can carry a NUL only as the escape \u0000 (a raw one is malformed), so the walk
+    # runs only when the bytes hold one.
+    if b"\\u0000" in raw and _holds_nul(document):
+        raise errors.BadRequest("The request body holds a NUL character (\\u0000) in a string; "
+                                "no field accepts one.")
+    return document
+
+
+def _holds_nul(document: Any) -> bool:
+    """True when a string (key or value) anywhere in ``document`` contains NUL: PostgreSQL
+    refuses NUL in text, so it must be a 400 before any query, on every backend alike."""
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _NUL in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def validate(validator: Draft202012Validator, document: Any, what: str = "request body") -> None:
@@ -55,7 +81,8 @@ def _deepest(error):  # type: ignore[no-untyped-def]
 
 
 def query_params(req: falcon.Request, allowed: Iterable[str]) -> dict[str, str]:
-    """The query string as a dict; 400 for a parameter the endpoint does not know or repeats."""
+    """The query string as a dict; 400 for a parameter the endpoint does not know or repeats,
+    or a value holding NUL (PostgreSQL refuses it in text)."""
     allowed = set(allowed)
     params: dict[str, str] = {}
     for name, value in falcon.uri.parse_query_string(req.query_string, keep_blank=True,
@@ -65,8 +92,18 @@ def query_params(req: falcon.Request, allowed: Iterable[str]) -> dict[str, str]:
             raise errors.BadRequest(f"Unknown query parameter {name!r}; allowed: {known}.")
         if isinstance(value, list):
             raise errors.BadRequest(f"Query parameter {name!r} is given more than once.")
+        if _NUL in value:
+            raise errors.BadRequest(f"Query parameter {name!r} holds a NUL character.")
         params[name] = value
     return params
+
+
+def int_id(value: str, what: str) -> int:
+    """A digits-only id from a query string as an int; 400 beyond the columns' range."""
+    number = int(value)
+    if number > MAX_ID:
+        raise errors.BadRequest(f"Invalid {what}: {value} is out of range (at most {MAX_ID}).")
+    return number
 
 
 def respond(resp: falcon.Response, body: Any, status: int = 200) -> None:

@@ -675,3 +675,18 @@ def test_attach_info_is_sent_as_stored(client, conf, db, fpga, profile):
     bound = _bound_arq(client, conf, db, fpga)
     assert bound["attach_handle_info"] == {"domain": "0000", "bus": "af", "device": "00",
                                            "function": "1"}
+
+
+def test_nul_in_profile_name_or_project_header_is_400(client, db):
+    """PostgreSQL refuses NUL in text; both were 500s there. (In noauth mode the client
+    chooses X-Project-Id.)"""
+    make_profile(client)
+    result = client.simulate_post(URL, json={"device_profile_name": "dp-a\u0000"},
+                                  headers=member("project-a"))
+    assert result.status_code == 400
+    assert "NUL" in fault(result)
+    for method in ("GET", "POST"):
+        result = client.simulate_request(method, URL, json={"device_profile_name": "dp-a"},
+                                         headers=member("project-a\u0000"))
+        assert result.status_code == 400, result.text
+    assert client.simulate_get(URL, headers=ADMIN).json["arqs"] == []

@@ -153,7 +153,10 @@ def test_list_filters(client, db):
     assert pairs("key=nothing") == []
 
 
-@pytest.mark.parametrize("query", ["deployable_id=x", "value=FPGA", "key=a&key=b"])
+@pytest.mark.parametrize("query", ["deployable_id=x", "value=FPGA", "key=a&key=b",
+                                   # Past the 32-bit id column, and NUL: both were 500s on
+                                   # PostgreSQL.
+                                   "deployable_id=9999999999", "key=%00"])
 def test_list_bad_query_is_400(client, db, query):
     assert client.simulate_get(URL, query_string=query, headers=ADMIN).status_code == 400
 
@@ -236,3 +239,15 @@ def test_non_placement_attribute_flags_nothing(client, db, dep):
         "deployable_id": dep["id"], "key": "owner", "value": "team-a"}).status_code == 201
     with db.read() as conn:
         assert conn.execute(select(func.count()).select_from(placement_sync)).scalar() == 0
+
+
+def test_nul_in_a_value_or_the_path_is_400(client, db, dep):
+    """PostgreSQL refuses NUL in text: it must be a 400 on every backend, not a 500 on one."""
+    result = client.simulate_post(URL, json={"deployable_id": dep["id"], "key": "k",
+                                             "value": "a\u0000b"}, headers=ADMIN)
+    assert result.status_code == 400
+    assert "NUL" in fault(result)
+    assert count(db) == 0
+    for method in ("GET", "DELETE"):
+        assert client.simulate_request(method, f"{URL}/a%00b",
+                                       headers=ADMIN).status_code == 400

@@ -95,7 +95,10 @@ def test_filters(client, db):
     assert json.loads(only["attributes_list"]) == [{"rc": "FPGA"}]
 
 
-@pytest.mark.parametrize("query", ["device_id=abc", "rp_uuid=nope", "uuid=x", "name=a&name=b"])
+@pytest.mark.parametrize("query", ["device_id=abc", "rp_uuid=nope", "uuid=x", "name=a&name=b",
+                                   # Past the 32-bit id column, and NUL: both were 500s on
+                                   # PostgreSQL.
+                                   "device_id=9999999999", "name=%00", "driver_name=a%00"])
 def test_bad_query_is_400(client, db, query):
     assert client.simulate_get(URL, query_string=query, headers=ADMIN).status_code == 400
 

@@ -240,3 +240,27 @@ def test_served_at_root_too(client):
 
 def test_admin_headers_honoured(client):
     assert create(client, headers=ADMIN).status_code == 201
+
+
+def test_nul_characters_are_400_and_change_nothing(client, db):
+    """PostgreSQL refuses NUL in text; each of these was a 500 there."""
+    for extra in ({"description": "a\u0000b"},
+                  {"groups": [{"resources:FPGA": "1", "accel:x": "a\u0000"}]}):
+        result = create(client, "dp-nul", headers=ADMIN, **extra)
+        assert result.status_code == 400, result.text
+        assert "NUL" in fault(result)
+    assert profile_count(db) == 0
+    assert create(client, "dp-a", headers=ADMIN).status_code == 201
+    for method, path, query in [("GET", URL, "name=dp-a%00"), ("DELETE", URL, "value=%00"),
+                                ("GET", f"{URL}/dp-a%00", ""), ("DELETE", f"{URL}/dp-a%00", "")]:
+        result = client.simulate_request(method, path, query_string=query,
+                                         headers={**ADMIN, **version("2.2")})
+        assert result.status_code == 400, (method, path, query, result.text)
+    assert profile_count(db) == 1
+
+
+def test_escaped_backslash_u0000_is_plain_text(client, db):
+    """Only a real NUL is refused: the six characters \\u0000 are an ordinary description."""
+    result = create(client, headers=ADMIN, description="\\u0000")
+    assert result.status_code == 201
+    assert result.json["description"] == "\\u0000"

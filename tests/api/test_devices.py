@@ -322,3 +322,18 @@ def test_disabled_device_is_never_bound_and_bound_arqs_stay(client, conf, db, fo
     else:
         client.simulate_patch(f"{URL}/{dev_uuid}", headers=ADMIN, json=status_patch("enabled"))
     assert _bound_state_after_bind(client, conf, db, fpga)["state"] == "Bound"
+
+
+@pytest.mark.parametrize("method,suffix", [("GET", ""), ("POST", "/disable"),
+                                           ("POST", "/enable")])
+def test_nul_in_the_path_is_400(client, db, method, suffix):
+    """PostgreSQL refuses NUL in text: the path is refused before any query (was a 500)."""
+    result = client.simulate_request(method, f"{URL}/a%00b{suffix}", headers=ADMIN)
+    assert result.status_code == 400
+    assert "NUL" in fault(result)
+
+
+def test_nul_in_a_filter_is_400(client, db):
+    result = client.simulate_get(URL, query_string="hostname=node%00", headers=ADMIN)
+    assert result.status_code == 400
+    assert "hostname" in fault(result)

@@ -80,3 +80,9 @@ def test_admin_only(client, db):
     for path in (URL, f"{URL}/node-a"):
         result = client.simulate_get(path, headers={**member(), **V24})
         assert result.status_code == 403
+
+
+def test_nul_in_the_hostname_is_400(client, db):
+    """PostgreSQL refuses NUL in text: refused before the query (was a 500)."""
+    result = client.simulate_get(f"{URL}/node%00", headers={**ADMIN, **version("2.4")})
+    assert result.status_code == 400

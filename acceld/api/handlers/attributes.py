@@ -33,7 +33,8 @@ def list_attributes(req: falcon.Request, resp: falcon.Response) -> None:
     wire.validate(schemas.LIST_QUERY, params, "query string")
     filters: dict[str, object] = dict(params)
     if "deployable_id" in filters:
-        filters["deployable_id"] = int(params["deployable_id"])
+        filters["deployable_id"] = wire.int_id(params["deployable_id"],
+                                               "query parameter deployable_id")
     with api.db.read() as conn:
         rows = db.list_attributes(conn, filters)
     wire.respond(resp, {"attributes": [to_wire(req, r) for r in rows]})
@@ -61,7 +62,7 @@ def create_attribute(req: falcon.Request, resp: falcon.Response) -> None:
     wire.validate(schemas.CREATE, body)
     uuid = str(uuidlib.UUID(body["uuid"])) if body.get("uuid") else str(uuidlib.uuid4())
     dep_id, key = int(body["deployable_id"]), body["key"]
-    if dep_id > 2**31 - 1:
+    if dep_id > wire.MAX_ID:
         raise errors.BadRequest(f"Invalid request body at 'deployable_id': {dep_id} is too large.")
     try:
         with api.db.write() as conn:

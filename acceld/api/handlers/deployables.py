@@ -58,7 +58,7 @@ def list_deployables(req: falcon.Request, resp: falcon.Response) -> None:
     wire.validate(schemas.LIST_QUERY, params, "query string")
     filters: dict[str, object] = dict(params)
     if "device_id" in filters:
-        filters["device_id"] = int(params["device_id"])
+        filters["device_id"] = wire.int_id(params["device_id"], "query parameter device_id")
     if "rp_uuid" in filters:
         filters["rp_uuid"] = str(uuidlib.UUID(params["rp_uuid"]))
     with api.db.read() as conn:
