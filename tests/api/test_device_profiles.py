@@ -264,3 +264,12 @@ def test_escaped_backslash_u0000_is_plain_text(client, db):
     result = create(client, headers=ADMIN, description="\\u0000")
     assert result.status_code == 201
     assert result.json["description"] == "\\u0000"
+
+
+def test_keys_equal_once_stripped_are_400(client, db):
+    """Was a 201 keeping one of the two values (the other silently dropped)."""
+    result = create(client, "dp-dup", headers=ADMIN,
+                    groups=[{"resources:FPGA": "1", " resources:FPGA": "2"}])
+    assert result.status_code == 400
+    assert "groups/0" in fault(result)
+    assert profile_count(db) == 0

@@ -145,13 +145,19 @@ def _split_names(value: str) -> list[str]:
 
 
 def _strip_group_keys(item):  # type: ignore[no-untyped-def]
-    """Spaces around group keys and values are not meaningful; upstream strips them."""
+    """Spaces around group keys and values are not meaningful; upstream strips them. Two keys
+    that become one are refused: keeping either would silently drop the other's value."""
     if not isinstance(item, dict) or not isinstance(item.get("groups"), list):
         return item
     groups = []
-    for group in item["groups"]:
+    for index, group in enumerate(item["groups"]):
         if isinstance(group, dict):
-            group = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in group.items()}
+            stripped = {k.strip(): (v.strip() if isinstance(v, str) else v)
+                        for k, v in group.items()}
+            if len(stripped) < len(group):
+                raise errors.BadRequest(f"Invalid request body at 'groups/{index}': two keys are "
+                                        "the same once surrounding spaces are removed.")
+            group = stripped
         groups.append(group)
     return {**item, "groups": groups}
 
