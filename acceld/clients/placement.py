@@ -117,8 +117,9 @@ class PlacementClient:
             kwargs["json"] = body
         try:
             resp = self.adapter.request(path, method, **kwargs)
-        except (ks_exc.ConnectionError, ks_exc.ConnectTimeout, ks_exc.RequestTimeout,
-                ks_exc.DiscoveryFailure, ks_exc.EndpointNotFound) as exc:
+        except ks_exc.ClientException as exc:
+            # Unreachable, no endpoint, or the token could not be had (credentials): all
+            # fixed outside acceld, so the sync backs off and retries.
             raise PlacementUnavailable(f"Placement unreachable ({method} {path}): {exc}") from exc
         if resp.status_code in ok:
             return resp
@@ -140,10 +141,6 @@ class PlacementClient:
     def get_provider(self, uuid: str) -> Provider | None:
         resp = self._request("GET", f"/resource_providers/{uuid}", ok=(200, 404))
         return None if resp.status_code == 404 else Provider.from_json(resp.json())
-
-    def providers_in_tree(self, root_uuid: str) -> list[Provider]:
-        resp = self._request("GET", f"/resource_providers?in_tree={root_uuid}")
-        return [Provider.from_json(p) for p in resp.json()["resource_providers"]]
 
     def ensure_provider(self, uuid: str, name: str, parent_uuid: str) -> Provider:
         """The provider ``uuid``, created as a child of ``parent_uuid`` when missing."""
@@ -235,10 +232,6 @@ class PlacementClient:
             self.ensure_trait(trait)
         return self._guarded_put(uuid, f"/resource_providers/{uuid}/traits",
                                  {"traits": wanted}, generation)
-
-    def get_traits(self, uuid: str) -> list[str]:
-        resp = self._request("GET", f"/resource_providers/{uuid}/traits")
-        return sorted(resp.json()["traits"])
 
     # -- allocations -----------------------------------------------------------------------
 

@@ -4,8 +4,8 @@
 and its heartbeat: ``{"status": "READY", "endpoint": "host:port", "hostname":
 ..., "heartbeat_interval": 10, "hardware_digest": "<sha256>"}``. The conductor
 records the contact, and only when the digest differs from the one it stored
-with the node's inventory (or it has none, e.g. after a discovery it asked
-for) does it pull the agent's ``GET /hardware`` and reconcile. So an
+with the node's inventory (or it has none, e.g. while a vanished device is
+held) does it pull the agent's ``GET /hardware`` and reconcile. So an
 unchanged node costs one UPDATE of its agent row per heartbeat.
 
 The answer tells the agent how its report went: 200, or 400 naming the
@@ -159,19 +159,6 @@ class AgentsComponent:
         assert self._secret is not None, "component not started"
         url = internal_url(self.conf, endpoint)
         return InternalClient(url, self._secret, verify=tls_verify(self.conf))
-
-    def request_discovery(self, hostname: str) -> None:
-        """Ask a node's agent to rediscover; its next hello is pulled whatever its digest."""
-        with self.db.write() as conn:
-            agent = agents_db.lock_agent(conn, hostname)
-            if agent is None:
-                raise LookupError(f"No agent has reported for host {hostname}")
-            agents_db.set_digest(conn, hostname, None)
-        client = self._client(agent.endpoint)
-        try:
-            client.call("POST", "/discovery", {})
-        finally:
-            client.close()
 
     # Liveness
 

@@ -279,10 +279,19 @@ class PlacementSync:
                 self._write_host(hostname, to_write, rows, done, result)
             for row in to_remove:
                 self._remove(row, done, result)
-        except pl.PlacementUnavailable:
+        except Exception as exc:
+            # Whatever stopped this host, what was not written stays flagged for the next pass.
             finished = {v["rp_uuid"] for v in done} | set(result.deleted)
             pending = [d.rp_uuid for d in to_write] + [r.rp_uuid for r in to_remove]
-            self._record(done, [rp for rp in pending if rp not in finished], hostname)
+            unfinished = [rp for rp in pending if rp not in finished]
+            self._record(done, unfinished, hostname)
+            if isinstance(exc, pl.PlacementError) and \
+                    not isinstance(exc, pl.PlacementUnavailable):
+                # Placement refused one of this host's writes: other hosts go on.
+                LOG.warning("Placement refused a write for host %s (retried next pass): %s",
+                            hostname, exc)
+                result.failed.extend(unfinished)
+                return
             raise
         self._record(done, [], hostname)
 

@@ -380,9 +380,3 @@ def _remove_device(conn: Connection, row: Any, node: _Node, changes: Changes) ->
     conn.execute(delete(controlpath_ids).where(controlpath_ids.c.device_id == row.id))
     conn.execute(delete(devices).where(devices.c.id == row.id))
     changes.removed += 1
-
-
-def held_devices(conn: Connection, hostname: str) -> int:
-    """How many of a node's devices are kept only because they are in use."""
-    return len(conn.execute(select(devices.c.id).where(
-        devices.c.hostname == hostname, devices.c.vanished.is_(True))).all())

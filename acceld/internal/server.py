@@ -24,14 +24,27 @@ LOG = logging.getLogger(__name__)
 Handler = Callable[..., None]
 
 
+# The largest internal body: a node's whole hardware report (about 1 KiB a device).
+MAX_BODY = 32 * 1024 * 1024
+
+
 class _Authenticate:
     """401 for a missing, wrong, expired or replayed credential, before any handler runs."""
 
-    def __init__(self, verifier: auth.Verifier) -> None:
+    def __init__(self, verifier: auth.Verifier, max_body: int) -> None:
         self.verifier = verifier
+        self.max_body = max_body
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = req.bounded_stream.read()
+        # The body is read before the credential can be checked: bound what a caller
+        # without a credential can make the server hold.
+        if (req.content_length or 0) > self.max_body:
+            raise falcon.HTTPPayloadTooLarge(
+                description=f"Internal request bodies are limited to {self.max_body} bytes.")
+        body = req.bounded_stream.read(self.max_body + 1)
+        if len(body) > self.max_body:
+            raise falcon.HTTPPayloadTooLarge(
+                description=f"Internal request bodies are limited to {self.max_body} bytes.")
         req.context.raw_body = body
         path = req.path + (f"?{req.query_string}" if req.query_string else "")
         try:
@@ -72,7 +85,7 @@ class _Resource:
 
 
 def build_app(secret: bytes, ttl: int, routes: dict[str, dict[str, Handler]]) -> falcon.App:
-    app = falcon.App(middleware=[_Authenticate(auth.Verifier(secret, ttl))])
+    app = falcon.App(middleware=[_Authenticate(auth.Verifier(secret, ttl), MAX_BODY)])
     app.set_error_serializer(_error_serializer)
     for path, methods in routes.items():
         app.add_route(path, _Resource(methods))

@@ -200,6 +200,37 @@ def test_removed_deployable_removes_its_provider(placement, pconf, db, host):
     assert_matches_db(placement, db, host, pconf)
 
 
+def test_refused_removal_stays_flagged_and_other_hosts_go_on(placement, pconf, sqlite_db, host,
+                                                            monkeypatch):
+    db = sqlite_db
+    other = f"{host}-other"
+    placement.create_compute_node(host)
+    placement.create_compute_node(other)
+    gone = add_accelerator(db, host, "0000:5e:00.0")
+    sync = PlacementSync(pconf, db)
+    sync.sync_once()
+    with db.write() as conn:
+        conn.execute(delete(devices).where(devices.c.id == gone["device"]["id"]))
+        mark_dirty(conn, hostname=host)
+    later = add_accelerator(db, other, "0000:5e:00.0")
+    with db.write() as conn:
+        mark_dirty(conn, hostname=other)
+    refusal = pl.PlacementError("Placement DELETE: 400 refused", 400, None)
+
+    def refuse(rp_uuid):
+        raise refusal
+
+    monkeypatch.setattr(sync.client, "delete_provider", refuse)
+    result = sync.sync_once(full=False)
+
+    assert result.failed == [gone["rp"]]
+    assert sync_rows(db, host)[gone["rp"]].dirty  # not lost: flagged for the next pass
+    assert placement.get(f"/resource_providers/{later['rp']}").status_code == 200
+    monkeypatch.undo()
+    assert sync.sync_once(full=False).deleted == [gone["rp"]]
+    assert placement.get(f"/resource_providers/{gone['rp']}").status_code == 404
+
+
 def test_removed_but_allocated_provider_is_held_then_deleted(placement, pconf, sqlite_db, host,
                                                              caplog):
     db = sqlite_db

@@ -113,6 +113,22 @@ def test_signed_calls_pass_and_a_captured_call_cannot_be_replayed(server) -> Non
     assert exc.value.status == 401
 
 
+def test_oversized_body_refused_before_it_is_read(server, monkeypatch) -> None:
+    from acceld.internal import server as internal_server
+
+    monkeypatch.setattr(internal_server, "MAX_BODY", 1024)
+    small = build_app(SECRET, 60, {"/echo": {"POST": _echo}})
+    srv = InternalServer(small, "127.0.0.1", 0).start()
+    try:
+        resp = requests.post(srv.url + "/echo", data=b"x" * 4096, timeout=5)
+        assert resp.status_code == 413
+        assert "1024 bytes" in resp.text
+        ok = InternalClient(srv.url, SECRET).call("POST", "/echo", {"a": 1})
+        assert ok == {"got": {"a": 1}}
+    finally:
+        srv.stop()
+
+
 def test_expired_credential_over_http(server) -> None:
     stale = auth.sign(SECRET, "POST", "/echo", b"{}", now=time.time() - 3600)
     resp = requests.post(server.url + "/echo", data=b"{}", headers={auth.HEADER: stale},
