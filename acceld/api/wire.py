@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from typing import Any, Iterable
 
 import falcon
@@ -145,3 +146,12 @@ def timestamp(value) -> str | None:  # type: ignore[no-untyped-def]
         # datetime.isoformat() leaves out a zero fraction; so does this.
         return (text[:-7] if text.endswith(".000000") else text) + "+00:00"
     return value.isoformat() + "+00:00"
+
+
+def canonical_uuid(value: str) -> str:
+    """Stored uuids are lower-case with dashes. A value that is no uuid is returned as
+    given: it matches nothing, so the caller answers 404 with the value the client sent."""
+    try:
+        return str(uuidlib.UUID(value))
+    except ValueError:
+        return value

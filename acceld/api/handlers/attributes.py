@@ -45,7 +45,7 @@ def show_attribute(req: falcon.Request, resp: falcon.Response, uuid: str) -> Non
     api.policy.authorize("cyborg:attribute:get_one", req.context.ctx)
     wire.query_params(req, ())
     with api.db.read() as conn:
-        row = db.get_by_uuid(conn, _canonical(uuid))
+        row = db.get_by_uuid(conn, wire.canonical_uuid(uuid))
     if row is None:
         raise _not_found(uuid)
     wire.respond(resp, to_wire(req, row))
@@ -85,7 +85,7 @@ def delete_attribute(req: falcon.Request, resp: falcon.Response, uuid: str) -> N
     api.policy.authorize("cyborg:attribute:delete", req.context.ctx)
     wire.query_params(req, ())
     with api.db.write() as conn:
-        if not db.delete_by_uuid(conn, _canonical(uuid)):
+        if not db.delete_by_uuid(conn, wire.canonical_uuid(uuid)):
             raise _not_found(uuid)
     wire.no_content(resp)
 
@@ -94,13 +94,6 @@ def _duplicate_message(which: str, dep_id: int, key: str, uuid: str) -> str:
     if which == "uuid":
         return f"An attribute with uuid {uuid} already exists."
     return f"Deployable {dep_id} already has an attribute {key!r}."
-
-
-def _canonical(uuid: str) -> str:
-    try:
-        return str(uuidlib.UUID(uuid))
-    except ValueError:
-        return uuid
 
 
 def _not_found(uuid: str) -> errors.NotFound:

@@ -79,7 +79,7 @@ def program(req: falcon.Request, resp: falcon.Response, uuid: str,
     api = req.context.api
     api.policy.authorize("cyborg:deployable:program", req.context.ctx)
     wire.query_params(req, ())
-    if again is not None and canonical(again) != canonical(uuid):
+    if again is not None and wire.canonical_uuid(again) != wire.canonical_uuid(uuid):
         raise errors.BadRequest(f"The path names two deployables ({uuid} and {again}); "
                                 "send PATCH /deployables/{uuid}/program.")
     body = wire.read_json(req)
@@ -102,7 +102,7 @@ def patch_deployable(req: falcon.Request, resp: falcon.Response, uuid: str) -> N
 
 def _load(req: falcon.Request, uuid: str) -> dict:
     with req.context.api.db.read() as conn:
-        row, attrs = db.get_by_uuid(conn, canonical(uuid))
+        row, attrs = db.get_by_uuid(conn, wire.canonical_uuid(uuid))
     if row is None:
         raise _not_found(uuid)
     return to_wire(req, row, attrs)
@@ -111,7 +111,7 @@ def _load(req: falcon.Request, uuid: str) -> dict:
 def _program(req: falcon.Request, uuid: str, kind: str, image_id: str) -> None:
     """Ask the conductor to program; map its answer to the client's error, if any."""
     api = req.context.api
-    uuid = canonical(uuid)
+    uuid = wire.canonical_uuid(uuid)
     with api.db.read() as conn:
         if db.program_target(conn, uuid) is None:
             raise _not_found(uuid)
@@ -159,13 +159,6 @@ def backend_error(exc: InternalError) -> errors.ApiError:
     if kind is None:
         kind = errors.BadRequest if exc.status < 500 else errors.BadGateway
     return kind(message)
-
-
-def canonical(uuid: str) -> str:
-    try:
-        return str(uuidlib.UUID(uuid))
-    except ValueError:
-        return uuid
 
 
 def _not_found(uuid: str) -> errors.NotFound:

@@ -8,7 +8,6 @@ inventory (acceld.db.placement_flags.mark_dirty); enabling frees it.
 
 from __future__ import annotations
 
-import uuid as uuidlib
 
 import falcon
 
@@ -60,7 +59,7 @@ def show_device(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
     api.policy.authorize("cyborg:device:get_one", req.context.ctx)
     wire.query_params(req, ())
     with api.db.read() as conn:
-        row = db.get_by_uuid(conn, _canonical(uuid))
+        row = db.get_by_uuid(conn, wire.canonical_uuid(uuid))
     if row is None:
         raise _not_found(uuid)
     wire.respond(resp, to_wire(req, row))
@@ -101,20 +100,12 @@ def _set_status(req: falcon.Request, uuid: str, status: str, reason: str | None,
         api.policy.authorize(rule, req.context.ctx)
         wire.query_params(req, ())
     with api.db.write() as conn:
-        row = db.get_by_uuid(conn, _canonical(uuid))
+        row = db.get_by_uuid(conn, wire.canonical_uuid(uuid))
         if row is None:
             raise _not_found(uuid)
         if db.set_status(conn, row.id, status, reason):
             # The Placement sync reserves a disabled device's inventory, and frees it again.
             placement_flags.mark_dirty(conn, device_uuid=row.uuid)
-
-
-def _canonical(uuid: str) -> str:
-    """Stored uuids are lower-case with dashes; anything that is not a uuid matches nothing."""
-    try:
-        return str(uuidlib.UUID(uuid))
-    except ValueError:
-        return uuid
 
 
 def _not_found(uuid: str) -> errors.NotFound:
