@@ -236,6 +236,18 @@ def test_seed_patch_malformed_json(client, db):
     assert stored(db, dev["uuid"]).status == "enabled"
 
 
+@pytest.mark.parametrize("headers, status", [(member("p9"), 403), (ADMIN, 400)])
+def test_seed_patch_authorizes_before_reading_the_body(client, db, headers, status):
+    dev = add(db)
+    result = client.simulate_patch(f"{URL}/{dev['uuid']}", headers={
+        **headers, "Content-Type": "application/json"}, body=b"[{")
+    assert result.status_code == status, result.text
+    result = client.simulate_patch(f"{URL}/{dev['uuid']}", headers=headers,
+                                   json=status_patch("maintaining"))
+    assert result.status_code == status, result.text
+    assert stored(db, dev["uuid"]).status == "enabled"
+
+
 @pytest.mark.parametrize("how", ["post", "patch"])
 def test_unknown_device_is_404(client, db, how):
     missing = str(uuid.uuid4())

@@ -78,8 +78,17 @@ def disable_device(req: falcon.Request, resp: falcon.Response, uuid: str) -> Non
 
 
 def patch_device(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
-    """The seed's PATCH /{uuid} on /status, with an optional reason: 204, no body."""
+    """The seed's PATCH /{uuid} on /status, with an optional reason: 204, no body.
+
+    A caller who may neither enable nor disable gets 403 before the body is read (a
+    malformed body must not tell them more than "forbidden"); the rule for the
+    status asked is checked once the body is valid.
+    """
     api = req.context.api
+    try:
+        api.policy.authorize("cyborg:device:enable", req.context.ctx)
+    except errors.Forbidden:
+        api.policy.authorize("cyborg:device:disable", req.context.ctx)
     wire.query_params(req, ())
     body = wire.read_json(req)
     wire.validate(schemas.STATUS_PATCH, body)
