@@ -10,9 +10,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
-from acceld.db.models import agents, utcnow
+from acceld.db.models import agents, devices, utcnow
 
 
 @dataclass
@@ -84,6 +84,14 @@ def list_agents(conn: Connection, state: str | None = None) -> list[Any]:
 
 def get_agent(conn: Connection, hostname: str) -> Any:
     return conn.execute(select(agents).where(agents.c.hostname == hostname)).first()
+
+
+def device_counts(conn: Connection, hostname: str | None = None) -> dict[str, int]:
+    """Devices in the inventory per hostname (one query; only ``hostname`` when given)."""
+    query = select(devices.c.hostname, func.count()).group_by(devices.c.hostname)
+    if hostname is not None:
+        query = query.where(devices.c.hostname == hostname)
+    return dict(conn.execute(query).all())
 
 
 def is_up(conn: Connection, hostname: str) -> bool:

@@ -86,3 +86,21 @@ def test_nul_in_the_hostname_is_400(client, db):
     """PostgreSQL refuses NUL in text: refused before the query (was a 500)."""
     result = client.simulate_get(f"{URL}/node%00", headers={**ADMIN, **version("2.4")})
     assert result.status_code == 400
+
+
+def test_device_counts_live_in_the_agents_data_module(db):
+    """The handler keeps no SQL of its own: the counts come from acceld.db.agents."""
+    import inspect
+
+    from acceld.api.handlers import hosts
+    from acceld.db import agents as agents_db
+    from tests.support.inventory import add_device
+
+    assert "sqlalchemy" not in inspect.getsource(hosts)
+    with db.write() as conn:
+        for hostname in ("node-a", "node-a", "node-b"):
+            add_device(conn, hostname=hostname)
+    with db.read() as conn:
+        assert agents_db.device_counts(conn) == {"node-a": 2, "node-b": 1}
+        assert agents_db.device_counts(conn, "node-b") == {"node-b": 1}
+        assert agents_db.device_counts(conn, "node-c") == {}

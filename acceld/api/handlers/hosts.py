@@ -9,12 +9,10 @@ contact: the seed's alert for an agent that vanished.
 from __future__ import annotations
 
 import falcon
-from sqlalchemy import func, select
 
 from acceld.api import errors, wire
 from acceld.api.microversion import Version
 from acceld.db import agents as db
-from acceld.db.models import devices
 
 COLLECTION = "hosts"
 HOSTS_VERSION = Version(2, 4)
@@ -41,13 +39,6 @@ def to_wire(req: falcon.Request, row, device_count: int) -> dict:  # type: ignor
     }
 
 
-def _device_counts(conn, hostname: str | None = None) -> dict[str, int]:  # type: ignore[no-untyped-def]
-    query = select(devices.c.hostname, func.count()).group_by(devices.c.hostname)
-    if hostname is not None:
-        query = query.where(devices.c.hostname == hostname)
-    return dict(conn.execute(query).all())
-
-
 def list_hosts(req: falcon.Request, resp: falcon.Response) -> None:
     _require_version(req)
     api = req.context.api
@@ -58,7 +49,7 @@ def list_hosts(req: falcon.Request, resp: falcon.Response) -> None:
         raise errors.BadRequest(f"Invalid state {state!r}: choose up or down.")
     with api.db.read() as conn:
         rows = db.list_agents(conn, state)
-        counts = _device_counts(conn)
+        counts = db.device_counts(conn)
     wire.respond(resp, {"hosts": [to_wire(req, r, counts.get(r.hostname, 0)) for r in rows]})
 
 
@@ -69,7 +60,7 @@ def show_host(req: falcon.Request, resp: falcon.Response, hostname: str) -> None
     wire.query_params(req, ())
     with api.db.read() as conn:
         row = db.get_agent(conn, hostname)
-        counts = _device_counts(conn, hostname) if row is not None else {}
+        counts = db.device_counts(conn, hostname) if row is not None else {}
     if row is None:
         raise errors.NotFound(f"Host {hostname} has no agent that reported.")
     wire.respond(resp, to_wire(req, row, counts.get(hostname, 0)))
