@@ -32,6 +32,9 @@ from acceld.services.secrets import internal_secret
 
 LOG = logging.getLogger(__name__)
 
+# The shortest lease of an exclusive task (the lease is three intervals, at least this).
+LEASE_MIN_SECONDS = 10.0
+
 
 @dataclass
 class PeriodicTask:
@@ -80,12 +83,47 @@ class Conductor:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                if not task.exclusive or leases.acquire(
-                        self.db, task.name, self.instance_id, max(task.interval * 3, 10)):
+                if not task.exclusive:
                     task.run()
+                else:
+                    self._run_exclusive(task)
             except Exception:  # noqa: BLE001 - a failing task must not stop the others
                 LOG.exception("Periodic task %s failed", task.name)
             self._stop.wait(max(0.0, task.interval - (time.monotonic() - started)))
+
+    def _run_exclusive(self, task: PeriodicTask) -> None:
+        """Run ``task`` only while this conductor holds its lease, renewing it meanwhile.
+
+        A pass may outlast the lease (a placement sync over many hosts), so a renewal
+        thread re-takes the lease every third of its duration until ``task.run()``
+        returns; the task itself needs no knowledge of leases. The lease is kept, not
+        released, after the pass: the holder renews it each interval and a crashed
+        holder's lease lapses after LEASE_MIN_SECONDS at most (or three intervals).
+        A renewal that finds the lease taken (the database was unreachable for longer
+        than the lease) is logged; the pass cannot be interrupted, so it finishes.
+        """
+        seconds = max(task.interval * 3, LEASE_MIN_SECONDS)
+        if not leases.acquire(self.db, task.name, self.instance_id, seconds):
+            return
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(seconds / 3):
+                try:
+                    if not leases.acquire(self.db, task.name, self.instance_id, seconds):
+                        LOG.error("Lease %s was lost while its task ran here; another "
+                                  "conductor may run it too", task.name)
+                        return
+                except Exception:  # noqa: BLE001 - retried at the next tick
+                    LOG.exception("Could not renew lease %s", task.name)
+
+        renewer = threading.Thread(target=renew, daemon=True, name=f"lease-{task.name}")
+        renewer.start()
+        try:
+            task.run()
+        finally:
+            done.set()
+            renewer.join()
 
     def stop(self) -> None:
         self._stop.set()
