@@ -12,7 +12,11 @@ the transaction then checks that the deployable still holds that image
 (:meth:`BindProgramming.enforce`). A deployable that already holds the image
 is not programmed again; one that holds another image while some of its
 attach handles are in use is not reprogrammed under its users (the bind fails
-with the reason). An unreachable agent leaves the bind job to be retried.
+with the reason). Both are decided again once the per-deployable program
+lease is held (binds of one deployable wait for each other there, and the
+first may have programmed and bound meanwhile), and the lease is held from
+that check until the program is recorded. An unreachable agent leaves the
+bind job to be retried.
 """
 
 from __future__ import annotations
@@ -96,23 +100,32 @@ class BindProgramming:
             if placement_refused or not _passes_checks(conn, bind_target_for(arq)):
                 return ProgramVerdict(*key, image_id=None)  # the checks refuse this bind
             dep = conn.execute(select(
-                deployables.c.id, deployables.c.uuid, deployables.c.name,
-                deployables.c.bitstream_id).where(
+                deployables.c.id, deployables.c.uuid, deployables.c.name).where(
                 deployables.c.rp_uuid == arq.device_rp_uuid)).one()
-            in_use = conn.execute(select(func.count()).select_from(attach_handles).where(
-                attach_handles.c.deployable_id == dep.id,
-                attach_handles.c.in_use == true())).scalar_one()
+            held, in_use = _held_and_in_use(conn, dep.id)
         try:
             image = bitstream or self.programmer.resolve_function(dep.uuid, function)
-            if dep.bitstream_id == image:
+            if held == image:
                 return ProgramVerdict(*key, image_id=image)
             if in_use:
-                return ProgramVerdict(*key, image_id=image, refusal=(
-                    f"deployable {dep.name} holds bitstream {dep.bitstream_id or 'unknown'} and "
-                    f"{in_use} of its attach handles are in use; it cannot be reprogrammed "
-                    f"with {image} under them"))
-            self.programmer.program(dep.uuid, "bitstream", image_id=image)
+                return ProgramVerdict(*key, image_id=image,
+                                      refusal=_in_use_reason(dep.name, held, in_use, image))
+
+            def still_needed(conn: Any, deployable_id: int) -> bool:
+                # Under the program lease: another bind may have programmed and bound
+                # while this one waited for it. Held already: skip; in use: refuse.
+                now_held, busy = _held_and_in_use(conn, deployable_id)
+                if now_held == image:
+                    return False
+                if busy:
+                    raise BindRefused(_in_use_reason(dep.name, now_held, busy, image))
+                return True
+
+            self.programmer.program(dep.uuid, "bitstream", image_id=image,
+                                    precheck=still_needed)
             return ProgramVerdict(*key, image_id=image)
+        except BindRefused as refused:
+            return ProgramVerdict(*key, image_id=image, refusal=refused.reason)
         except ProgramError as exc:
             if exc.status == 503:
                 raise ProgrammingUnavailable(exc.message) from None
@@ -145,6 +158,21 @@ class BindProgramming:
             raise BindRefused(f"the deployable of provider {arq.device_rp_uuid} was "
                               f"reprogrammed with {held} while binding needed "
                               f"{verdict.image_id}")
+
+
+def _held_and_in_use(conn: Any, deployable_id: int) -> tuple[str | None, int]:
+    """The deployable's recorded bitstream and how many of its attach handles are in use."""
+    held = conn.execute(select(deployables.c.bitstream_id).where(
+        deployables.c.id == deployable_id)).scalar()
+    in_use = conn.execute(select(func.count()).select_from(attach_handles).where(
+        attach_handles.c.deployable_id == deployable_id,
+        attach_handles.c.in_use == true())).scalar_one()
+    return held, in_use
+
+
+def _in_use_reason(name: str, held: str | None, in_use: int, image: str) -> str:
+    return (f"deployable {name} holds bitstream {held or 'unknown'} and {in_use} of its "
+            f"attach handles are in use; it cannot be reprogrammed with {image} under them")
 
 
 def _passes_checks(conn: Any, probe: bind_target.BindTarget) -> bool:

@@ -11,7 +11,9 @@ program of the deployable outlasted the wait, 502 when the agent, driver or
 image service failed, 503 when the agent cannot be reached.
 
 Binding calls :meth:`Programmer.program` directly (profile groups with
-``accel:bitstream_id`` or ``accel:function_id``).
+``accel:bitstream_id`` or ``accel:function_id``), with a ``precheck`` that
+re-reads the deployable under the lease: it skips an image already held and
+refuses to reprogram under attach handles in use.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any
 
 import falcon
 from oslo_config import cfg
+from sqlalchemy import Connection
 
 from acceld.clients.agent import AgentCallError, AgentCaller, AgentUnavailable
 from acceld.conductor.service import PeriodicTask
@@ -61,8 +65,18 @@ class Programmer:
         self.agents = AgentCaller(conf, db, secret)
 
     def program(self, deployable_uuid: str, kind: str, *, image_id: str | None = None,
-                function_id: str | None = None) -> str:
-        """Program and record; return the image id written. Raises ProgramError."""
+                function_id: str | None = None,
+                precheck: Callable[[Connection, int], bool] | None = None) -> str:
+        """Program and record; return the image id written. Raises ProgramError.
+
+        ``precheck(conn, deployable_id)`` (with ``image_id`` only) runs once the program
+        lease is held, on a fresh read: what the caller decided before waiting for the
+        lease may be stale (another bind programmed meanwhile). It returns False when
+        no program is needed (``image_id`` is returned unwritten) and may raise to
+        refuse; the lease stays held from that check to the recorded result.
+        """
+        if precheck is not None and image_id is None:
+            raise ValueError("precheck needs image_id")
         if kind not in KINDS:
             raise ProgramError(400, f"Unknown image kind {kind!r}; expected one of "
                                     f"{', '.join(KINDS)}.")
@@ -77,6 +91,10 @@ class Programmer:
         else:
             request["function_id"] = function_id
         with self._lease(target.uuid, target.name):
+            if precheck is not None:
+                with self.db.read() as conn:
+                    if not precheck(conn, target.id):
+                        return str(image_id)
             answer = self._call_agent(url, target.hostname, request)
             written = answer.get("image_id") if isinstance(answer, dict) else None
             if not isinstance(written, str):

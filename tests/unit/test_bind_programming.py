@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select, update
 
 from acceld.conductor.binding import BindWorker
+from acceld.conductor.programming import Programmer
 from acceld.db.models import attach_handles, deployables
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE
@@ -39,6 +40,24 @@ def chain(tmp_path, sqlite_db):
 def bind(chain, group: dict[str, str], name: str | None = None) -> dict:
     """One ARQ of a one-group profile (made here unless ``name`` names one), bound to the
     fake deployable; the bind completed."""
+    arq_uuid = request_bind(chain, group, name)
+    run_binds(chain)
+    return show(chain, arq_uuid)
+
+
+def run_binds(chain) -> None:
+    worker = BindWorker(chain.conf, chain.db)
+    while worker.run_once():
+        pass
+
+
+def show(chain, arq_uuid: str) -> dict:
+    return chain.client.simulate_get(f"{ARQ_URL}/{arq_uuid}", headers={
+        **SERVICE, "OpenStack-API-Version": "accelerator 2.4"}).json
+
+
+def request_bind(chain, group: dict[str, str], name: str | None = None) -> str:
+    """An ARQ of a one-group profile, its bind asked for (the job pending); its uuid."""
     client = chain.client
     if name is None:
         name = f"dp-{uuid.uuid4().hex[:8]}"
@@ -51,11 +70,7 @@ def bind(chain, group: dict[str, str], name: str | None = None) -> dict:
            {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]
     assert client.simulate_patch(ARQ_URL, json={arq["uuid"]: ops},
                                  headers=SERVICE).status_code == 202
-    worker = BindWorker(chain.conf, chain.db)
-    while worker.run_once():
-        pass
-    return client.simulate_get(f"{ARQ_URL}/{arq['uuid']}", headers={
-        **SERVICE, "OpenStack-API-Version": "accelerator 2.4"}).json
+    return arq["uuid"]
 
 
 def programmed_at(chain) -> str | None:
@@ -97,6 +112,47 @@ def test_reprogrammed_when_free(chain):
         conn.execute(update(attach_handles).values(in_use=False))
     assert bind(chain, {"accel:bitstream_id": OTHER})["state"] == "Bound"
     assert chain.bitstream() == OTHER
+
+
+def bound_while_waiting_for_the_lease(chain, monkeypatch, group: dict[str, str]) -> None:
+    """Make the next program wait for its lease while another bind of IMAGE runs to
+    Bound: as when two conductors bind to one deployable and the other one was first."""
+    original = Programmer._lease
+
+    def other_bind_first(self, deployable_uuid, name):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(Programmer, "_lease", original)
+        assert bind(chain, group)["state"] == "Bound"
+        return original(self, deployable_uuid, name)
+
+    monkeypatch.setattr(Programmer, "_lease", other_bind_first)
+
+
+def test_no_reprogramming_under_a_user_bound_while_waiting_for_the_lease(chain, monkeypatch):
+    waiting = request_bind(chain, {"accel:bitstream_id": OTHER})
+    bound_while_waiting_for_the_lease(chain, monkeypatch, {"accel:bitstream_id": IMAGE})
+    run_binds(chain)
+    arq = show(chain, waiting)
+    assert arq["state"] == "BindFailed"
+    assert "in use" in arq["bind_failure_reason"]
+    assert chain.bitstream() == IMAGE
+
+
+def test_image_programmed_while_waiting_for_the_lease_is_not_programmed_again(
+        chain, monkeypatch):
+    waiting = request_bind(chain, {"accel:bitstream_id": IMAGE})
+    bound_while_waiting_for_the_lease(chain, monkeypatch, {"accel:bitstream_id": IMAGE})
+    programs: list[str] = []
+    original = Programmer._call_agent
+
+    def counted(self, url, hostname, request, path="/program"):  # type: ignore[no-untyped-def]
+        programs.append(path)
+        return original(self, url, hostname, request, path)
+
+    monkeypatch.setattr(Programmer, "_call_agent", counted)
+    run_binds(chain)
+    assert show(chain, waiting)["state"] == "Bound"
+    assert programs == ["/program"]  # the other bind's; the waiting one skipped
+    assert chain.bitstream() == IMAGE
 
 
 @pytest.mark.parametrize("group, words", [
