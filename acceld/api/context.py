@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from oslo_config import cfg
 
-_IDENTITY_HEADERS = ("X-USER-ID", "X-PROJECT-ID", "X-ROLES", "X-SERVICE-ROLES")
 _SYSTEM_SCOPE = "OPENSTACK-SYSTEM-SCOPE"  # set by keystonemiddleware for system-scoped tokens
 
 
@@ -40,22 +40,38 @@ class RequestContext:
                 "domain_id": None, "is_admin_project": True, "is_admin": self.is_admin}
 
 
+class ContextFactory:
+    """Builds a request's context. The few options it needs are read once, when the app is
+    built: oslo.config attribute lookups cost about a microsecond each, on every request."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.noauth = conf.auth_strategy == "noauth"
+        self.default_user_id = conf.api.noauth_user_id
+        self.default_project_id = conf.api.noauth_project_id
+        self.default_roles = tuple(r.lower() for r in conf.api.noauth_roles)
+        self.default_service_roles = tuple(r.lower() for r in conf.api.noauth_service_roles)
+
+    def build(self, get: Callable[[str], str | None], request_id: str) -> RequestContext:
+        """In noauth mode a request with no identity header at all gets the configured
+        defaults (an admin holding the service role in the all-in-one); explicit headers are
+        always honoured. ``get`` returns a header's value or None."""
+        user_id, project_id = get("X-USER-ID"), get("X-PROJECT-ID")
+        roles, service_roles = get("X-ROLES"), get("X-SERVICE-ROLES")
+        system_scope = get(_SYSTEM_SCOPE) or None
+        if self.noauth:
+            anonymous = not (user_id or project_id or roles or service_roles)
+            return RequestContext(
+                user_id=user_id or self.default_user_id,
+                project_id=project_id or self.default_project_id,
+                roles=_split(roles) if roles else list(self.default_roles),
+                service_roles=list(self.default_service_roles) if anonymous
+                else _split(service_roles),
+                request_id=request_id, system_scope=system_scope)
+        return RequestContext(user_id=user_id, project_id=project_id, roles=_split(roles),
+                              service_roles=_split(service_roles), request_id=request_id,
+                              system_scope=system_scope)
+
+
 def from_headers(headers: dict[str, str], conf: cfg.ConfigOpts, request_id: str) -> RequestContext:
-    """Build the context. In noauth mode a request with no identity header at all gets the
-    configured defaults (an admin holding the service role in the all-in-one); explicit
-    headers are always honoured."""
-    get = headers.get
-    if conf.auth_strategy == "noauth":
-        anonymous = not any(get(h) for h in _IDENTITY_HEADERS)
-        return RequestContext(
-            user_id=get("X-USER-ID") or conf.api.noauth_user_id,
-            project_id=get("X-PROJECT-ID") or conf.api.noauth_project_id,
-            roles=_split(get("X-ROLES")) if get("X-ROLES") else
-            [r.lower() for r in conf.api.noauth_roles],
-            service_roles=[r.lower() for r in conf.api.noauth_service_roles] if anonymous
-            else _split(get("X-SERVICE-ROLES")),
-            request_id=request_id, system_scope=get(_SYSTEM_SCOPE) or None)
-    return RequestContext(user_id=get("X-USER-ID"), project_id=get("X-PROJECT-ID"),
-                          roles=_split(get("X-ROLES")),
-                          service_roles=_split(get("X-SERVICE-ROLES")),
-                          request_id=request_id, system_scope=get(_SYSTEM_SCOPE) or None)
+    """The context for a header mapping (upper-case names), reading ``conf`` now."""
+    return ContextFactory(conf).build(headers.get, request_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 import falcon
@@ -21,34 +22,52 @@ def is_version_document(path: str) -> bool:
 
 
 class RequestPlumbing:
-    """Sets ``req.context`` (api, ctx, version, request_id) and the response headers."""
+    """Sets ``req.context`` (api, ctx, version, request_id) and the response headers.
+
+    Runs on every request, so what it needs from the configuration is read once here."""
 
     def __init__(self, api) -> None:  # type: ignore[no-untyped-def]
         self.api = api
+        self.max_body = api.conf.api.max_request_body_size
+        self.contexts = context.ContextFactory(api.conf)
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         request_id = f"req-{uuid.uuid4()}"
-        req.context.request_id = request_id
-        req.context.api = self.api
+        req_context = req.context
+        req_context.request_id = request_id
+        req_context.api = self.api
         resp.set_header(REQUEST_ID_HEADER, request_id)
-        req.context.version = microversion.DEFAULT_VERSION
+        req_context.version = microversion.DEFAULT_VERSION
         path = req.path
-        v2 = is_v2_path(path)
-        if v2:
-            # Headers first, so that even a 406 tells the client the supported range.
-            resp.set_headers(microversion.response_headers(microversion.DEFAULT_VERSION))
-            if not is_version_document(path):
-                req.context.version = microversion.from_header(req.get_header(microversion.HEADER))
-                resp.set_headers(microversion.response_headers(req.context.version))
+        if is_v2_path(path):
+            if is_version_document(path):
+                resp.set_headers(_DEFAULT_VERSION_HEADERS)
+            else:
+                try:
+                    version = microversion.from_header(req.get_header(microversion.HEADER))
+                except Exception:
+                    # Even a 406 tells the client the supported range.
+                    resp.set_headers(_DEFAULT_VERSION_HEADERS)
+                    raise
+                req_context.version = version
+                resp.set_headers(_version_headers(version))
         if "\x00" in path:
             # Path segments reach queries as text (names, hostnames); PostgreSQL refuses NUL.
             raise errors.BadRequest("The request path holds a NUL character.")
         length = req.content_length
-        if length is not None and length > self.api.conf.api.max_request_body_size:
+        if length is not None and length > self.max_body:
             raise errors.PayloadTooLarge(
-                f"Request body is {length} bytes; the limit is "
-                f"{self.api.conf.api.max_request_body_size} bytes.")
-        ctx = req.context.ctx = context.from_headers(req.headers, self.api.conf, request_id)
+                f"Request body is {length} bytes; the limit is {self.max_body} bytes.")
+        ctx = req_context.ctx = self.contexts.build(req.get_header, request_id)
         if ctx.project_id and "\x00" in ctx.project_id:
             # Only noauth lets a client choose it; it filters and is stored with ARQs.
             raise errors.BadRequest("The X-Project-Id header holds a NUL character.")
+
+
+_DEFAULT_VERSION_HEADERS = microversion.response_headers(microversion.DEFAULT_VERSION)
+
+
+@functools.lru_cache(maxsize=None)
+def _version_headers(version: microversion.Version) -> dict[str, str]:
+    """The response headers for each version, built once (read only by ``set_headers``)."""
+    return microversion.response_headers(version)

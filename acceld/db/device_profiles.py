@@ -5,11 +5,12 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Sequence
 
-from sqlalchemy import Connection, Row, bindparam, delete, exists, func, insert, or_, select
+from sqlalchemy import Connection, Row, bindparam, delete, exists, func, or_, select
 
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import device_profiles as dp
 from acceld.db.models import utcnow
+from acceld.db.prepared import PreparedInsert
 from acceld.db.rows import driver_rows
 
 _COLUMNS = (dp.c.id, dp.c.uuid, dp.c.name, dp.c.description, dp.c.profile_json,
@@ -22,7 +23,9 @@ _LIST_ALL = select(*_COLUMNS).order_by(dp.c.id)
 _LIST_NAMED = _LIST_ALL.where(dp.c.name.in_(bindparam("names", expanding=True)))
 _TAKEN = select(dp.c.name, dp.c.uuid).where(
     or_(dp.c.name == bindparam("name"), dp.c.uuid == bindparam("uuid"))).limit(1)
-_INSERT = insert(dp)
+# Every profile create: compiled once per dialect (see acceld.db.prepared).
+_INSERT = PreparedInsert(dp, ("uuid", "name", "description", "profile_json", "created_at",
+                                "updated_at"))
 
 
 def list_profiles(conn: Connection, names: Sequence[str] | None = None) -> Sequence[tuple]:
@@ -63,7 +66,7 @@ def create(conn: Connection, *, name: str, groups_json: str, description: str | 
            uuid: str | None = None) -> dict:
     values = {"uuid": uuid or str(uuidlib.uuid4()), "name": name, "description": description,
               "profile_json": groups_json, "created_at": utcnow(), "updated_at": None}
-    conn.execute(_INSERT, values)
+    _INSERT.execute(conn, values)
     return values
 
 
