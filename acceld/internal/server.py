@@ -39,11 +39,11 @@ class _Authenticate:
         # The body is read before the credential can be checked: bound what a caller
         # without a credential can make the server hold.
         if (req.content_length or 0) > self.max_body:
-            raise falcon.HTTPPayloadTooLarge(
+            raise falcon.HTTPContentTooLarge(
                 description=f"Internal request bodies are limited to {self.max_body} bytes.")
         body = req.bounded_stream.read(self.max_body + 1)
         if len(body) > self.max_body:
-            raise falcon.HTTPPayloadTooLarge(
+            raise falcon.HTTPContentTooLarge(
                 description=f"Internal request bodies are limited to {self.max_body} bytes.")
         req.context.raw_body = body
         path = req.path + (f"?{req.query_string}" if req.query_string else "")
