@@ -10,12 +10,7 @@ every port is a free one and the process group is stopped by PID afterwards.
 from __future__ import annotations
 
 import os
-import queue
-import signal
-import socket
 import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -23,17 +18,14 @@ from typing import Iterator
 import pytest
 import requests
 
+from tests.support import allinone
+from tests.support.allinone import free_port
+
 HOSTNAME = "compat-node"
 START_TIMEOUT = 60.0
 DEVICE_TIMEOUT = 30.0
 # An image id the agent finds in its bitstream directory (clouds without Glance).
 BITSTREAM_ID = "8f2a6c1e-6a55-4b7e-9d3e-4b1f5a0c9e21"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -90,14 +82,6 @@ check_allocations = false
 """)
 
 
-def _pump(stream, lines: list[str], ready: "queue.Queue[str]") -> None:  # type: ignore[no-untyped-def]
-    for raw in iter(stream.readline, ""):
-        lines.append(raw.rstrip("\n"))
-        if raw.startswith("acceld api: "):
-            ready.put(raw[len("acceld api: "):].strip())
-    ready.put("")  # the process closed its output: it is gone
-
-
 def start_acceld_all(state_path: str) -> AcceldAll:
     os.makedirs(state_path, exist_ok=True)
     config_file = os.path.join(state_path, "acceld.conf")
@@ -106,33 +90,9 @@ def start_acceld_all(state_path: str) -> AcceldAll:
     with open(os.path.join(bitstreams, BITSTREAM_ID), "wb") as handle:
         handle.write(b"\x00acceld compat-test bitstream\x00" * 64)
     _write_config(config_file, free_port(), free_port(), bitstreams)
-    argv = [sys.executable, "-m", "acceld.cli", "all", "--port", str(free_port()),
-            "--state-path", state_path, "--config-file", config_file]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    ready: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_pump, args=(proc.stdout, lines, ready), daemon=True).start()
-    try:
-        url = ready.get(timeout=START_TIMEOUT)
-    except queue.Empty:
-        url = ""
-    if not url:
-        stop_acceld_all(proc)
-        tail = "\n".join(lines[-40:])
-        raise RuntimeError(f"acceld all did not print its API URL:\n{tail}")
-    return AcceldAll(proc=proc, url=url, state_path=state_path, lines=lines)
-
-
-def stop_acceld_all(proc: subprocess.Popen) -> None:
-    """SIGTERM the all-in-one (it stops its services), then its process group if it lingers."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    launched = allinone.launch(state_path, config_file, timeout=START_TIMEOUT)
+    return AcceldAll(proc=launched.proc, url=launched.url, state_path=state_path,
+                     lines=launched.lines)
 
 
 @pytest.fixture(scope="session")
@@ -141,7 +101,7 @@ def acceld_all(tmp_path_factory) -> Iterator[AcceldAll]:
     try:
         yield server
     finally:
-        stop_acceld_all(server.proc)
+        allinone.stop(server.proc)
 
 
 @pytest.fixture(scope="session")

@@ -32,18 +32,13 @@ from tests.conftest import make_conf
 from tests.helpers import ADMIN, version
 from tests.support.databases import private_database
 from tests.support.sysfs_fixtures import SysfsTree
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.integration
 
 HEARTBEAT = 1
 SWEEP = 0.25
 DOWN_AFTER = 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(check: Callable[[], object], timeout: float, what: str) -> object:

@@ -10,11 +10,7 @@ import time
 import pytest
 import requests
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.support.net import free_port
 
 
 def port_open(port: int) -> bool:

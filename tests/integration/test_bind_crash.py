@@ -31,6 +31,7 @@ from tests.helpers import ADMIN, SERVICE
 from tests.support import inventory
 from tests.support.databases import private_database
 from tests.support.nova import RecordingNova
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -38,12 +39,6 @@ URL = "/accelerator/v2/accelerator_requests"
 HANDLES = 20
 BINDS = 40
 LEASE = 5
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ConductorProcess:

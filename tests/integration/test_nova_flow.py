@@ -9,12 +9,6 @@ that no agent manages is written straight into the all-in-one's SQLite file
 from __future__ import annotations
 
 import os
-import queue
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from typing import Iterator
@@ -26,7 +20,8 @@ from sqlalchemy import func, select
 
 from acceld.db.engine import Database
 from acceld.db.models import attach_handles
-from tests.support import inventory
+from tests.support import allinone, inventory
+from tests.support.allinone import free_port
 from tests.support.nova import RecordingNova
 
 pytestmark = pytest.mark.integration
@@ -36,18 +31,10 @@ NOVA = {"Accept": "application/json", "X-User-Id": "nova-user", "X-Project-Id": 
         "X-Roles": "member,reader", "X-Service-Roles": "service"}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class AllInOne:
-    def __init__(self, state_path: str, nova_url: str) -> None:
-        self.state_path = state_path
-        config = os.path.join(state_path, "acceld.conf")
-        with open(config, "w") as handle:
-            handle.write(f"""[DEFAULT]
+def write_config(state_path: str, nova_url: str) -> str:
+    config = os.path.join(state_path, "acceld.conf")
+    with open(config, "w") as handle:
+        handle.write(f"""[DEFAULT]
 host = nova-flow-agent
 [conductor]
 port = {free_port()}
@@ -62,42 +49,7 @@ auth_type = none
 endpoint_override = {nova_url}
 retry_initial_delay = 0.1
 """)
-        self.argv = [sys.executable, "-m", "acceld.cli", "all", "--port", str(free_port()),
-                     "--state-path", state_path, "--config-file", config]
-        self.lines: list[str] = []
-        self.proc: subprocess.Popen | None = None
-        self.url = ""
-
-    def start(self) -> "AllInOne":
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
-        ready: queue.Queue[str] = queue.Queue()
-
-        def pump() -> None:
-            for raw in iter(self.proc.stdout.readline, ""):
-                self.lines.append(raw.rstrip("\n"))
-                if raw.startswith("acceld api: "):
-                    ready.put(raw[len("acceld api: "):].strip())
-            ready.put("")
-
-        threading.Thread(target=pump, daemon=True).start()
-        try:
-            self.url = ready.get(timeout=90)
-        except queue.Empty:
-            self.url = ""
-        if not self.url:
-            self.stop()
-            raise AssertionError("acceld all did not start:\n" + "\n".join(self.lines[-40:]))
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+    return config
 
 
 @pytest.fixture(scope="module")
@@ -108,10 +60,13 @@ def recorder() -> Iterator[RecordingNova]:
 
 
 @pytest.fixture(scope="module")
-def aio(tmp_path_factory, recorder) -> Iterator[AllInOne]:
-    server = AllInOne(str(tmp_path_factory.mktemp("nova-flow")), recorder.url).start()
-    yield server
-    server.stop()
+def aio(tmp_path_factory, recorder) -> Iterator[allinone.Launched]:
+    state = str(tmp_path_factory.mktemp("nova-flow"))
+    launched = allinone.launch(state, write_config(state, recorder.url), timeout=90)
+    try:
+        yield launched
+    finally:
+        allinone.stop(launched.proc)
 
 
 @pytest.fixture(scope="module")

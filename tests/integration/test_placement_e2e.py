@@ -18,10 +18,7 @@ driver's report in process, the way the conductor applies an agent's report.
 from __future__ import annotations
 
 import json
-import queue
 import subprocess
-import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -33,6 +30,7 @@ import requests
 
 from acceld.db.engine import Database
 from tests.compat.minimal_cloud import MinimalCloud
+from tests.support import allinone
 from tests.support.placement import PlacementServer, assert_placement_matches_db, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -51,7 +49,6 @@ class Cyborg:
     url: str
     state_path: Path
     spec_file: Path
-    has_agent: bool
     lines: list[str] = field(default_factory=list)
 
     @property
@@ -59,27 +56,8 @@ class Cyborg:
         return Database(f"sqlite:///{self.state_path / 'acceld.sqlite'}")
 
     def set_hardware(self, devices: list[dict[str, Any]]) -> None:
-        """Change what the fake driver reports; the agent (or the test) reports it."""
+        """Change what the fake driver reports; the agent rediscovers and reports it."""
         self.spec_file.write_text(json.dumps({"devices": devices}))
-        if not self.has_agent:
-            reconcile_in_process(self)
-
-
-def reconcile_in_process(cyborg: Cyborg) -> None:
-    """What the conductor does with an agent's report, for an all-in-one without an agent."""
-    from acceld.agent.hardware import digest
-    from acceld.conductor.reconcile import apply_report
-    from acceld.drivers.fake import FakeDriver
-    from tests.conftest import make_conf
-
-    conf = make_conf(str(cyborg.state_path), fake_driver__spec_file=str(cyborg.spec_file))
-    records = [r.to_dict() for r in FakeDriver(conf, HOST).discover()]
-    db = cyborg.db
-    try:
-        outcome = apply_report(db, HOST, {"hardware": records, "digest": digest(records)})
-        assert not outcome.problems, outcome.describe_problems()
-    finally:
-        db.dispose()
 
 
 def _config(path: Path, placement: PlacementServer, nova: MinimalCloud, spec: Path) -> None:
@@ -110,14 +88,6 @@ token = nova-admin
 """)
 
 
-def _pump(stream: Any, lines: list[str], ready: "queue.Queue[str]") -> None:
-    for raw in iter(stream.readline, ""):
-        lines.append(raw.rstrip("\n"))
-        if raw.startswith("acceld api: "):
-            ready.put(raw[len("acceld api: "):].strip())
-    ready.put("")
-
-
 @pytest.fixture(scope="module")
 def nova() -> Iterator[MinimalCloud]:
     cloud = MinimalCloud().start()
@@ -133,35 +103,16 @@ def compute_node(placement: PlacementServer) -> str:
 
 @pytest.fixture(scope="module")
 def cyborg(tmp_path_factory, placement, nova, compute_node) -> Iterator[Cyborg]:
-    from tests.compat.conftest import stop_acceld_all
-
     state = tmp_path_factory.mktemp("acceld-e2e")
     spec = state / "fake-devices.json"
     spec.write_text(json.dumps({"devices": [
         {"type": "FPGA", "attach_handles": 4, "traits": ["CUSTOM_FAKE_DEVICE", TRAIT]}]}))
     _config(state / "acceld.conf", placement, nova, spec)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "acceld.cli", "all", "--port", str(free_port()),
-         "--state-path", str(state), "--config-file", str(state / "acceld.conf")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines: list[str] = []
-    ready: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_pump, args=(proc.stdout, lines, ready), daemon=True).start()
+    launched = allinone.launch(str(state), str(state / "acceld.conf"))
     try:
-        url = ready.get(timeout=60)
-    except queue.Empty:
-        url = ""
-    if not url:
-        stop_acceld_all(proc)
-        pytest.fail("acceld all did not start:\n" + "\n".join(lines[-40:]))
-    has_agent = any(line.startswith("acceld agent: ") for line in lines)
-    server = Cyborg(proc, url, state, spec, has_agent, lines)
-    if not has_agent:
-        reconcile_in_process(server)
-    try:
-        yield server
+        yield Cyborg(launched.proc, launched.url, state, spec, launched.lines)
     finally:
-        stop_acceld_all(proc)
+        allinone.stop(launched.proc)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from typing import Iterator
 
 import pytest
 import requests
+
+from tests.support import allinone
+from tests.support.allinone import free_port
 
 HOST = "prog-node"
 IMAGE = str(uuid.uuid4())
@@ -29,27 +26,8 @@ FIRMWARE = str(uuid.uuid4())
 ADMIN = {"X-User-Id": "admin", "X-Project-Id": "admin", "X-Roles": "admin,member,reader"}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Running:
-    def __init__(self, proc: subprocess.Popen, url: str, state_path: str) -> None:
-        self.proc, self.url, self.state_path = proc, url, state_path
-
-
-def _pump(stream, lines: list[str], ready: "queue.Queue[str]") -> None:  # type: ignore[no-untyped-def]
-    for raw in iter(stream.readline, ""):
-        lines.append(raw.rstrip("\n"))
-        if raw.startswith("acceld api: "):
-            ready.put(raw[len("acceld api: "):].strip())
-    ready.put("")
-
-
 @pytest.fixture(scope="module")
-def acceld(tmp_path_factory) -> Iterator[Running]:
+def acceld(tmp_path_factory) -> Iterator[allinone.Launched]:
     state = str(tmp_path_factory.mktemp("acceld-programming"))
     bitstreams = os.path.join(state, "bitstreams")
     os.makedirs(bitstreams)
@@ -62,29 +40,11 @@ def acceld(tmp_path_factory) -> Iterator[Running]:
                      f"[conductor]\nport = {free_port()}\n\n"
                      f"[agent]\nport = {free_port()}\nenabled_drivers = fake\n"
                      f"heartbeat_interval = 1\nbitstream_dir = {bitstreams}\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "acceld.cli", "all", "--port", str(free_port()), "--state-path",
-         state, "--config-file", config], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True)
-    lines: list[str] = []
-    ready: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_pump, args=(proc.stdout, lines, ready), daemon=True).start()
+    launched = allinone.launch(state, config)
     try:
-        url = ready.get(timeout=60)
-    except queue.Empty:
-        url = ""
-    try:
-        if not url:
-            raise RuntimeError("acceld all did not start:\n" + "\n".join(lines[-40:]))
-        yield Running(proc, url, state)
+        yield launched
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        allinone.stop(launched.proc)
 
 
 @pytest.fixture(scope="module")

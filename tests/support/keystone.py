@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Iterator
 
 import requests
+
+from tests.support.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = ROOT / ".keystone"
@@ -85,12 +86,6 @@ admin_project_domain_name = Default
 enabled = true
 backend = dogpile.cache.memory
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import requests
+
+from tests.support.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".placement" / "venv"
@@ -41,12 +42,6 @@ def ensure_venv() -> Path:
                     "-r", str(REQUIREMENTS)], check=True)
     STAMP.touch()
     return VENV
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class PlacementServer:
