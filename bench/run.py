@@ -29,7 +29,7 @@ import requests
 
 from bench import loadgen
 from bench.acceld_stack import ACCELD, AcceldStack
-from bench.upstream import HEADERS, HOSTNAME, UpstreamCyborg, ensure_venv, stop_process, tail
+from bench.upstream import HEADERS, HOSTNAME, UpstreamCyborg, ensure_venv, stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "performance.md"
