@@ -47,6 +47,10 @@ api_opts = [
     cfg.IntOpt("max_arqs_per_create", default=1000, min=1,
                help="Most ARQs one POST /accelerator_requests may create (the sum of the "
                     "profile's resources:* amounts); a larger profile gets 400."),
+    cfg.IntOpt("max_limit", default=1000, min=1,
+               help="Largest page of a paginated list (ARQs from microversion 2.5): a "
+                    "larger ?limit= is lowered to this, and a list without ?limit= "
+                    "returns pages of this size, as Nova and Ironic do."),
     cfg.StrOpt("tls_cert_file",
                help="PEM certificate (chain) for the public API: set with tls_key_file to "
                     "serve HTTPS directly from gunicorn."),
@@ -215,6 +219,19 @@ placement_opts = [
 
 glance_opts: list[cfg.Opt] = []
 
+# How many ARQs a project may hold (acceld.api.arq_limits).
+quota_opts = [
+    cfg.StrOpt("driver", default="local", choices=["local", "unified_limits"],
+               help="Where a project's ARQ limit comes from: local uses arqs_per_project "
+                    "below; unified_limits asks Keystone (oslo.limit, resource "
+                    "accelerator_requests, configured in [oslo_limit])."),
+    cfg.IntOpt("arqs_per_project", default=10000, min=-1,
+               help="local: most ARQs one project may hold; a create that would go beyond "
+                    "gets 403 naming the limit. -1: unlimited. The default is far above "
+                    "any real project's accelerators yet bounds the rows (and the "
+                    "unpaginated list before 2.5) one project can make."),
+]
+
 GROUPS: dict[str | None, list[cfg.Opt]] = {
     None: default_opts,
     "api": api_opts,
@@ -228,6 +245,7 @@ GROUPS: dict[str | None, list[cfg.Opt]] = {
     "nova": nova_opts,
     "placement": placement_opts,
     "glance": glance_opts,
+    "quota": quota_opts,
 }
 
 # In-tree hardware drivers (acceld/drivers/<group>.py): one group per driver.
@@ -316,6 +334,16 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
         ks_loading.register_auth_conf_options(conf, group)
         ks_loading.register_adapter_conf_options(conf, group)
     _register_policy_opts(conf)
+    _register_limit_opts(conf)
+
+
+def _register_limit_opts(conf: cfg.ConfigOpts) -> None:
+    """``[oslo_limit]``: how to reach Keystone's unified limits ([quota] driver =
+    unified_limits). oslo.limit reads them from oslo.config's global CONF, which is the
+    configuration every acceld service loads."""
+    from oslo_limit import opts as limit_opts
+
+    limit_opts.register_opts(conf)
 
 
 def _register_policy_opts(conf: cfg.ConfigOpts) -> None:
@@ -345,6 +373,9 @@ def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     from keystonemiddleware.auth_token import _opts as authtoken_opts
 
     out += authtoken_opts.list_opts()
+    from oslo_limit import opts as limit_opts
+
+    out += limit_opts.list_opts()
     return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Iterable, Sequence
 
-from sqlalchemy import Connection, Row, bindparam, delete, insert, or_, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, func, insert, or_, select, update
 
 from acceld.db import handle_releases
 from acceld.db.models import accelerator_requests as arqs
@@ -64,15 +64,36 @@ def _wire_query():  # type: ignore[no-untyped-def]
 
 
 def list_arqs(conn: Connection, *, project_id: str | None = None,
-              instance_uuid: str | None = None) -> Sequence[tuple]:
-    """ARQs for the API, oldest first; ``project_id`` None means every project (admins)."""
+              instance_uuid: str | None = None, after_id: int | None = None,
+              limit: int | None = None) -> Sequence[tuple]:
+    """ARQs for the API, oldest first (by id); ``project_id`` None means every project
+    (admins). A page: ``after_id`` (the marker's id) and at most ``limit`` rows."""
     query = _wire_query().order_by(arqs.c.id)
     if project_id is not None:
         query = query.where(arqs.c.project_id == project_id)
     if instance_uuid is not None:
         query = query.where(arqs.c.instance_uuid == instance_uuid)
+    if after_id is not None:
+        query = query.where(arqs.c.id > after_id)
+    if limit is not None:
+        query = query.limit(limit)
     # Driver tuples in WIRE_FIELDS order: no per-value processing for 1,000 rows.
     return driver_rows(conn, query)
+
+
+def id_of(conn: Connection, uuid: str, project_id: str | None = None) -> int | None:
+    """The id of an ARQ the caller may see (a page marker), or None."""
+    query = select(arqs.c.id).where(arqs.c.uuid == uuid)
+    if project_id is not None:
+        query = query.where(arqs.c.project_id == project_id)
+    return conn.execute(query).scalar()
+
+
+def count_for_project(conn: Connection, project_id: str | None) -> int:
+    """How many ARQs a project holds, in every state (its usage against its limit)."""
+    owner = arqs.c.project_id.is_(None) if project_id is None \
+        else arqs.c.project_id == project_id
+    return conn.execute(select(func.count()).select_from(arqs).where(owner)).scalar_one()
 
 
 def get_by_uuid(conn: Connection, uuid: str, project_id: str | None = None) -> Row | None:

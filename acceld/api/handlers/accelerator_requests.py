@@ -14,7 +14,7 @@ from typing import Callable
 import falcon
 import orjson
 
-from acceld.api import errors, microversion, wire
+from acceld.api import arq_limits, errors, microversion, pagination, wire
 from acceld.api.schemas import accelerator_requests as schemas
 from acceld.db import accelerator_requests as db
 from acceld.db import bind_jobs
@@ -25,6 +25,7 @@ SERVICE_TOKEN_REQUIRED = ("This operation requires a service token. Use the Comp
                           "manage instance accelerators.")
 _V2_1 = microversion.Version(2, 1)
 _V2_4 = microversion.Version(2, 4)  # bind_failure_reason appears
+_V2_5 = microversion.Version(2, 5)  # lists take limit and marker
 # ARQs an instance holds or is acquiring: deleting one needs the service role.
 _INSTANCE_STATES = frozenset({db.BOUND, db.BIND_STARTED})
 _EMPTY_INFO = orjson.Fragment(b"{}")
@@ -130,7 +131,8 @@ def create_arqs(req: falcon.Request, resp: falcon.Response) -> None:
     wire.validate(schemas.CREATE, body)
     name = body["device_profile_name"].strip()
     limit = api.conf.api.max_arqs_per_create
-    with api.db.write() as conn:
+    project_id = req.context.ctx.project_id
+    with arq_limits.write(api, project_id) as conn:
         profile = profiles_db.get_by_name(conn, name) if name else None
         if profile is None:
             raise errors.NotFound(f"Device profile {name!r} could not be found.")
@@ -140,31 +142,52 @@ def create_arqs(req: falcon.Request, resp: falcon.Response) -> None:
                 f"Device profile {name} asks for {sum(counts)} accelerators; one request may "
                 f"create at most {limit} ARQs ([api] max_arqs_per_create).")
         group_ids = [g for g, count in enumerate(counts) for _ in range(count)]
+        arq_limits.check(api, conn, project_id, len(group_ids))  # 403: all or nothing
         created = db.create_many(conn, profile_id=profile.id, group_ids=group_ids,
-                                 project_id=req.context.ctx.project_id)
+                                 project_id=project_id)
     to_wire = serializer(req)
     wire.respond(resp, {"arqs": [to_wire(_created_row(v, profile.name)) for v in created]},
                  status=201)
 
 
 def list_arqs(req: falcon.Request, resp: falcon.Response) -> None:
-    """GET [?instance=<uuid>][&bind_state=resolved]; 423 while an instance's bind is open."""
+    """GET [?instance=<uuid>][&bind_state=resolved]; 423 while an instance's bind is open.
+
+    From 2.5 also [&limit=N][&marker=<uuid>] (acceld.api.pagination); below 2.5 those are
+    unknown parameters (400) and the list is whole, as upstream's."""
     api = req.context.api
     api.policy.authorize("cyborg:arq:get_all", req.context.ctx)
-    params = wire.query_params(req, ("instance", "bind_state"))
+    paged = req.context.version >= _V2_5
+    params = wire.query_params(req, ("instance", "bind_state")
+                               + (pagination.PARAMS if paged else ()))
     instance = _uuid(params["instance"], "query parameter instance") \
         if "instance" in params else None
     bind_state = params.get("bind_state")
     if bind_state is not None and bind_state != "resolved":
         raise errors.BadRequest(f"Invalid value {bind_state!r} for query parameter bind_state: "
                                 "the only value accepted is 'resolved'.")
+    page = pagination.requested(req, params) if paged else None
+    marker = _uuid(page.marker, "query parameter marker") \
+        if page and page.marker is not None else None
     with api.db.read() as conn:
-        rows = db.list_arqs(conn, project_id=_scope(req), instance_uuid=instance)
+        scope = _scope(req)
+        after = db.id_of(conn, marker, scope) if marker else None
+        if marker and after is None:
+            # Unknown and another project's read the same: a marker is no existence oracle.
+            raise errors.BadRequest(f"Marker {marker} could not be found.")
+        rows = db.list_arqs(conn, project_id=scope, instance_uuid=instance, after_id=after,
+                            limit=page.limit + 1 if page else None)
+    more = page is not None and len(rows) > page.limit
+    rows = rows[:page.limit] if more else rows
     state = db.WIRE_FIELDS.index("state")  # rows are driver tuples in WIRE_FIELDS order
     if bind_state and instance and any(r[state] not in db.RESOLVED for r in rows):
         raise errors.Locked("")
     to_wire = serializer(req)
-    wire.respond(resp, {"arqs": [to_wire(r) for r in rows]})
+    body = {"arqs": [to_wire(r) for r in rows]}
+    if more:
+        body["arqs_links"] = pagination.next_links(req, COLLECTION, params,
+                                                    rows[-1][db.WIRE_FIELDS.index("uuid")])
+    wire.respond(resp, body)
 
 
 def show_arq(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:

@@ -1,0 +1,123 @@
+"""How many ARQs a project may hold: the check a create makes before it inserts.
+
+The limit comes from ``[quota] driver``:
+
+* ``local``: ``[quota] arqs_per_project`` (-1: unlimited).
+* ``unified_limits``: Keystone's unified limits through oslo.limit (resource
+  :data:`RESOURCE` of the service ``[oslo_limit]`` names): an ``oslo_limit.limit.Enforcer``
+  whose usage callback counts the project's ARQs in SQL. A project limit wins over the
+  registered default; no registered limit at all means 0, as oslo.limit decides.
+
+The count and the insert run in one transaction holding a lock named after the project
+(acceld.db.project_lock), so two creates for one project cannot both pass on the same
+count. Over the limit is a 403 that names the limit, the project's usage and the request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+from typing import Any, Collection, Iterator
+
+from sqlalchemy import Connection
+
+from acceld.api import errors
+from acceld.db import accelerator_requests as db
+from acceld.db import project_lock
+
+LOG = logging.getLogger(__name__)
+RESOURCE = "accelerator_requests"
+
+# The create's transaction, for the Enforcer's usage callback (which gets only the project).
+_CONN: contextvars.ContextVar[Connection] = contextvars.ContextVar("acceld_arq_limit_conn")
+_enforcer: Any = None
+_enforcer_lock = threading.Lock()
+
+
+def _unified(conf) -> bool:  # type: ignore[no-untyped-def]
+    return conf.quota.driver == "unified_limits"
+
+
+def _limited(conf) -> bool:  # type: ignore[no-untyped-def]
+    return _unified(conf) or conf.quota.arqs_per_project >= 0
+
+
+@contextlib.contextmanager
+def write(api, project_id: str | None) -> Iterator[Connection]:  # type: ignore[no-untyped-def]
+    """The create's write transaction; under the project's lock when a limit applies."""
+    if not _limited(api.conf):
+        with api.db.write() as conn:
+            yield conn
+        return
+    try:
+        with project_lock.write(api.db, project_id or "") as conn:
+            yield conn
+    except project_lock.LockTimeout:
+        raise errors.ServiceUnavailable(
+            f"Other requests of project {project_id} are creating accelerator requests; "
+            "retry.") from None
+
+
+def check(api, conn: Connection, project_id: str | None, delta: int) -> None:  # type: ignore[no-untyped-def]
+    """403 unless ``project_id`` may hold ``delta`` more ARQs; call inside :func:`write`."""
+    if delta <= 0 or not _limited(api.conf):
+        return
+    if _unified(api.conf):
+        _check_unified(conn, project_id, delta)
+        return
+    limit = api.conf.quota.arqs_per_project
+    usage = db.count_for_project(conn, project_id)
+    if usage + delta > limit:
+        raise _over(project_id, limit, usage, delta, "[quota] arqs_per_project")
+
+
+def _over(project_id: str | None, limit: int, usage: int, delta: int,
+          source: str) -> errors.Forbidden:
+    return errors.Forbidden(
+        f"Quota exceeded for {RESOURCE}: project {project_id} may hold {limit} ({source}), "
+        f"holds {usage} and asked for {delta} more.")
+
+
+# ---------------------------------------------------------------------------- unified limits
+
+def _usage(project_id: str | None, resource_names: Collection[str]) -> dict[str, int]:
+    """oslo.limit's usage callback: the project's ARQs, counted in the create's transaction."""
+    return {name: db.count_for_project(_CONN.get(), project_id) for name in resource_names}
+
+
+def _get_enforcer():  # type: ignore[no-untyped-def]
+    """One Enforcer per process: it finds the enforcement model and the service's endpoint
+    once; limits are read from Keystone on every check (cache=False), so a changed limit
+    applies at once."""
+    global _enforcer
+    with _enforcer_lock:
+        if _enforcer is None:
+            from oslo_limit import limit
+
+            _enforcer = limit.Enforcer(_usage, cache=False)
+        return _enforcer
+
+
+def _check_unified(conn: Connection, project_id: str | None, delta: int) -> None:
+    from keystoneauth1 import exceptions as ksa_exceptions
+    from openstack import exceptions as sdk_exceptions
+    from oslo_limit import exception as limit_exceptions
+
+    token = _CONN.set(conn)
+    try:
+        _get_enforcer().enforce(project_id, {RESOURCE: delta})
+    except limit_exceptions.ProjectOverLimit as exc:
+        info = next(i for i in exc.over_limit_info_list if i.resource_name == RESOURCE)
+        raise _over(project_id, info.limit, info.current_usage, info.delta,
+                    f"Keystone unified limit on {RESOURCE}") from None
+    except (limit_exceptions.SessionInitError, ksa_exceptions.ClientException,
+            sdk_exceptions.SDKException, ValueError) as exc:
+        LOG.error("Could not check the %s limit of project %s with Keystone: %s", RESOURCE,
+                  project_id, exc)
+        raise errors.ServiceUnavailable(
+            f"The {RESOURCE} limit of project {project_id} could not be read from Keystone; "
+            "retry later.") from None
+    finally:
+        _CONN.reset(token)
