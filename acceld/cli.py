@@ -159,6 +159,15 @@ def _simulate_command(sub, common) -> None:  # type: ignore[no-untyped-def]
 EXTRA_COMMANDS.append(_simulate_command)
 
 
+def _internal_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
+    from acceld.services import internal_cli  # internal node-key HOSTNAME
+
+    internal_cli.register(sub, common)
+
+
+EXTRA_COMMANDS.append(_internal_commands)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)

@@ -85,10 +85,35 @@ database_opts = [
 
 internal_opts = [
     cfg.StrOpt("shared_secret", secret=True,
-               help="Secret every internal call (driver, agent, conductor) is signed with. "
-                    "Unset: read from <state_path>/internal.secret, created with mode 0600."),
+               help="The cloud's internal secret (at least 32 characters), held by "
+                    "controllers (conductor, API): API -> conductor calls are signed with "
+                    "it, and every node's key is derived from it. Unset: read from "
+                    "<state_path>/internal.secret, created with mode 0600."),
+    cfg.StrOpt("node_key", secret=True,
+               help="This node's own key (agent, driver processes), printed on a controller "
+                    "by `acceld internal node-key <host>` for [DEFAULT] host. A node given "
+                    "only its key can speak for no other node. Unset: node_key_file, else "
+                    "derived from the cloud's secret where this machine has it."),
+    cfg.StrOpt("node_key_file",
+               help="File holding this node's key (mode 0600), instead of node_key."),
     cfg.IntOpt("credential_ttl", default=60, min=5,
                help="Seconds an internal credential stays valid; a used one cannot be replayed."),
+    cfg.IntOpt("max_request_body", default=1024 * 1024, min=4096,
+               help="Largest internal request body, in bytes (413 beyond). Internal requests "
+                    "are small (hellos, program and attach calls); hardware reports travel "
+                    "in answers, which this does not limit."),
+    cfg.IntOpt("server_threads", default=16, min=1,
+               help="Worker threads of each internal server; requests beyond wait for one. "
+                    "Idle connections hold no thread."),
+    cfg.IntOpt("max_connections", default=256, min=2,
+               help="Open connections an internal server keeps; at the limit the "
+                    "longest-waiting idle one is closed for a new one."),
+    cfg.FloatOpt("header_timeout", default=10.0, min=0.1,
+                 help="Seconds a client of an internal server has, from connecting, to send "
+                      "its request line and headers; then it is disconnected."),
+    cfg.FloatOpt("request_timeout", default=60.0, min=1.0,
+                 help="Seconds an internal server gives a client to send its body, and to "
+                      "take each write of the answer."),
     cfg.StrOpt("tls_cert_file", help="PEM certificate for internal servers (enables TLS)."),
     cfg.StrOpt("tls_key_file", help="PEM private key for internal servers."),
     cfg.StrOpt("tls_ca_file", help="CA bundle internal clients use to verify internal servers."),

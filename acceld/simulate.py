@@ -3,8 +3,9 @@
 Each simulated agent is what the conductor sees of a real one: its own
 internal endpoint (a port on 127.0.0.1) answering the signed ``GET /hardware``
 and ``POST /discovery`` with the same credential checks, and a heartbeat,
-``POST /hello`` with the digest of its hardware, signed with the shared secret,
-every heartbeat interval. The hardware is the fake driver's records under the
+``POST /hello`` with the digest of its hardware, signed with its own node key
+(derived from the cloud's secret, as the conductor derives it), every heartbeat
+interval; its endpoint accepts only that key and signs its answers. The hardware is the fake driver's records under the
 agent's host name (``sim-00000`` ...), so the conductor's whole path runs:
 hello, pull on a new digest, validation, reconciliation into the database.
 
@@ -66,6 +67,11 @@ class SimulatedAgent:
     pulls: int = 0
     registered: bool = False
     body: bytes = b""
+    key: bytes = b""  # the node's key, derived from the cloud's secret
+
+    @property
+    def signer(self) -> auth.Signer:
+        return auth.Signer(self.key, self.hostname)
 
     def refresh(self) -> None:
         self.digest = digest(self.records)
@@ -79,7 +85,7 @@ class SimulatedAgent:
 
 
 def build_agents(conf: cfg.ConfigOpts, count: int, devices: int,
-                 prefix: str) -> list[SimulatedAgent]:
+                 prefix: str, secret: bytes = b"") -> list[SimulatedAgent]:
     """``count`` nodes with ``devices`` fake devices each, cycling through the fake types."""
     conf.set_override("devices", [DEVICE_TYPES[i % len(DEVICE_TYPES)] for i in range(devices)],
                       group="fake_driver")
@@ -88,7 +94,7 @@ def build_agents(conf: cfg.ConfigOpts, count: int, devices: int,
     for index in range(count):
         hostname = f"{prefix}-{index:05d}"
         records = [r.to_dict() for r in FakeDriver(conf, hostname).discover()]
-        agent = SimulatedAgent(index, hostname, records)
+        agent = SimulatedAgent(index, hostname, records, key=auth.node_key(secret, hostname))
         agent.refresh()
         agents.append(agent)
     return agents
@@ -99,9 +105,11 @@ def build_agents(conf: cfg.ConfigOpts, count: int, devices: int,
 class HardwareServers:
     """One listening socket per agent on 127.0.0.1, all served by one asyncio loop."""
 
-    def __init__(self, agents: list[SimulatedAgent], secret: bytes, ttl: int) -> None:
+    def __init__(self, agents: list[SimulatedAgent], ttl: int) -> None:
         self.agents = agents
-        self.verifier = auth.Verifier(secret, ttl)
+        # Each agent's endpoint accepts its own node's key only, as a real agent does.
+        self.verifiers = {a.index: auth.Verifier(auth.NodeKeys(a.hostname, a.key), ttl)
+                          for a in agents}
         self.refused = 0
         self.loop = asyncio.new_event_loop()
         self._servers: list[asyncio.base_events.Server] = []
@@ -141,12 +149,13 @@ class HardwareServers:
                         headers[name.strip().lower()] = value.strip()
                 length = int(headers.get("content-length") or 0)
                 body = await reader.readexactly(length) if length else b""
-                status, answer = self._answer(agent, method, target, body,
-                                              headers.get(auth.HEADER.lower()))
+                status, answer, signature = self._answer(agent, method, target, body, headers)
                 close = headers.get("connection", "").lower() == "close"
+                signed = b"%s: %s\r\n" % (auth.RESPONSE_HEADER.encode(),
+                                           signature.encode()) if signature else b""
                 writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n%s\r\n" % (
-                                 status, _REASONS[status], len(answer),
+                             b"Content-Length: %d\r\n%s%s\r\n" % (
+                                 status, _REASONS[status], len(answer), signed,
                                  b"Connection: close\r\n" if close else b"") + answer)
                 await writer.drain()
                 if close:
@@ -157,19 +166,25 @@ class HardwareServers:
             writer.close()
 
     def _answer(self, agent: SimulatedAgent, method: str, target: str, body: bytes,
-                credential: str | None) -> tuple[int, bytes]:
+                headers: dict[str, str]) -> tuple[int, bytes, str | None]:
+        """Status, body and the answer's signature (None when the caller was refused)."""
         try:
-            self.verifier.verify(method, target, body, credential)
+            identity = self.verifiers[agent.index].verify(
+                method, target, body, headers.get(auth.HEADER.lower()),
+                node=headers.get(auth.NODE_HEADER.lower()),
+                digest=headers.get(auth.DIGEST_HEADER.lower()))
         except auth.CredentialError:
             self.refused += 1
-            return 401, b'{"error": "A valid internal credential is required."}'
+            return 401, b'{"error": "A valid internal credential is required."}', None
         path = target.split("?", 1)[0]
         if method == "GET" and path == "/hardware":
             agent.pulls += 1
-            return 200, agent.body
-        if method == "POST" and path == "/discovery":
-            return 202, b'{"status": "IN-PROGRESS"}'
-        return 404, b'{"error": "Not found"}'
+            status, answer = 200, agent.body
+        elif method == "POST" and path == "/discovery":
+            status, answer = 202, b'{"status": "IN-PROGRESS"}'
+        else:
+            status, answer = 404, b'{"error": "Not found"}'
+        return status, answer, auth.response_mac(identity.key, identity.nonce, status, answer)
 
     def stop(self) -> None:
         def _close() -> None:
@@ -204,11 +219,10 @@ class HelloStats:
 class Heartbeats:
     """Sends each agent's hello when due, from a pool of threads with one client each."""
 
-    def __init__(self, agents: list[SimulatedAgent], url: str, secret: bytes, interval: float,
+    def __init__(self, agents: list[SimulatedAgent], url: str, interval: float,
                  threads: int) -> None:
         self.agents = agents
         self.url = url
-        self.secret = secret
         self.interval = interval
         self.stats = HelloStats()
         self._due: list[tuple[float, int]] = []
@@ -250,7 +264,7 @@ class Heartbeats:
             self._work.put(self.agents[index])
 
     def _sender(self) -> None:
-        client = InternalClient(self.url, self.secret, timeout=120)
+        client = InternalClient(self.url, b"", timeout=120)  # each hello: its node's key
         while True:
             agent = self._work.get()
             if agent is None:
@@ -261,7 +275,7 @@ class Heartbeats:
                     "hardware_digest": agent.digest, "drivers": ["fake"]}
             ok = False
             try:
-                answer = client.call("POST", "/hello", body)
+                answer = client.call("POST", "/hello", body, signer=agent.signer)
                 ok = True
                 pulled = bool(answer and answer.get("pulled"))
             except (InternalError, requests.RequestException) as exc:
@@ -303,13 +317,14 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     interval = args.heartbeat_interval or conf.agent.heartbeat_interval
     started = time.monotonic()
     conf.set_override("attach_handles", args.attach_handles, group="fake_driver")
-    agents = build_agents(conf, args.agents, args.devices_per_agent, args.hostname_prefix)
-    servers = HardwareServers(agents, secret, conf.internal.credential_ttl)
+    agents = build_agents(conf, args.agents, args.devices_per_agent, args.hostname_prefix,
+                          secret)
+    servers = HardwareServers(agents, conf.internal.credential_ttl)
     servers.start()
     emit("listening", agents=len(agents), devices=len(agents) * args.devices_per_agent,
          seconds=round(time.monotonic() - started, 3))
 
-    beats = Heartbeats(agents, url, secret, interval, args.threads)
+    beats = Heartbeats(agents, url, interval, args.threads)
     t0 = time.monotonic()
     beats.start()
     deadline = t0 + args.register_timeout

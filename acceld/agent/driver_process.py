@@ -26,7 +26,8 @@ from acceld.drivers import loader
 from acceld.drivers.base import Driver
 from acceld.internal.server import Handler, InternalServer, advertised_endpoint, respond, serve
 from acceld.services.lifecycle import repeat_until_stopped, run_until_signalled
-from acceld.services.secrets import internal_secret
+from acceld.internal.auth import NodeKeys, Signer
+from acceld.services.secrets import own_node_key
 
 LOG = logging.getLogger(__name__)
 
@@ -43,7 +44,10 @@ class DriverProcess:
         self.conf = conf
         self.hostname = hostname or conf.host
         self.driver = driver if driver is not None else loader.load(name, conf, self.hostname)
-        self.secret = internal_secret(conf)
+        # A driver process speaks for its node, with the node's key (as its agent does).
+        key = own_node_key(conf, self.hostname)
+        self.signer = Signer(key, self.hostname)
+        self.keys = NodeKeys(self.hostname, key)
         self._lock = threading.Lock()
         self._discovering = threading.Lock()
         self._records: list[Any] = []
@@ -96,11 +100,11 @@ class DriverProcess:
                 "hardware_digest": self.hardware()[1]}
 
     def start(self) -> "DriverProcess":
-        self.server = serve(self.conf, self.secret, self.routes(), self.conf.driver.host_ip,
+        self.server = serve(self.conf, self.keys, self.routes(), self.conf.driver.host_ip,
                             self.conf.driver.port)
         self.discover()
         url = agent_url(self.conf)
-        self.hello = HelloLoop.to_peer(self.conf, self.secret, url, self.hello_body,
+        self.hello = HelloLoop.to_peer(self.conf, self.signer, url, self.hello_body,
                                        f"agent {url}")
         self.hello.start()
         repeat_until_stopped(self._stop, lambda: self.conf.agent.discovery_interval,

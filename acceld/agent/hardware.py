@@ -18,6 +18,7 @@ import orjson
 import requests
 
 from acceld.clients.internal import InternalClient, InternalError, tls_verify
+from acceld.internal.auth import Signer
 
 LOG = logging.getLogger(__name__)
 
@@ -56,10 +57,10 @@ class HelloLoop:
         self.beats = 0
 
     @classmethod
-    def to_peer(cls, conf, secret: bytes, url: str,  # type: ignore[no-untyped-def]
+    def to_peer(cls, conf, signer: Signer | bytes, url: str,  # type: ignore[no-untyped-def]
                 body: Callable[[], dict], peer: str) -> "HelloLoop":
         """A loop (not started) to the internal server at ``url``, every heartbeat interval."""
-        return cls(InternalClient(url, secret, timeout=60, verify=tls_verify(conf)),
+        return cls(InternalClient(url, signer, timeout=60, verify=tls_verify(conf)),
                    conf.agent.heartbeat_interval, body, peer)
 
     def start(self) -> None:

@@ -36,7 +36,8 @@ from acceld.drivers.base import Driver
 from acceld.internal.server import (Handler, InternalServer, advertised_endpoint, json_body,
                                     respond, serve)
 from acceld.services.lifecycle import repeat_until_stopped, run_until_signalled
-from acceld.services.secrets import internal_secret
+from acceld.internal.auth import NodeKeys, Signer
+from acceld.services.secrets import own_node_key
 
 LOG = logging.getLogger(__name__)
 
@@ -78,7 +79,10 @@ class Agent:
         self.hostname = hostname or conf.host
         self.drivers = drivers if drivers is not None else [
             loader.load(name, conf, self.hostname) for name in conf.agent.enabled_drivers]
-        self.secret = internal_secret(conf)
+        # The node's own key: its calls are signed with it, its server accepts only it.
+        key = own_node_key(conf, self.hostname)
+        self.signer = Signer(key, self.hostname)
+        self.keys = NodeKeys(self.hostname, key)
         self._lock = threading.Lock()
         self._records: dict[str, list[Any]] = {}  # driver name -> its records (in-process)
         self.external: dict[str, ExternalDriver] = {}
@@ -101,7 +105,7 @@ class Agent:
 
     def client(self, endpoint: str, timeout: float = 30.0) -> InternalClient:
         url = internal_url(self.conf, endpoint)
-        return InternalClient(url, self.secret, timeout=timeout, verify=tls_verify(self.conf))
+        return InternalClient(url, self.signer, timeout=timeout, verify=tls_verify(self.conf))
 
     # Discovery
 
@@ -218,11 +222,11 @@ class Agent:
                 "drivers": [d.name for d in self.drivers]}
 
     def start(self) -> "Agent":
-        self.server = serve(self.conf, self.secret, self.routes(), self.conf.agent.host_ip,
+        self.server = serve(self.conf, self.keys, self.routes(), self.conf.agent.host_ip,
                             self.conf.agent.port)
         self.discover()
         url = conductor_url(self.conf)
-        self.hello = HelloLoop.to_peer(self.conf, self.secret, url, self.hello_body,
+        self.hello = HelloLoop.to_peer(self.conf, self.signer, url, self.hello_body,
                                        f"conductor {url}")
         self.hello.start()
         self._threads.append(repeat_until_stopped(

@@ -21,6 +21,7 @@ from sqlalchemy import Connection
 from acceld.clients.internal import InternalClient, InternalError, internal_url, tls_verify
 from acceld.db import agents as agents_db
 from acceld.db.engine import Database
+from acceld.internal.auth import Signer, node_key
 from acceld.services.secrets import internal_secret
 
 
@@ -87,14 +88,18 @@ class AgentCaller:
 
         ``timeout_message`` is the message when the agent did not answer in time.
         """
-        client = InternalClient(url, self.secret, timeout=timeout, verify=tls_verify(self.conf))
+        # Signed with the host's own key: only that host's agent accepts the call.
+        signer = Signer(node_key(self.secret, hostname), hostname)
+        client = InternalClient(url, signer, timeout=timeout, verify=tls_verify(self.conf))
         try:
             return client.call("POST", path, body, timeout=timeout)
         except InternalError as exc:
             if exc.status == 401:
                 raise AgentCallError(502, f"The agent of host {hostname} refused the "
-                                          "conductor's internal credential; check [internal] "
-                                          "shared_secret.") from None
+                                          "conductor's internal credential; check that its "
+                                          "[internal] node_key is the one `acceld internal "
+                                          f"node-key {hostname}` prints from the conductor's "
+                                          "[internal] shared_secret.") from None
             status = exc.status
             if status >= 500 and status not in (502, 503):
                 status = 502

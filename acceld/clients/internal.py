@@ -1,4 +1,11 @@
-"""HTTP between acceld's own services, every call signed (see acceld.internal.auth)."""
+"""HTTP between acceld's own services, every call signed (see acceld.internal.auth).
+
+A successful answer must carry the server's signature over the call's nonce;
+an unsigned or mismatched one is refused (InternalError 502), so an answer
+cannot be swapped or replayed on the wire. An error answer without a signature
+(a 401 or 413 from a server that could not authenticate the call) is still
+reported with its status.
+"""
 
 from __future__ import annotations
 
@@ -36,29 +43,40 @@ class InternalError(Exception):
 class InternalClient:
     """Signed JSON calls to one internal server (a driver, an agent or the conductor)."""
 
-    def __init__(self, base_url: str, secret: bytes, *, timeout: float = 10.0,
-                 verify: str | bool = True) -> None:
+    def __init__(self, base_url: str, secret: bytes | auth.Signer, *, timeout: float = 10.0,
+                 verify: str | bool = True, node: str | None = None) -> None:
+        """``secret``: the key to sign with; ``node``: the node it belongs to (None: the
+        cloud's secret). A :class:`auth.Signer` gives both."""
         if "://" not in base_url:
             base_url = f"http://{base_url}"
         self.base_url = base_url.rstrip("/")
         self._prefix = urlsplit(self.base_url).path
-        self._secret = secret
+        self._signer = secret if isinstance(secret, auth.Signer) else auth.Signer(secret, node)
         self._timeout = timeout
         self._verify = verify
         self._session = requests.Session()
 
     def call(self, method: str, path: str, body: Any = None, *,
-             timeout: float | None = None) -> Any:
+             timeout: float | None = None, signer: auth.Signer | None = None) -> Any:
         """Send ``body`` as JSON; return the decoded answer (None when empty).
 
-        Raises InternalError for an error status, requests.RequestException when unreachable.
+        Raises InternalError for an error status or an answer without a valid
+        signature, requests.RequestException when unreachable.
         """
         data = orjson.dumps(body) if body is not None else b""
-        headers = {auth.HEADER: auth.sign(self._secret, method, self._prefix + path, data)}
+        signer = signer or self._signer  # one client may speak for several nodes (simulate)
+        headers, nonce = signer.headers(method, self._prefix + path, data)
         if body is not None:
             headers["Content-Type"] = "application/json"
         resp = self._session.request(method, self.base_url + path, data=data, headers=headers,
                                      timeout=timeout or self._timeout, verify=self._verify)
+        signature = resp.headers.get(auth.RESPONSE_HEADER)
+        if signature is not None or resp.status_code < 400:
+            try:
+                signer.check_response(nonce, resp.status_code, resp.content, signature)
+            except auth.ResponseError as exc:
+                raise InternalError(502, f"Refused the answer of {self.base_url}{path}: "
+                                         f"{exc}") from None
         if resp.status_code >= 400:
             raise InternalError(resp.status_code, resp.text[:500])
         return orjson.loads(resp.content) if resp.content else None

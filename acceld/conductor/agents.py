@@ -38,7 +38,8 @@ from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
 from acceld.db.engine import Database
 from acceld.db.models import utcnow
-from acceld.internal.server import json_body, respond
+from acceld.internal.auth import Signer, node_key
+from acceld.internal.server import caller_node, json_body, respond
 from acceld.services.secrets import internal_secret
 
 LOG = logging.getLogger(__name__)
@@ -65,11 +66,6 @@ def host_is_up(conn: Connection, hostname: str) -> bool:
     return agents_db.is_up(conn, hostname)
 
 
-def _hostname_from(endpoint: str) -> str:
-    host = endpoint.split("://", 1)[-1].rsplit(":", 1)[0]
-    return host.strip("[]")
-
-
 def _problem(message: str, status: int) -> falcon.HTTPError:
     return falcon.HTTPError(status, description=message)
 
@@ -88,6 +84,10 @@ class AgentsComponent:
 
     def routes(self) -> dict[str, dict[str, Any]]:
         return {"/hello": {"POST": self.on_hello}}
+
+    def node_paths(self) -> list[str]:
+        """Routes a node's key may call: only its own hello."""
+        return ["/hello"]
 
     def periodic_tasks(self) -> list[PeriodicTask]:
         return [PeriodicTask("agent-liveness", self.conf.conductor.agent_check_interval,
@@ -109,7 +109,7 @@ class AgentsComponent:
             raise falcon.HTTPBadRequest(
                 description=f"Invalid hello{f' at {where!r}' if where else ''}: {error.message}")
         endpoint = body["endpoint"]
-        hostname = body.get("hostname") or _hostname_from(endpoint)
+        hostname = self._speaker(req, body.get("hostname"))
         interval = body.get("heartbeat_interval", self.conf.agent.heartbeat_interval)
         beat = self._heartbeat(hostname, endpoint, interval)
         if beat.new:
@@ -124,6 +124,23 @@ class AgentsComponent:
             pulled = True
         respond(resp, {"status": "OK", "hostname": hostname, "pulled": pulled,
                        "heartbeat_interval": interval})
+
+    @staticmethod
+    def _speaker(req: falcon.Request, named: str | None) -> str:
+        """The host the hello is for: the node whose key signed it, and no other.
+
+        Without this, any node's key could register another host's endpoint and
+        draw the conductor's pulls, program and attach calls for it.
+        """
+        node = caller_node(req)
+        if node is None or (named is not None and named != node):
+            LOG.warning("Refused a hello for host %s signed with %s from %s", named or "?",
+                        f"the key of node {node}" if node else "the cloud's secret",
+                        req.remote_addr)
+            raise falcon.HTTPUnauthorized(
+                title="Unauthorized",
+                description="A hello must be signed with the key of the node it names.")
+        return node
 
     def _heartbeat(self, hostname: str, endpoint: str, interval: int) -> agents_db.Heartbeat:
         try:
@@ -140,7 +157,7 @@ class AgentsComponent:
     def pull(self, hostname: str, endpoint: str) -> None:
         """GET the node's hardware and reconcile it; HTTP errors for the agent to log."""
         with self._node_lock(hostname):
-            client = self._client(endpoint)
+            client = self._client(endpoint, hostname)
             try:
                 report = client.call("GET", "/hardware", timeout=30)
             except (InternalError, requests.RequestException) as exc:
@@ -155,10 +172,12 @@ class AgentsComponent:
             raise _problem("Refused hardware record(s), the rest of the report was applied: "
                            + outcome.describe_problems(), 400)
 
-    def _client(self, endpoint: str) -> InternalClient:
+    def _client(self, endpoint: str, hostname: str) -> InternalClient:
+        """A client of the host's agent, signing with that host's key."""
         assert self._secret is not None, "component not started"
         url = internal_url(self.conf, endpoint)
-        return InternalClient(url, self._secret, verify=tls_verify(self.conf))
+        return InternalClient(url, Signer(node_key(self._secret, hostname), hostname),
+                              verify=tls_verify(self.conf))
 
     # Liveness
 

@@ -28,7 +28,7 @@ from acceld.db import leases
 from acceld.db.engine import Database
 from acceld.internal.server import Handler, InternalServer, serve
 from acceld.services.lifecycle import run_until_signalled
-from acceld.services.secrets import internal_secret
+from acceld.services.secrets import cloud_keyring
 
 LOG = logging.getLogger(__name__)
 
@@ -65,10 +65,13 @@ class Conductor:
 
     def start(self) -> None:
         routes: dict[str, dict[str, Handler]] = {}
+        node_paths: list[str] = []  # what a node's key may call; the rest needs the cloud's
         for component in self.components:
             routes.update(component.routes())
-        self.server = serve(self.conf, internal_secret(self.conf), routes,
-                            self.conf.conductor.host_ip, self.conf.conductor.port)
+            node_paths += getattr(component, "node_paths", list)()
+        self.server = serve(self.conf, cloud_keyring(self.conf), routes,
+                            self.conf.conductor.host_ip, self.conf.conductor.port,
+                            node_paths=node_paths)
         for component in self.components:
             component.start()
         for component in self.components:

@@ -50,7 +50,7 @@ class Database:
     def _ensure_sqlite_dir(self) -> None:
         if not self._sqlite_memory():
             directory = os.path.dirname(os.path.abspath(self.url.database))
-            os.makedirs(directory, exist_ok=True)
+            os.makedirs(directory, mode=0o700, exist_ok=True)  # the state path: private
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:

@@ -1,52 +1,175 @@
 """Credentials for internal calls (driver <-> agent <-> conductor, API -> conductor).
 
-Every call carries ``X-Acceld-Credential: <unix time>.<nonce>.<hmac>``, an
-HMAC-SHA256 with the shared secret over the method, path, time, nonce and a
-hash of the body. A server accepts a credential once (nonces are remembered
-for the credential's lifetime) and only within ``[internal] credential_ttl``
-seconds of its time: a captured call cannot be replayed or altered.
+Every call carries three headers:
+
+- ``X-Acceld-Credential: <unix time>.<nonce>.<hmac>``;
+- ``X-Acceld-Content-SHA256: <hex>``, the hash of the body it sends;
+- ``X-Acceld-Node: <hostname>`` when it is signed with a node's key.
+
+The HMAC-SHA256 is taken over the method, path, time, nonce, node and body
+hash. Because the body hash travels in a header, the whole credential is
+checked from the headers before a byte of body is read; the body is then read
+(capped) and must hash to what was signed.
+
+Keys: the cloud's secret (``[internal] shared_secret``) is held by controllers
+(conductor, API). Each node holds only its own key,
+:func:`node_key` (cloud secret, hostname), which the conductor derives when it
+needs it: an agent's hello is accepted only for the host whose key signed it,
+and the conductor signs its calls to an agent with that agent's key.
+
+A server accepts a credential once (nonces are remembered for the credential's
+lifetime) and only within ``[internal] credential_ttl`` seconds of its time. It
+signs its answer over the request's nonce, status and body
+(``X-Acceld-Response``), and the client refuses a successful answer that is
+unsigned or does not match: answers cannot be swapped or replayed either.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import threading
 import time
+from dataclasses import dataclass
+from typing import Protocol
 
 HEADER = "X-Acceld-Credential"
+NODE_HEADER = "X-Acceld-Node"
+DIGEST_HEADER = "X-Acceld-Content-SHA256"
+RESPONSE_HEADER = "X-Acceld-Response"
+
+# The shortest secret or node key acceld accepts (characters). Generated ones are longer.
+MIN_SECRET_LENGTH = 32
+
+HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_NONCE = re.compile(r"^[0-9a-f]{16,64}$")
 
 
 class CredentialError(Exception):
     """The call is not authenticated; the message says why (for the log, not the caller)."""
 
 
-def _mac(secret: bytes, method: str, path: str, stamp: str, nonce: str, body: bytes) -> str:
-    digest = hashlib.sha256(body).hexdigest()
-    message = "\n".join((method.upper(), path, stamp, nonce, digest)).encode()
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+class ResponseError(Exception):
+    """An answer without a valid signature over the request's nonce."""
+
+
+def node_key(cloud_secret: bytes, hostname: str) -> bytes:
+    """The key of node ``hostname``: what the conductor derives and the node is given.
+
+    A hex HMAC of the hostname under the cloud's secret, so a node's key says
+    nothing of the secret or of any other node's key.
+    """
+    return hmac.new(cloud_secret, b"acceld node key\n" + hostname.encode(),
+                    hashlib.sha256).hexdigest().encode()
+
+
+def body_digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def _mac(key: bytes, method: str, path: str, stamp: str, nonce: str, node: str | None,
+         digest: str) -> str:
+    message = "\n".join((method.upper(), path, stamp, nonce, node or "", digest)).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Signer:
+    """Who signs a client's calls: a key, and the node it belongs to (None: the cloud's)."""
+
+    key: bytes
+    node: str | None = None
+
+    def headers(self, method: str, path: str, body: bytes = b"",
+                now: float | None = None) -> tuple[dict[str, str], str]:
+        """The credential headers for one call, and its nonce (to check the answer with)."""
+        stamp = str(int(now if now is not None else time.time()))
+        nonce = secrets.token_hex(12)
+        digest = body_digest(body)
+        mac = _mac(self.key, method, path, stamp, nonce, self.node, digest)
+        headers = {HEADER: f"{stamp}.{nonce}.{mac}", DIGEST_HEADER: digest}
+        if self.node is not None:
+            headers[NODE_HEADER] = self.node
+        return headers, nonce
+
+    def check_response(self, nonce: str, status: int, body: bytes,
+                       signature: str | None) -> None:
+        """ResponseError unless ``signature`` is the server's over this call's answer."""
+        if not signature:
+            raise ResponseError("the answer is not signed")
+        if not hmac.compare_digest(response_mac(self.key, nonce, status, body), signature):
+            raise ResponseError("the answer's signature does not match")
 
 
 def sign(secret: bytes, method: str, path: str, body: bytes = b"",
-         now: float | None = None) -> str:
-    """A fresh credential for one call. ``path`` includes the query string, if any."""
-    stamp = str(int(now if now is not None else time.time()))
-    nonce = secrets.token_hex(12)
-    return f"{stamp}.{nonce}.{_mac(secret, method, path, stamp, nonce, body)}"
+         now: float | None = None, node: str | None = None) -> str:
+    """A fresh credential header value (the body hash header must go with it: see headers)."""
+    return Signer(secret, node).headers(method, path, body, now)[0][HEADER]
+
+
+def headers(secret: bytes, method: str, path: str, body: bytes = b"",
+            now: float | None = None, node: str | None = None) -> dict[str, str]:
+    """Every credential header of one call."""
+    return Signer(secret, node).headers(method, path, body, now)[0]
+
+
+def response_mac(key: bytes, nonce: str, status: int, body: bytes) -> str:
+    message = "\n".join(("response", nonce, str(status), body_digest(body))).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+class Keyring(Protocol):
+    """The key a server verifies a call with, by the node the call names (None: none)."""
+
+    def key_for(self, node: str | None) -> bytes | None: ...
+
+
+@dataclass(frozen=True)
+class CloudKeys:
+    """A controller's keys: the cloud secret, and every node's key derived from it."""
+
+    secret: bytes
+
+    def key_for(self, node: str | None) -> bytes | None:
+        return self.secret if node is None else node_key(self.secret, node)
+
+
+@dataclass(frozen=True)
+class NodeKeys:
+    """A node's keys: its own, for calls naming it; nothing else is accepted."""
+
+    hostname: str
+    key: bytes
+
+    def key_for(self, node: str | None) -> bytes | None:
+        return self.key if node == self.hostname else None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a verified call came from, and what its answer is signed with."""
+
+    node: str | None
+    key: bytes
+    nonce: str
+    digest: str
 
 
 class Verifier:
-    """Checks credentials and remembers the nonces it accepted until they expire."""
+    """Checks credentials from the headers and remembers accepted nonces until they expire."""
 
-    def __init__(self, secret: bytes, ttl: int = 60) -> None:
-        self._secret = secret
+    def __init__(self, keys: bytes | Keyring, ttl: int = 60) -> None:
+        self._keys: Keyring = CloudKeys(keys) if isinstance(keys, bytes) else keys
         self._ttl = ttl
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def verify(self, method: str, path: str, body: bytes, credential: str | None,
-               now: float | None = None) -> None:
+    def check(self, method: str, path: str, credential: str | None, node: str | None,
+              digest: str | None, now: float | None = None) -> Identity:
+        """Verify a call from its headers alone (the body is checked against ``digest``)."""
         if not credential:
             raise CredentialError("no credential")
         try:
@@ -54,11 +177,20 @@ class Verifier:
             issued = int(stamp)
         except ValueError:
             raise CredentialError("malformed credential") from None
+        if not _NONCE.match(nonce) or not _HEX64.match(mac):
+            raise CredentialError("malformed credential")
+        if not digest or not _HEX64.match(digest):
+            raise CredentialError(f"no or malformed {DIGEST_HEADER}")
         now = now if now is not None else time.time()
         if abs(now - issued) > self._ttl:
             raise CredentialError("expired credential")
-        expected = _mac(self._secret, method, path, stamp, nonce, body)
-        if not hmac.compare_digest(expected, mac):
+        if node is not None and not HOSTNAME.match(node):
+            raise CredentialError(f"malformed {NODE_HEADER}")
+        key = self._keys.key_for(node)
+        if key is None:
+            raise CredentialError(f"no key here for node {node!r}" if node
+                                  else "a node's key is required here")
+        if not hmac.compare_digest(_mac(key, method, path, stamp, nonce, node, digest), mac):
             raise CredentialError("wrong credential")
         with self._lock:
             if nonce in self._seen:
@@ -66,6 +198,20 @@ class Verifier:
             self._seen[nonce] = issued
             if len(self._seen) > 4096:
                 self._forget_expired(now)
+        return Identity(node, key, nonce, digest)
+
+    def verify(self, method: str, path: str, body: bytes, credential: str | None,
+               now: float | None = None, node: str | None = None,
+               digest: str | None = None) -> Identity:
+        """Headers and body at once (for servers that read the body anyway).
+
+        ``digest`` defaults to the body's own hash, as if the caller had sent it.
+        """
+        actual = body_digest(body)
+        identity = self.check(method, path, credential, node, digest or actual, now)
+        if not hmac.compare_digest(identity.digest, actual):
+            raise CredentialError("the body does not match its signed hash")
+        return identity
 
     def _forget_expired(self, now: float) -> None:
         horizon = now - self._ttl

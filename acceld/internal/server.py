@@ -1,59 +1,94 @@
 """Internal HTTP servers (conductor, agent, external drivers): Falcon apps behind credentials.
 
-They run in a thread of their service's process (the service also runs
-periodic work beside them), on a threaded WSGI server bound to 127.0.0.1
-unless configured otherwise, with optional TLS.
+They run in threads of their service's process (the service also runs
+periodic work beside them), on :class:`acceld.internal.pool_server.PoolServer`
+(bounded threads and connections, timeouts) bound to 127.0.0.1 unless
+configured otherwise, with optional TLS.
+
+Every request's credential is checked from its headers before its body is
+read (acceld.internal.auth); the body is then read up to
+``[internal] max_request_body`` bytes and must match the hash that was signed.
+Every answer to an authenticated request is signed over the request's nonce.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
-import socketserver
 import ssl
-import threading
-from typing import Callable
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from typing import Callable, Collection
 
 import falcon
 import orjson
 
 from acceld.internal import auth
+from acceld.internal.pool_server import Limits, PoolServer
 
 LOG = logging.getLogger(__name__)
 
 Handler = Callable[..., None]
 
+# The default cap on internal request bodies. Requests are small: a hello is under a
+# KiB, a program or attach request a few hundred bytes; hardware reports, the large
+# payloads, travel in answers (GET /hardware), which are not capped here.
+MAX_BODY = 1024 * 1024
 
-# The largest internal body: a node's whole hardware report (about 1 KiB a device).
-MAX_BODY = 32 * 1024 * 1024
+_REFUSED = "A valid internal credential is required."
 
 
 class _Authenticate:
-    """401 for a missing, wrong, expired or replayed credential, before any handler runs."""
+    """401 for a missing, wrong, expired or replayed credential, before any body is read."""
 
-    def __init__(self, verifier: auth.Verifier, max_body: int) -> None:
+    def __init__(self, verifier: auth.Verifier, max_body: int,
+                 node_paths: Collection[str] | None) -> None:
         self.verifier = verifier
         self.max_body = max_body
+        self.node_paths = node_paths
+
+    def _refuse(self, req: falcon.Request, reason: str) -> falcon.HTTPError:
+        LOG.warning("Refused internal call %s %s from %s: %s", req.method, req.path,
+                    req.remote_addr, reason)
+        return falcon.HTTPUnauthorized(title="Unauthorized", description=_REFUSED)
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        # The body is read before the credential can be checked: bound what a caller
-        # without a credential can make the server hold.
+        path = req.path + (f"?{req.query_string}" if req.query_string else "")
+        try:
+            identity = self.verifier.check(
+                req.method, path, req.get_header(auth.HEADER), req.get_header(auth.NODE_HEADER),
+                req.get_header(auth.DIGEST_HEADER))
+        except auth.CredentialError as exc:
+            raise self._refuse(req, str(exc)) from None
+        # From here on the caller holds a key: its answers are signed, even errors.
+        req.context.identity = identity
+        if identity.node is not None and self.node_paths is not None \
+                and req.path not in self.node_paths:
+            raise self._refuse(req, f"node {identity.node}'s key is not accepted for this call")
         if (req.content_length or 0) > self.max_body:
             raise falcon.HTTPContentTooLarge(
                 description=f"Internal request bodies are limited to {self.max_body} bytes.")
-        body = req.bounded_stream.read(self.max_body + 1)
+        try:
+            body = req.bounded_stream.read(self.max_body + 1)
+        except TimeoutError:  # the server's request_timeout: a slow or stalled sender
+            raise falcon.HTTPError(falcon.HTTP_408,
+                                   description="The request body did not arrive in time.") \
+                from None
         if len(body) > self.max_body:
             raise falcon.HTTPContentTooLarge(
                 description=f"Internal request bodies are limited to {self.max_body} bytes.")
+        if auth.body_digest(body) != identity.digest:
+            raise self._refuse(req, "the body does not match its signed hash")
         req.context.raw_body = body
-        path = req.path + (f"?{req.query_string}" if req.query_string else "")
-        try:
-            self.verifier.verify(req.method, path, body, req.get_header(auth.HEADER))
-        except auth.CredentialError as exc:
-            LOG.warning("Refused internal call %s %s from %s: %s", req.method, req.path,
-                        req.remote_addr, exc)
-            raise falcon.HTTPUnauthorized(title="Unauthorized",
-                                          description="A valid internal credential is required.")
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object,
+                         req_succeeded: bool) -> None:
+        identity: auth.Identity | None = getattr(req.context, "identity", None)
+        if identity is None:
+            return  # nothing to sign with: the caller was refused
+        body = resp.render_body() or b""
+        resp.data = body
+        status = resp.status_code
+        resp.set_header(auth.RESPONSE_HEADER,
+                        auth.response_mac(identity.key, identity.nonce, status, body))
 
 
 def _error_serializer(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError) -> None:
@@ -72,6 +107,11 @@ def json_body(req: falcon.Request) -> object:
         raise falcon.HTTPBadRequest(description=f"Malformed JSON: {exc}") from None
 
 
+def caller_node(req: falcon.Request) -> str | None:
+    """The node whose key signed this request; None for the cloud's secret."""
+    return req.context.identity.node
+
+
 def respond(resp: falcon.Response, body: object, status: int = 200) -> None:
     resp.status = status
     resp.content_type = falcon.MEDIA_JSON
@@ -84,60 +124,85 @@ class _Resource:
             setattr(self, f"on_{method.lower()}", handler)
 
 
-def build_app(secret: bytes, ttl: int, routes: dict[str, dict[str, Handler]]) -> falcon.App:
-    app = falcon.App(middleware=[_Authenticate(auth.Verifier(secret, ttl), MAX_BODY)])
+def build_app(keys: bytes | auth.Keyring, ttl: int, routes: dict[str, dict[str, Handler]],
+              *, max_body: int | None = None,
+              node_paths: Collection[str] | None = None) -> falcon.App:
+    """The app for ``routes``; calls signed with a node's key reach only ``node_paths``
+    (None: every path, for servers whose keyring holds node keys only)."""
+    app = falcon.App(middleware=[_Authenticate(auth.Verifier(keys, ttl),
+                                               max_body if max_body is not None else MAX_BODY,
+                                               node_paths)])
     app.set_error_serializer(_error_serializer)
     for path, methods in routes.items():
         app.add_route(path, _Resource(methods))
     return app
 
 
-class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args) -> None:  # type: ignore[no-untyped-def]
-        LOG.debug("internal %s - %s", self.address_string(), format % args)
-
-
 class InternalServer:
     """A running internal server; ``url`` is where it listens."""
 
     def __init__(self, app: falcon.App, host: str, port: int, *, cert_file: str | None = None,
-                 key_file: str | None = None) -> None:
-        self._server = make_server(host, port, app, server_class=_ThreadingWSGIServer,
-                                   handler_class=_QuietHandler)
+                 key_file: str | None = None, limits: Limits | None = None) -> None:
+        context = None
         scheme = "http"
         if cert_file:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(cert_file, key_file)
-            # The handshake happens in the request's thread, not in the accept loop, so
-            # a client that connects and stalls cannot block the server.
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True,
-                                                      do_handshake_on_connect=False)
             scheme = "https"
-        self.port = self._server.server_address[1]
+        self._server = PoolServer(app, host, port, ssl_context=context, limits=limits)
+        self.port = self._server.port
         self.url = f"{scheme}://{host}:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="internal-api",
-                                        daemon=True)
+
+    @property
+    def open_connections(self) -> int:
+        return self._server.open_connections
 
     def start(self) -> "InternalServer":
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
 
-def serve(conf, secret: bytes, routes: dict[str, dict[str, Handler]],  # type: ignore[no-untyped-def]
-          host: str, port: int) -> InternalServer:
-    """Start the authenticated internal app for ``routes``, with TLS from ``[internal]``."""
-    app = build_app(secret, conf.internal.credential_ttl, routes)
-    return InternalServer(app, host, port, cert_file=conf.internal.tls_cert_file,
-                          key_file=conf.internal.tls_key_file).start()
+def limits_from(conf) -> Limits:  # type: ignore[no-untyped-def]
+    internal = conf.internal
+    return Limits(threads=internal.server_threads, max_connections=internal.max_connections,
+                  header_timeout=internal.header_timeout,
+                  request_timeout=internal.request_timeout)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]
+          routes: dict[str, dict[str, Handler]], host: str, port: int, *,
+          node_paths: Collection[str] | None = None) -> InternalServer:
+    """Start the authenticated internal app for ``routes``, with TLS and limits from
+    ``[internal]``; warn when it listens beyond loopback without TLS."""
+    app = build_app(keys, conf.internal.credential_ttl, routes,
+                    max_body=conf.internal.max_request_body, node_paths=node_paths)
+    server = InternalServer(app, host, port, cert_file=conf.internal.tls_cert_file,
+                            key_file=conf.internal.tls_key_file,
+                            limits=limits_from(conf)).start()
+    warn_if_exposed(conf, host, server.url)
+    return server
+
+
+def warn_if_exposed(conf, host: str, url: str) -> bool:  # type: ignore[no-untyped-def]
+    """Log a WARNING (and return True) when ``host`` is beyond loopback and TLS is off."""
+    if conf.internal.tls_cert_file or is_loopback(host):
+        return False
+    LOG.warning("Internal server %s listens beyond loopback without TLS: its calls and "
+                "answers are signed but not encrypted, so anyone on the network can read "
+                "them; set [internal] tls_cert_file and tls_key_file", url)
+    return True
 
 
 def advertised_endpoint(conf, host: str, port: int) -> str:  # type: ignore[no-untyped-def]

@@ -21,7 +21,7 @@ from oslo_config import cfg
 
 from acceld.db import migrate
 from acceld.db.engine import from_config
-from acceld.services.secrets import ensure_secret_file
+from acceld.services.secrets import ensure_secret_file, ensure_state_dir
 
 
 @dataclass
@@ -75,8 +75,7 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool
 
 
 def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
-    state_path = os.path.abspath(conf.state_path)
-    os.makedirs(state_path, exist_ok=True)
+    state_path = ensure_state_dir(os.path.abspath(conf.state_path))
     if not conf.internal.shared_secret:
         ensure_secret_file(state_path)
     db = from_config(conf)

@@ -20,13 +20,13 @@ URL = "/accelerator/v2/accelerator_requests"
 
 
 def test_patch_wakes_the_conductor(tmp_path, sqlite_db):
-    conf = make_conf(str(tmp_path), internal__shared_secret="wake-test-secret",
+    conf = make_conf(str(tmp_path), internal__shared_secret="wake-test-secret-0123456789abcdef",
                      conductor__port=0, conductor__bind_poll_interval=60.0)
     conductor = Conductor(conf, sqlite_db, [BindingComponent(conf, sqlite_db)])
     conductor.start()
     try:
         client = testing.TestClient(build_app(
-            conf, sqlite_db, ConductorClient(conductor.server.url, b"wake-test-secret")))
+            conf, sqlite_db, ConductorClient(conductor.server.url, b"wake-test-secret-0123456789abcdef")))
         fpga = inventory.add_fpga(sqlite_db, hostname="wake-node", handles=1)
         client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN,
                              json=[{"name": "w", "groups": [{"resources:FPGA": "1"}]}])

@@ -23,6 +23,7 @@ import requests
 
 from acceld import config
 from acceld.clients.internal import InternalClient, InternalError
+from acceld.internal import auth
 from acceld.drivers import loader
 from tests.support.driver_processes import read_url, stop
 from tests.support.sysfs_fixtures import SysfsTree
@@ -30,7 +31,9 @@ from tests.support.sysfs_fixtures import SysfsTree
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "acceld-example-driver"
 SCHEMA = json.loads((REPO / "docs" / "hardware-record.schema.json").read_text())
-SECRET = "example-driver-test-secret"
+SECRET = "example-driver-test-secret-0123456789"
+# The driver process holds only its node's key, as an operator provisions a node.
+NODE_KEY = auth.node_key(SECRET.encode(), "node7")
 DSA, UNBOUND = "0000:6a:01.0", "0000:e7:01.0"
 
 
@@ -65,7 +68,7 @@ def conf_file(tmp_path) -> Path:
     tree.add_pci("0000:6b:00.0", "0x8086", "0x4940", "0x0b4000", driver="4xxx")  # not chosen
     path = tmp_path / "acceld.conf"
     path.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\nhost = node7\n"
-                    f"[internal]\nshared_secret = {SECRET}\n"
+                    f"[internal]\nnode_key = {NODE_KEY.decode()}\n"
                     f"[example_driver]\nsysfs_root = {tree.root}\npci_ids = 8086:0b25\n")
     return path
 
@@ -96,7 +99,7 @@ def test_runs_as_an_external_driver_process(site, conf_file, tmp_path):
                             cwd=tmp_path)
     try:
         url = read_url(proc, time.monotonic() + 60, "example")
-        client = InternalClient(url, SECRET.encode())
+        client = InternalClient(url, auth.Signer(NODE_KEY, "node7"))
         answer = client.call("GET", "/hardware")
         for record in answer["hardware"]:
             jsonschema.validate(record, SCHEMA)

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from acceld.clients.internal import InternalClient
+from acceld.internal import auth
 from acceld.drivers import record_schema
 from tests.support.driver_processes import read_url, stop
 from tests.support.sysfs_fixtures import SysfsTree, node_overrides, populate_node
 
-SECRET = "hardware-driver-processes"
+SECRET = "hardware-driver-processes-0123456789"
 DRIVERS = ["nvidia_gpu", "intel_fpga", "xilinx_fpga", "intel_qat", "nvme", "nic", "ascend"]
 
 
@@ -51,7 +52,8 @@ def test_each_driver_serves_its_hardware(tmp_path):
         deadline = time.monotonic() + 90
         for name, (proc, _log) in procs.items():
             url = read_url(proc, deadline, name)
-            answer = InternalClient(url, SECRET.encode()).call("GET", "/hardware")
+            signer = auth.Signer(auth.node_key(SECRET.encode(), "gpu-node-1"), "gpu-node-1")
+            answer = InternalClient(url, signer).call("GET", "/hardware")
             records = answer["hardware"]
             assert records, f"{name} reported nothing"
             assert record_schema.check_node(records).problems == []

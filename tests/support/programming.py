@@ -25,7 +25,7 @@ from acceld.internal.server import InternalServer, build_app as internal_app
 from tests.helpers import ADMIN
 from tests.support import inventory
 
-SECRET = b"test-secret-for-programming"
+SECRET = b"test-secret-for-programming-0123456789"
 HOST = "node1"
 IMAGE = str(uuid.uuid4())
 FIRMWARE = str(uuid.uuid4())

@@ -22,6 +22,7 @@ from acceld.conductor.service import Conductor
 from acceld.db.models import agents, devices
 from acceld.drivers.base import Driver, HardwareRecord
 from acceld.drivers.fake import FakeDriver
+from acceld.internal import auth
 from acceld.services.secrets import ensure_secret_file, internal_secret
 from tests.conftest import count_queries, make_conf
 
@@ -73,6 +74,11 @@ def setup(tmp_path, sqlite_db):
     conductor.stop()
 
 
+def as_node(conf, url: str, host: str = "node1") -> InternalClient:
+    """A client signing as node ``host``, with the key the conductor derives for it."""
+    return InternalClient(url, auth.Signer(auth.node_key(internal_secret(conf), host), host))
+
+
 def _wait(check, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -92,7 +98,7 @@ def test_first_hello_pulls_and_an_unchanged_one_costs_one_update(setup):
     conf, db, component, agent = setup
     a = agent([FakeDriver(conf, "node1")])
     _wait(lambda: device_count(db) == 1)
-    conductor = InternalClient(conf.conductor.url, internal_secret(conf))
+    conductor = as_node(conf, conf.conductor.url)
     with count_queries(db) as statements:
         answer = conductor.call("POST", "/hello", a.hello_body())
     assert answer["pulled"] is False
@@ -108,7 +114,7 @@ def test_refused_record_gets_400_and_the_rest_is_applied(setup, caplog):
     _wait(lambda: device_count(db) == 1)  # the good FPGA... and the GPU is refused
     with db.read() as conn:
         assert [r.type for r in conn.execute(select(devices.c.type))] == ["GPU"]
-    conductor = InternalClient(conf.conductor.url, internal_secret(conf))
+    conductor = as_node(conf, conf.conductor.url)
     with db.write() as conn:  # forget the digest: the next hello pulls again
         conn.execute(update(agents).values(hardware_digest=None))
     with caplog.at_level(logging.WARNING):
@@ -122,7 +128,7 @@ def test_refused_record_gets_400_and_the_rest_is_applied(setup, caplog):
 
 def test_unreachable_agent_gets_502(setup):
     conf, db, component, agent = setup
-    conductor = InternalClient(conf.conductor.url, internal_secret(conf))
+    conductor = as_node(conf, conf.conductor.url, "ghost")
     with pytest.raises(InternalError) as failed:
         conductor.call("POST", "/hello", {"status": "READY", "endpoint": "127.0.0.1:9",
                                           "hostname": "ghost", "hardware_digest": "x"})
@@ -140,7 +146,7 @@ def test_unreachable_agent_gets_502(setup):
 ])
 def test_malformed_hello_is_400_and_records_nothing(setup, body):
     conf, db, component, agent = setup
-    conductor = InternalClient(conf.conductor.url, internal_secret(conf))
+    conductor = as_node(conf, conf.conductor.url)
     with pytest.raises(InternalError) as refused:
         conductor.call("POST", "/hello", body)
     assert refused.value.status == 400
@@ -152,7 +158,7 @@ def test_agent_routes(setup):
     conf, db, component, agent = setup
     Scripted.records = FakeDriver(conf, "node1").discover()
     a = agent([Scripted(conf, "node1")])
-    client = InternalClient(a.server.url, internal_secret(conf))
+    client = as_node(conf, a.server.url)
     report = client.call("GET", "/hardware")
     assert len(report["hardware"]) == 1 and len(report["digest"]) == 64
     Scripted.records = []

@@ -28,7 +28,7 @@ from acceld.internal.server import InternalServer, build_app as internal_app
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE
 
-SECRET = b"test-secret-for-attach-handles"
+SECRET = b"test-secret-for-attach-handles-0123456789"
 HOST = "node-a"
 ARQ_URL = "/accelerator/v2/accelerator_requests"
 RP = str(uuid.uuid3(uuid.NAMESPACE_DNS, f"{HOST}_FakeDevice"))

@@ -98,31 +98,32 @@ def test_signed_calls_pass_and_a_captured_call_cannot_be_replayed(server) -> Non
     client = InternalClient(server.url, SECRET)
     assert client.call("POST", "/echo", {"a": 1}) == {"got": {"a": 1}}
     body = b'{"a": 1}'
-    headers = {auth.HEADER: auth.sign(SECRET, "POST", "/echo", body),
+    headers = {**auth.headers(SECRET, "POST", "/echo", body),
                "Content-Type": "application/json"}
     first = requests.post(server.url + "/echo", data=body, headers=headers, timeout=5)
     assert first.status_code == 200
     replay = requests.post(server.url + "/echo", data=body, headers=headers, timeout=5)
     assert replay.status_code == 401
     tampered = requests.post(server.url + "/echo", data=b'{"a": 2}', timeout=5,
-                             headers={**headers, auth.HEADER: auth.sign(SECRET, "POST", "/echo",
-                                                                        body)})
+                             headers={**headers, **auth.headers(SECRET, "POST", "/echo", body)})
     assert tampered.status_code == 401
     with pytest.raises(InternalError) as exc:
         InternalClient(server.url, b"wrong-secret").call("POST", "/echo", {})
     assert exc.value.status == 401
 
 
-def test_oversized_body_refused_before_it_is_read(server, monkeypatch) -> None:
-    from acceld.internal import server as internal_server
-
-    monkeypatch.setattr(internal_server, "MAX_BODY", 1024)
-    small = build_app(SECRET, 60, {"/echo": {"POST": _echo}})
+def test_oversized_body_refused_before_it_is_read() -> None:
+    small = build_app(SECRET, 60, {"/echo": {"POST": _echo}}, max_body=1024)
     srv = InternalServer(small, "127.0.0.1", 0).start()
     try:
-        resp = requests.post(srv.url + "/echo", data=b"x" * 4096, timeout=5)
+        body = b"x" * 4096
+        signed = auth.headers(SECRET, "POST", "/echo", body)
+        resp = requests.post(srv.url + "/echo", data=body, headers=signed, timeout=5)
         assert resp.status_code == 413
         assert "1024 bytes" in resp.text
+        # A stranger's large body is refused for its credential, before its size.
+        resp = requests.post(srv.url + "/echo", data=body, timeout=5)
+        assert resp.status_code == 401
         ok = InternalClient(srv.url, SECRET).call("POST", "/echo", {"a": 1})
         assert ok == {"got": {"a": 1}}
     finally:

@@ -1,0 +1,206 @@
+"""Internal servers spend nothing on strangers and bounded resources on everyone (issue 16, 3).
+
+Each test talks to a real internal server on loopback over raw sockets, where
+the point is what the server does before a request is complete.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Iterator
+
+import pytest
+
+from acceld.clients.internal import InternalClient
+from acceld.internal import auth
+from acceld.internal.pool_server import Limits
+from acceld.internal.server import InternalServer, build_app, json_body, respond
+
+SECRET = b"limits-test-secret-0123456789abcdef"
+BIG = 32 * 1024 * 1024
+
+
+def _echo(req, resp) -> None:  # type: ignore[no-untyped-def]
+    respond(resp, {"got": json_body(req)})
+
+
+def _server(**limits) -> InternalServer:  # type: ignore[no-untyped-def]
+    app = build_app(SECRET, 60, {"/echo": {"POST": _echo}})
+    return InternalServer(app, "127.0.0.1", 0, limits=Limits(**limits)).start()
+
+
+@pytest.fixture
+def server() -> Iterator[InternalServer]:
+    srv = _server(threads=4, max_connections=200, header_timeout=30.0, request_timeout=30.0)
+    yield srv
+    srv.stop()
+
+
+def _head(length: int, extra: dict[str, str] | None = None) -> bytes:
+    lines = ["POST /echo HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
+             f"Content-Length: {length}"]
+    lines += [f"{k}: {v}" for k, v in (extra or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _answer(sock: socket.socket, timeout: float = 2.0) -> bytes:
+    """Everything the server sends until it closes (within ``timeout`` seconds)."""
+    sock.settimeout(timeout)
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _connect(srv: InternalServer) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+
+
+@pytest.mark.parametrize("credential", [
+    None,                                                          # none at all
+    "1.2",                                                         # malformed
+    f"{int(time.time()) - 3600}.{'ab' * 12}.{'0' * 64}",            # expired
+    f"{int(time.time())}.{'ab' * 12}.{'0' * 64}",                   # well formed, wrong MAC
+])
+def test_a_stranger_announcing_32_mib_gets_401_without_the_body_being_read(
+        server, credential) -> None:
+    """Only the headers are sent: a server that waited for the body would never answer."""
+    extra = {auth.DIGEST_HEADER: "0" * 64}
+    if credential is not None:
+        extra[auth.HEADER] = credential
+    with _connect(server) as sock:
+        started = time.monotonic()
+        sock.sendall(_head(BIG, extra))
+        answer = _answer(sock)
+    assert answer.split(b"\r\n", 1)[0].split(b" ")[1] == b"401", answer[:200]
+    assert time.monotonic() - started < 1.0
+    assert b"A valid internal credential is required." in answer
+
+
+def test_a_credential_holder_announcing_32_mib_gets_413_without_the_body_being_read(
+        server) -> None:
+    with _connect(server) as sock:
+        sock.sendall(_head(BIG, auth.headers(SECRET, "POST", "/echo", b"x" * 10)))
+        answer = _answer(sock)
+    assert b" 413 " in answer.split(b"\r\n", 1)[0], answer[:200]
+
+
+def test_a_body_that_does_not_match_its_signed_hash_is_401(server) -> None:
+    signed = auth.headers(SECRET, "POST", "/echo", b'{"a": 1}')
+    with _connect(server) as sock:
+        sock.sendall(_head(8, signed) + b'{"a": 2}')
+        answer = _answer(sock)
+    assert b" 401 " in answer.split(b"\r\n", 1)[0], answer[:200]
+
+
+def test_idle_connections_hold_no_thread_and_delay_nobody(server) -> None:
+    """Far more idle connections than workers: another client is still answered at once."""
+    client = InternalClient(server.url, SECRET)
+    assert client.call("POST", "/echo", {"warm": 1}) == {"got": {"warm": 1}}
+    threads_before = threading.active_count()
+    idle = [_connect(server) for _ in range(100)]
+    try:
+        started = time.monotonic()
+        # Accepted after every idle connection (the listen queue is in order).
+        assert client.call("POST", "/echo", {"n": 1}, timeout=5) == {"got": {"n": 1}}
+        assert time.monotonic() - started < 1.0
+        assert server.open_connections >= 100
+        assert threading.active_count() <= threads_before + 1, (
+            threading.active_count(), threads_before)
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_half_sent_heads_hold_no_worker(server) -> None:
+    """Clients that send part of their headers and stall do not take the 4 workers."""
+    client = InternalClient(server.url, SECRET)
+    stalled = [_connect(server) for _ in range(10)]
+    try:
+        for sock in stalled:
+            sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        assert client.call("POST", "/echo", {"n": 2}, timeout=5) == {"got": {"n": 2}}
+        assert time.monotonic() - started < 1.0
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def test_a_silent_connection_is_closed_after_the_header_timeout() -> None:
+    srv = _server(header_timeout=0.3)
+    try:
+        with _connect(srv) as sock:
+            started = time.monotonic()
+            assert _answer(sock, timeout=5) == b""
+            assert 0.2 < time.monotonic() - started < 3.0
+        assert srv.open_connections == 0
+    finally:
+        srv.stop()
+
+
+def test_a_body_that_stalls_gets_408_at_the_request_timeout() -> None:
+    srv = _server(request_timeout=0.5)
+    try:
+        body = b'{"a": 1}'
+        with _connect(srv) as sock:
+            started = time.monotonic()
+            sock.sendall(_head(len(body), auth.headers(SECRET, "POST", "/echo", body)) + b"{")
+            answer = _answer(sock, timeout=5)
+            assert 0.4 < time.monotonic() - started < 3.0
+        assert b" 408 " in answer.split(b"\r\n", 1)[0], answer[:200]
+    finally:
+        srv.stop()
+
+
+def test_at_the_connection_limit_the_oldest_idle_connection_makes_room() -> None:
+    srv = _server(max_connections=10, header_timeout=30.0)
+    try:
+        idle = [_connect(srv) for _ in range(10)]
+        client = InternalClient(srv.url, SECRET)
+        try:
+            assert client.call("POST", "/echo", {"n": 3}, timeout=5) == {"got": {"n": 3}}
+            assert _answer(idle[0], timeout=2) == b""  # the oldest was closed for it
+            assert srv.open_connections <= 10
+        finally:
+            for sock in idle:
+                sock.close()
+    finally:
+        srv.stop()
+
+
+def test_busy_workers_make_requests_wait_not_threads_grow() -> None:
+    """More concurrent requests than workers: all answered, by the same few threads."""
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+
+    def slow(req, resp) -> None:  # type: ignore[no-untyped-def]
+        entered.release()
+        release.wait(10)
+        respond(resp, {"ok": True})
+
+    app = build_app(SECRET, 60, {"/slow": {"POST": slow}})
+    srv = InternalServer(app, "127.0.0.1", 0, limits=Limits(threads=2)).start()
+    results: list[object] = []
+    try:
+        threads_before = threading.active_count()
+        callers = [threading.Thread(target=lambda: results.append(
+            InternalClient(srv.url, SECRET).call("POST", "/slow", {}, timeout=10)))
+            for _ in range(6)]
+        for caller in callers:
+            caller.start()
+        assert entered.acquire(timeout=5) and entered.acquire(timeout=5)
+        assert not entered.acquire(timeout=0.3)  # the third waits for a worker
+        # Only the 6 calling threads were added: the server made none.
+        assert threading.active_count() == threads_before + 6
+        release.set()
+        for caller in callers:
+            caller.join(10)
+        assert results == [{"ok": True}] * 6
+    finally:
+        release.set()
+        srv.stop()
