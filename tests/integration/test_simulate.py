@@ -91,7 +91,7 @@ def test_a_wrong_secret_is_refused(conductor, tmp_path) -> None:
     common, db = conductor
     other = tmp_path / "other"
     other.mkdir()
-    (other / "internal.secret").write_text("not-the-conductors-secret")
+    (other / "internal.secret").write_text("not-the-conductors-secret-0123456789")
     conf = common[1]
     rc, events = _run(["--config-file", conf, "--state-path", str(other)], "--agents", "2",
                       "--devices-per-agent", "1", "--register-timeout", "3")
