@@ -376,8 +376,8 @@ def _register_policy_opts(conf: cfg.ConfigOpts) -> None:
 
     # Only the persona defaults apply unless an operator opts back into upstream's
     # transition mode (new default OR deprecated rule) with enforce_new_defaults = False.
-    policy_opts.set_defaults(conf, policy_file="policy.yaml", enforce_new_defaults=True,
-                             enforce_scope=True)
+    # (oslo.policy 4.5 made scope enforcement permanent and 6.0 removed enforce_scope.)
+    policy_opts.set_defaults(conf, policy_file="policy.yaml", enforce_new_defaults=True)
 
 
 def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:

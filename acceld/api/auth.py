@@ -26,8 +26,11 @@ WSGIApp = Callable[[dict, Callable], Iterable[bytes]]
 GROUP = "keystone_authtoken"
 
 # Identity headers (as WSGI environ keys) a client could forge on a public path.
-_IDENTITY_ENVIRON = ("HTTP_X_USER_ID", "HTTP_X_PROJECT_ID", "HTTP_X_ROLES",
-                     "HTTP_X_SERVICE_ROLES", "HTTP_OPENSTACK_SYSTEM_SCOPE",
+_IDENTITY_ENVIRON = ("HTTP_X_USER_ID", "HTTP_X_PROJECT_ID", "HTTP_X_ROLES", "HTTP_X_DOMAIN_ID",
+                     "HTTP_X_USER_DOMAIN_ID", "HTTP_X_PROJECT_DOMAIN_ID", "HTTP_X_IS_ADMIN_PROJECT",
+                     "HTTP_X_SERVICE_ROLES", "HTTP_X_SERVICE_USER_ID",
+                     "HTTP_X_SERVICE_USER_DOMAIN_ID", "HTTP_X_SERVICE_PROJECT_ID",
+                     "HTTP_X_SERVICE_PROJECT_DOMAIN_ID", "HTTP_OPENSTACK_SYSTEM_SCOPE",
                      "HTTP_X_IDENTITY_STATUS", "HTTP_X_SERVICE_IDENTITY_STATUS")
 
 

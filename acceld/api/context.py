@@ -1,4 +1,9 @@
-"""Who is calling: identity from the headers keystonemiddleware sets (or noauth defaults)."""
+"""Who is calling: identity from the headers keystonemiddleware sets (or noauth defaults).
+
+The policy credentials are those oslo.context's ``to_policy_values`` gives, so operator
+rules written for other OpenStack services (``domain_id``, ``system_scope``,
+``is_admin_project``, ``service_roles``, ...) mean the same here.
+"""
 
 from __future__ import annotations
 
@@ -16,28 +21,71 @@ def _split(value: str | None) -> list[str]:
     return [part.strip().lower() for part in value.split(",") if part.strip()]
 
 
+def _flag(value: str | None) -> bool:
+    """X-Is-Admin-Project: keystonemiddleware writes 'True' or 'False'; absent means True,
+    as oslo.context reads it (Keystone without an admin project configured)."""
+    return value is None or value.strip().lower() != "false"
+
+
 @dataclass(slots=True)
 class RequestContext:
     user_id: str | None
     project_id: str | None
     roles: list[str] = field(default_factory=list)
+    # Roles of the X-Service-Token (Nova's), never of the user's own token.
     service_roles: list[str] = field(default_factory=list)
     request_id: str = ""
-    # "all" for a system-scoped token (OpenStack-System-Scope): refused by every rule,
-    # since upstream's rules are all project-scoped.
+    # "all" for a system-scoped token (OpenStack-System-Scope).
     system_scope: str | None = None
+    # The domain of a domain-scoped token (X-Domain-Id); None for project-scoped tokens.
+    domain_id: str | None = None
+    user_domain_id: str | None = None
+    project_domain_id: str | None = None
+    is_admin_project: bool = True
+    # Who the service token (X-Service-Token) belongs to, for operator rules that name it.
+    service_user_id: str | None = None
+    service_user_domain_id: str | None = None
+    service_project_id: str | None = None
+    service_project_domain_id: str | None = None
+
+    @property
+    def scope(self) -> str:
+        """What the token is scoped to, as oslo.policy decides it: system, domain or project
+        ("unscoped" when it names none of them)."""
+        if self.system_scope:
+            return "system"
+        if self.domain_id:
+            return "domain"
+        return "project" if self.project_id else "unscoped"
 
     @property
     def is_admin(self) -> bool:
-        return "admin" in self.roles
+        """An administrator of the cloud: the admin role on a project-scoped token. An admin
+        of a domain (or of the system) is not one: such tokens see no project data."""
+        return "admin" in self.roles and self.scope == "project"
 
     def has_service_role(self, role: str) -> bool:
-        return role.lower() in self.service_roles or role.lower() in self.roles
+        """Only the service token (X-Service-Roles) proves a service: a user who holds the
+        role on their own token is still a user, as keystonemiddleware and upstream see it."""
+        return role.lower() in self.service_roles
 
     def policy_credentials(self) -> dict:
-        return {"user_id": self.user_id, "project_id": self.project_id, "roles": self.roles,
-                "service_roles": self.service_roles, "system_scope": self.system_scope,
-                "domain_id": None, "is_admin_project": True, "is_admin": self.is_admin}
+        return {"user_id": self.user_id, "user_domain_id": self.user_domain_id,
+                "project_id": self.project_id, "project_domain_id": self.project_domain_id,
+                "domain_id": self.domain_id, "system_scope": self.system_scope,
+                "roles": self.roles, "service_roles": self.service_roles,
+                "is_admin_project": self.is_admin_project, "is_admin": self.is_admin,
+                "service_user_id": self.service_user_id,
+                "service_user_domain_id": self.service_user_domain_id,
+                "service_project_id": self.service_project_id,
+                "service_project_domain_id": self.service_project_domain_id}
+
+    def cache_key(self) -> tuple:
+        """Everything a policy decision can depend on about the caller."""
+        return (self.user_id, self.user_domain_id, self.project_id, self.project_domain_id,
+                self.domain_id, self.system_scope, self.is_admin_project, tuple(self.roles),
+                tuple(self.service_roles), self.service_user_id, self.service_user_domain_id,
+                self.service_project_id, self.service_project_domain_id)
 
 
 class ContextFactory:
@@ -54,22 +102,32 @@ class ContextFactory:
     def build(self, get: Callable[[str], str | None], request_id: str) -> RequestContext:
         """In noauth mode a request with no identity header at all gets the configured
         defaults (an admin holding the service role in the all-in-one); explicit headers are
-        always honoured. ``get`` returns a header's value or None."""
+        always honoured, and a request that names a domain or the system scope is never
+        given the default project. ``get`` returns a header's value or None."""
         user_id, project_id = get("X-USER-ID"), get("X-PROJECT-ID")
         roles, service_roles = get("X-ROLES"), get("X-SERVICE-ROLES")
         system_scope = get(_SYSTEM_SCOPE) or None
+        domain_id = get("X-DOMAIN-ID") or None
+        identity = dict(request_id=request_id, system_scope=system_scope, domain_id=domain_id,
+                        user_domain_id=get("X-USER-DOMAIN-ID") or None,
+                        project_domain_id=get("X-PROJECT-DOMAIN-ID") or None,
+                        is_admin_project=_flag(get("X-IS-ADMIN-PROJECT")),
+                        service_user_id=get("X-SERVICE-USER-ID") or None,
+                        service_user_domain_id=get("X-SERVICE-USER-DOMAIN-ID") or None,
+                        service_project_id=get("X-SERVICE-PROJECT-ID") or None,
+                        service_project_domain_id=get("X-SERVICE-PROJECT-DOMAIN-ID") or None)
         if self.noauth:
             anonymous = not (user_id or project_id or roles or service_roles)
+            scoped_elsewhere = bool(system_scope or domain_id)
             return RequestContext(
                 user_id=user_id or self.default_user_id,
-                project_id=project_id or self.default_project_id,
+                project_id=project_id or (None if scoped_elsewhere else self.default_project_id),
                 roles=_split(roles) if roles else list(self.default_roles),
                 service_roles=list(self.default_service_roles) if anonymous
-                else _split(service_roles),
-                request_id=request_id, system_scope=system_scope)
-        return RequestContext(user_id=user_id, project_id=project_id, roles=_split(roles),
-                              service_roles=_split(service_roles), request_id=request_id,
-                              system_scope=system_scope)
+                else _split(service_roles), **identity)
+        return RequestContext(user_id=user_id, project_id=project_id or None,
+                              roles=_split(roles), service_roles=_split(service_roles),
+                              **identity)
 
 
 def from_headers(headers: dict[str, str], conf: cfg.ConfigOpts, request_id: str) -> RequestContext:

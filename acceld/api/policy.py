@@ -209,19 +209,42 @@ class Policy:
 
     def authorize(self, rule: str, ctx: RequestContext, target: dict | None = None) -> None:
         """403 unless ``ctx`` may do ``rule``. The default target is the caller's project."""
-        if target is None:
-            target = {"project_id": ctx.project_id, "user_id": ctx.user_id}
+        self._require_scope(rule, ctx)
         if not self._allowed(rule, ctx, target):
             raise errors.Forbidden(f"Policy doesn't allow {rule} to be performed.")
 
-    def _allowed(self, rule: str, ctx: RequestContext, target: dict) -> bool:
+    def allows(self, rule: str, ctx: RequestContext, target: dict | None = None) -> bool:
+        """Whether ``ctx`` may do ``rule``, for what a response shows rather than refuses."""
+        return self._scope_allows(rule, ctx) and self._allowed(rule, ctx, target)
+
+    def _scope_allows(self, rule: str, ctx: RequestContext) -> bool:
+        """A token without a project passes only rules registered for its scope.
+
+        Every per-project filter reads the caller's project: a domain- or system-scoped
+        token would otherwise reach them with none, and none must never mean "every
+        project". So such a token is refused here, before any rule is evaluated and
+        whatever ``[oslo_policy] enforce_scope`` says, unless the rule's registered
+        ``scope_types`` name its scope (none of acceld's rules do today)."""
+        if ctx.project_id and ctx.scope == "project":
+            return True
+        registered = self.enforcer.registered_rules.get(rule)
+        return registered is not None and ctx.scope in (registered.scope_types or ())
+
+    def _require_scope(self, rule: str, ctx: RequestContext) -> None:
+        if not self._scope_allows(rule, ctx):
+            raise errors.Forbidden(
+                f"Policy doesn't allow {rule} to be performed with a {ctx.scope}-scoped token; "
+                "use a token scoped to a project.")
+
+    def _allowed(self, rule: str, ctx: RequestContext, target: dict | None) -> bool:
+        if target is None:
+            target = {"project_id": ctx.project_id, "user_id": ctx.user_id}
         now = time.monotonic()
         if now - self._loaded_at > self.RELOAD_SECONDS or len(self._decisions) > self.MAX_CACHED:
             self.enforcer.load_rules()
             self._decisions.clear()
             self._loaded_at = now
-        key = (rule, ctx.user_id, ctx.project_id, tuple(ctx.roles), tuple(ctx.service_roles),
-               ctx.system_scope, tuple(sorted(target.items())))
+        key = (rule, ctx.cache_key(), tuple(sorted(target.items())))
         allowed = self._decisions.get(key)
         if allowed is None:
             try:

@@ -15,6 +15,7 @@ from sqlalchemy import func, select, update
 from acceld.conductor.binding import BindWorker
 from acceld.db.models import accelerator_requests, attach_handles, bind_jobs, devices
 from tests.conftest import count_queries
+from acceld.api.handlers.accelerator_requests import WITHHELD_REASON
 from tests.helpers import ADMIN, SERVICE, fault, member, version
 from tests.support import inventory
 
@@ -293,7 +294,7 @@ def test_third_bind_on_two_handles_fails_with_reason(client, conf, db, fpga, pro
         assert patch(client, {arq["uuid"]: bind_ops("node1", rp, str(uuid.uuid4()))}
                      ).status_code == 202
     run_binds(conf, db)
-    states = [get(client, a["uuid"], v="2.4") for a in arqs]
+    states = [get(client, a["uuid"], ADMIN, v="2.4") for a in arqs]
     assert [s["state"] for s in states] == ["Bound", "Bound", "BindFailed"]
     assert "no free attach handle" in states[2]["bind_failure_reason"]
     assert states[0]["bind_failure_reason"] is None
@@ -309,10 +310,29 @@ def test_bind_failure_reason_only_from_2_4(client, conf, db, profile):
         body = get(client, arq["uuid"], v=v)
         assert body["state"] == "BindFailed"
         assert "bind_failure_reason" not in body
-    body = get(client, arq["uuid"], v="2.4")
+    body = get(client, arq["uuid"], ADMIN, v="2.4")
     assert "is not the resource provider of any deployable" in body["bind_failure_reason"]
-    listed = client.simulate_get(URL, headers={**NOVA, **version("2.4")}).json["arqs"]
+    listed = client.simulate_get(URL, headers={**ADMIN, **version("2.4")}).json["arqs"]
     assert listed[0]["bind_failure_reason"] == body["bind_failure_reason"]
+
+
+def test_bind_failure_reason_names_hardware_only_to_inventory_readers(client, conf, db, fpga,
+                                                                      profile):
+    """The reason names hosts and devices: the project's member (and Nova acting for them)
+    read that the bind failed, a manager who may read the inventory reads why."""
+    arq = create(client)[0]
+    patch(client, {arq["uuid"]: bind_ops("node7", fpga["deployable"]["rp_uuid"],
+                                         str(uuid.uuid4()))})
+    run_binds(conf, db)
+    manager = {**member("project-a"), "X-Roles": "manager,member,reader"}
+    full = get(client, arq["uuid"], manager, v="2.4")["bind_failure_reason"]
+    assert "node7" in full or "node1" in full, full
+    for headers in (NOVA, member("project-a")):
+        shown = get(client, arq["uuid"], headers, v="2.4")
+        assert shown["state"] == "BindFailed"
+        assert shown["bind_failure_reason"] == WITHHELD_REASON
+        listed = client.simulate_get(URL, headers={**headers, **version("2.4")}).json["arqs"]
+        assert [a["bind_failure_reason"] for a in listed] == [WITHHELD_REASON]
 
 
 def _fail_reason(client, conf, db, rp, hostname="node1", profile_name="dp-a") -> str:
@@ -320,7 +340,7 @@ def _fail_reason(client, conf, db, rp, hostname="node1", profile_name="dp-a") ->
     assert patch(client, {arq["uuid"]: bind_ops(hostname, rp, str(uuid.uuid4()))}
                  ).status_code == 202
     run_binds(conf, db)
-    body = get(client, arq["uuid"], v="2.4")
+    body = get(client, arq["uuid"], ADMIN, v="2.4")
     assert body["state"] == "BindFailed", body
     return body["bind_failure_reason"]
 
@@ -595,6 +615,32 @@ def test_delete_by_uuids_all_or_nothing(client, db, profile):
     result = client.simulate_delete(URL, query_string=f"arqs={uuids}",
                                     headers=member("project-a"))
     assert result.status_code == 204
+    assert arq_count(db) == 0
+
+
+def test_the_service_role_counts_only_from_the_service_token(client, db, fpga, profile):
+    """A user holding 'service' on their own token (X-Roles) is not Nova."""
+    arq = create(client)[0]
+    own_role = {**member("project-a"), "X-Roles": "service,member,reader"}
+    result = patch(client, {arq["uuid"]: bind_ops("node1", fpga["deployable"]["rp_uuid"],
+                                                  str(uuid.uuid4()))}, headers=own_role)
+    assert result.status_code == 403
+    assert "service token" in fault(result)
+    assert get(client, arq["uuid"])["state"] == "Initial"
+
+
+def test_delete_of_a_failed_arq_naming_its_instance_needs_the_service_role(client, conf, db,
+                                                                            profile):
+    """As upstream: Nova cleans up a BindFailed ARQ that still names its instance."""
+    arq = create(client)[0]
+    patch(client, {arq["uuid"]: bind_ops("node1", str(uuid.uuid4()), str(uuid.uuid4()))})
+    run_binds(conf, db)
+    assert get(client, arq["uuid"])["state"] == "BindFailed"
+    result = client.simulate_delete(f"{URL}/{arq['uuid']}", headers=member("project-a"))
+    assert result.status_code == 403
+    assert "service token" in fault(result)
+    assert arq_count(db) == 1
+    assert client.simulate_delete(f"{URL}/{arq['uuid']}", headers=NOVA).status_code == 204
     assert arq_count(db) == 0
 
 

@@ -303,7 +303,7 @@ def _bound_state_after_bind(client, conf, db, fpga, instance=None):
     while worker.run_once():
         pass
     return client.simulate_get(f"{ARQ_URL}/{arq['uuid']}", headers={
-        **NOVA, **version("2.4")}).json
+        **ADMIN, **version("2.4")}).json
 
 
 @pytest.mark.parametrize("form", ["post", "patch"])

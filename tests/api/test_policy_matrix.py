@@ -6,7 +6,10 @@ row here, so a new endpoint cannot ship without its policy expectations.
 
 Personas (noauth headers, as keystonemiddleware would set them from tokens,
 with Keystone's implied roles): admin; member, reader and manager of project
-A (the data's project) and of project B; and nova's service user.
+A (the data's project) and of project B; nova's service user; nova acting for a
+member of A (the user's token plus nova's service token); a member of A who
+holds the service role on their own token (not a service token); and domain-
+and system-scoped tokens of every persona, which see no project data at all.
 """
 
 from __future__ import annotations
@@ -34,17 +37,38 @@ PERSONAS: dict[str, dict[str, str]] = {
     "b_manager": {"X-User-Id": "u-bm", "X-Project-Id": B, "X-Roles": "manager,member,reader"},
     "b_member": {"X-User-Id": "u-b", "X-Project-Id": B, "X-Roles": "member,reader"},
     "b_reader": {"X-User-Id": "u-br", "X-Project-Id": B, "X-Roles": "reader"},
-    "service": {"X-User-Id": "u-nova", "X-Project-Id": "service", "X-Roles": "service"},
+    "service": {"X-User-Id": "u-nova", "X-Project-Id": "service", "X-Roles": "service",
+                "X-Service-Roles": "service"},
+    "nova_for_a": {"X-User-Id": "u-a", "X-Project-Id": A, "X-Roles": "member,reader",
+                   "X-Service-Roles": "service"},
+    "a_member_service_role": {"X-User-Id": "u-as", "X-Project-Id": A,
+                              "X-Roles": "service,member,reader"},
+    "domain_admin": {"X-User-Id": "u-da", "X-Domain-Id": "default",
+                     "X-Roles": "admin,manager,member,reader"},
+    "domain_manager": {"X-User-Id": "u-dmg", "X-Domain-Id": "default",
+                       "X-Roles": "manager,member,reader"},
+    "domain_member": {"X-User-Id": "u-dm", "X-Domain-Id": "default", "X-Roles": "member,reader"},
+    "domain_reader": {"X-User-Id": "u-dr", "X-Domain-Id": "default", "X-Roles": "reader"},
+    "system_admin": {"X-User-Id": "u-sa", "OpenStack-System-Scope": "all",
+                     "X-Roles": "admin,manager,member,reader"},
+    "system_reader": {"X-User-Id": "u-sr", "OpenStack-System-Scope": "all", "X-Roles": "reader"},
+    # A domain token that also carries a stale project header must not count as the project.
+    "domain_admin_with_project": {"X-User-Id": "u-dap", "X-Domain-Id": "default",
+                                  "X-Project-Id": A, "X-Roles": "admin,member,reader"},
 }
+# Tokens scoped to a domain or the system: no rule of acceld's is registered for them.
+UNSCOPED = {p for p, h in PERSONAS.items() if "X-Domain-Id" in h or "OpenStack-System-Scope" in h}
 
 # Who passes each kind of rule (upstream defaults; the target is the caller's own project).
 READER_OR_ADMIN = {"admin", "a_manager", "a_member", "a_reader", "b_manager", "b_member",
-                   "b_reader"}
-MEMBER_OR_SERVICE = {"admin", "a_manager", "a_member", "b_manager", "b_member", "service"}
+                   "b_reader", "nova_for_a", "a_member_service_role"}
+MEMBER_OR_SERVICE = {"admin", "a_manager", "a_member", "b_manager", "b_member", "service",
+                     "nova_for_a", "a_member_service_role"}
 MANAGER_OR_ADMIN = {"admin", "a_manager", "b_manager"}
 ADMIN_ONLY = {"admin"}
 EVERYONE = set(PERSONAS)
-SEES_A = {"admin", "a_manager", "a_member", "a_reader"}  # who can see project A's ARQs
+# Who can see project A's ARQs.
+SEES_A = {"admin", "a_manager", "a_member", "a_reader", "nova_for_a", "a_member_service_role"}
 
 
 @dataclass
@@ -202,7 +226,7 @@ def _seed(db, client: testing.TestClient) -> World:  # type: ignore[no-untyped-d
 def expected(case: Case, persona: str) -> int:
     if persona not in case.allowed:
         return 403
-    if case.needs_service and "service" not in PERSONAS[persona]["X-Roles"]:
+    if case.needs_service and "service" not in PERSONAS[persona].get("X-Service-Roles", ""):
         return 403
     if case.hidden_from and persona in case.hidden_from:
         return 404
@@ -224,5 +248,9 @@ def test_matrix(case: Case, persona: str, conf, sqlite_db) -> None:
     result = client.simulate_request(case.method, "/accelerator" + path, **kwargs)
     want = expected(case, persona)
     assert result.status_code == want, (persona, result.status_code, result.text[:300])
-    if want == 403 and case.rule and persona not in case.allowed:
+    if want == 403 and case.rule and persona in UNSCOPED:
+        assert fault(result).startswith(f"Policy doesn't allow {case.rule} to be performed "
+                                        "with a "), fault(result)
+        assert "use a token scoped to a project" in fault(result)
+    elif want == 403 and case.rule and persona not in case.allowed:
         assert fault(result) == f"Policy doesn't allow {case.rule} to be performed."

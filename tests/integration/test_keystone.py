@@ -45,7 +45,7 @@ def api(ks, tmp_path_factory) -> Iterator[dict]:
         f"[DEFAULT]\nauth_strategy = keystone\nstate_path = {state}\ndebug = true\n"
         f"log_file = {state}/api.log\n"
         f"[database]\nconnection = {db_url}\n"
-        f"[internal]\nshared_secret = internal-secret-for-tests\n"
+        f"[internal]\nshared_secret = internal-secret-for-the-keystone-tests\n"
         f"[api]\nhost_ip = 127.0.0.1\nport = {ks.api_port}\n"
         + ks.authtoken_section())
     db = Database(db_url)
@@ -170,6 +170,54 @@ def test_bind_needs_a_service_token(api, ks) -> None:
     assert bound.status_code == 202, bound.text
     shown = _call(api, ks, "GET", f"/v2/accelerator_requests/{arq['uuid']}", "demo-reader")
     assert shown.json()["state"] in ("BindStarted", "Bound", "BindFailed")
+
+
+def test_domain_and_system_tokens_see_no_project_data(api, ks) -> None:
+    """A domain reader does not list every project's ARQs, a domain member does not delete
+    another project's ARQ, a domain admin is no cloud admin, and a system-scoped token
+    reads no project data either: none of acceld's rules is registered for those scopes."""
+    arq = _create_arq(api, ks, "demo-member")
+    for user in ("domain-reader", "domain-member", "domain-admin", "system-reader",
+                 "system-admin"):
+        listed = _call(api, ks, "GET", "/v2/accelerator_requests", user)
+        assert listed.status_code == 403, (user, listed.text)
+        assert "token scoped to a project" in listed.json()["error_message"]
+        shown = _call(api, ks, "GET", f"/v2/accelerator_requests/{arq['uuid']}", user)
+        assert shown.status_code == 403, (user, shown.text)
+        gone = _call(api, ks, "DELETE", f"/v2/accelerator_requests/{arq['uuid']}", user)
+        assert gone.status_code == 403, (user, gone.text)
+    for user in ("domain-admin", "system-admin"):
+        assert _call(api, ks, "GET", "/v2/devices", user).status_code == 403
+        made = _call(api, ks, "POST", "/v2/device_profiles", user,
+                     json=[{"name": f"by-{user}", "groups": [{"resources:FPGA": "1"}]}])
+        assert made.status_code == 403, (user, made.text)
+    still = _call(api, ks, "GET", f"/v2/accelerator_requests/{arq['uuid']}", "demo-reader")
+    assert still.status_code == 200
+    names = [p["name"] for p in
+             _call(api, ks, "GET", "/v2/device_profiles", "demo-reader").json()["device_profiles"]]
+    assert not any(n.startswith("by-") for n in names)
+
+
+def test_the_service_role_counts_only_on_the_service_token(api, ks) -> None:
+    """A user holding the service role on their own token is not Nova: binding, and deleting
+    an ARQ an instance holds, need a real service token."""
+    with api["db"].write() as conn:
+        device = inventory.add_device(conn, hostname="node1")
+        deployable = inventory.add_deployable(conn, device["id"], name="node1_svc")
+        inventory.add_attach_handles(conn, deployable["id"], 1)
+    arq = _create_arq(api, ks, "demo-service")
+    body = _bind_body(arq["uuid"], deployable["rp_uuid"])
+    refused = _call(api, ks, "PATCH", "/v2/accelerator_requests", "demo-service", json=body)
+    assert refused.status_code == 403, refused.text
+    assert _call(api, ks, "GET", f"/v2/accelerator_requests/{arq['uuid']}",
+                 "demo-reader").json()["state"] == "Initial"
+    bound = _call(api, ks, "PATCH", "/v2/accelerator_requests", "demo-service", "nova",
+                  json=body)
+    assert bound.status_code == 202, bound.text
+    kept = _call(api, ks, "DELETE", f"/v2/accelerator_requests/{arq['uuid']}", "demo-service")
+    assert kept.status_code == 403, kept.text
+    assert _call(api, ks, "GET", f"/v2/accelerator_requests/{arq['uuid']}",
+                 "demo-reader").status_code == 200
 
 
 def test_logs_never_contain_tokens(api, ks) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -41,7 +42,12 @@ TEMPLATE = HOME / f"template-{VERSION}"
 PASSWORD = "s3cret-ks-password"
 REGION = "RegionOne"
 
-# user -> (project, role). Role implication adds the lower roles to each token.
+# Scopes other than a project's, as PERSONAS spells them.
+DOMAIN = "domain:default"
+SYSTEM = "system:all"
+
+# user -> (scope, role): a project name, DOMAIN or SYSTEM. Role implication adds the lower
+# roles to each token.
 PERSONAS: dict[str, tuple[str, str]] = {
     "admin": ("admin", "admin"),
     "demo-admin": ("demo", "admin"),
@@ -52,7 +58,16 @@ PERSONAS: dict[str, tuple[str, str]] = {
     "nova": ("service", "service"),
     "cyborg": ("service", "service"),
     "norole": ("service", "reader"),  # a valid user without the service role
+    # A member of demo who also holds the service role on their own token.
+    "demo-service": ("demo", "service"),
+    "domain-admin": (DOMAIN, "admin"),
+    "domain-member": (DOMAIN, "member"),
+    "domain-reader": (DOMAIN, "reader"),
+    "system-admin": (SYSTEM, "admin"),
+    "system-reader": (SYSTEM, "reader"),
 }
+# Written into the template: a template made for other personas is made again.
+LAYOUT = hashlib.sha256(json.dumps(sorted(PERSONAS.items())).encode()).hexdigest()[:16]
 PROJECTS = ("demo", "demo2", "service")
 
 SHIM = """\
@@ -155,11 +170,15 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def _auth_body(user: str, project: str | None) -> dict:
+def _auth_body(user: str, scope: str | None) -> dict:
     body: dict = {"auth": {"identity": {"methods": ["password"], "password": {
         "user": {"name": user, "domain": {"id": "default"}, "password": PASSWORD}}}}}
-    if project:
-        body["auth"]["scope"] = {"project": {"name": project, "domain": {"id": "default"}}}
+    if scope == DOMAIN:
+        body["auth"]["scope"] = {"domain": {"id": "default"}}
+    elif scope == SYSTEM:
+        body["auth"]["scope"] = {"system": {"all": True}}
+    elif scope:
+        body["auth"]["scope"] = {"project": {"name": scope, "domain": {"id": "default"}}}
     return body
 
 
@@ -196,13 +215,16 @@ def _create_personas(url: str, admin_token: str, api_url: str) -> None:
     for name in PROJECTS:
         projects[name] = post("/v3/projects", {"project": {"name": name,
                                                             "domain_id": "default"}})["project"]["id"]
-    for user, (project, role) in PERSONAS.items():
+    for user, (scope, role) in PERSONAS.items():
         if user == "admin":
             continue
-        uid = post("/v3/users", {"user": {"name": user, "domain_id": "default",
-                                          "password": PASSWORD,
-                                          "default_project_id": projects[project]}})["user"]["id"]
-        session.put(f"{url}/v3/projects/{projects[project]}/users/{uid}/roles/{roles[role]}",
+        fields = {"name": user, "domain_id": "default", "password": PASSWORD}
+        if scope in projects:
+            fields["default_project_id"] = projects[scope]
+        uid = post("/v3/users", {"user": fields})["user"]["id"]
+        target = {DOMAIN: "domains/default", SYSTEM: "system"}.get(
+            scope, f"projects/{projects.get(scope)}")
+        session.put(f"{url}/v3/{target}/users/{uid}/roles/{roles[role]}",
                     timeout=30).raise_for_status()
     service = post("/v3/services", {"service": {"name": "cyborg", "type": "accelerator"}})
     for interface in ("public", "internal", "admin"):
@@ -234,14 +256,21 @@ def _build_template() -> None:
         _stop(proc)
     for name in ("keystone.log", "gunicorn.log", "keystone.conf", "keystone_wsgi.py"):
         (work / name).unlink(missing_ok=True)
-    (work / "template.json").write_text(json.dumps({"port": port}))
+    (work / "template.json").write_text(json.dumps({"port": port, "layout": LAYOUT}))
     work.rename(TEMPLATE)
+
+
+def _template_current() -> bool:
+    try:
+        return json.loads((TEMPLATE / "template.json").read_text()).get("layout") == LAYOUT
+    except (OSError, ValueError):
+        return False
 
 
 def ensure_template() -> None:
     install()
     with _locked():
-        if not (TEMPLATE / "template.json").exists():
+        if not _template_current():
             shutil.rmtree(TEMPLATE, ignore_errors=True)
             _build_template()
 
@@ -270,7 +299,7 @@ class Keystone:
         return f"http://127.0.0.1:{self.api_port}/accelerator/v2"
 
     def token(self, user: str) -> str:
-        """A project-scoped token for a persona (cached for the session)."""
+        """A token scoped as the persona is (cached for the session)."""
         if user not in self._tokens:
             self._tokens[user] = _issue(self.url, user, PERSONAS[user][0])
         return self._tokens[user]

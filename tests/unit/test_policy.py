@@ -220,3 +220,51 @@ def test_without_a_policy_file_the_defaults_apply(tmp_path, sqlite_db) -> None:
     assert denied.status_code == 403
     assert "cyborg:device_profile:create" in fault(denied)
     assert json.loads(denied.json["error_message"])["faultcode"] == "Client"
+
+
+def test_tokens_without_a_project_are_refused_before_any_rule(tmp_path) -> None:
+    """Domain- and system-scoped tokens reach no rule of acceld's (the per-project filters
+    would otherwise see no project), with a message that says what to use instead."""
+    policy = Policy(make_conf(str(tmp_path)))
+    domain_admin = RequestContext(user_id="u", project_id=None, roles=["admin", "reader"],
+                                  domain_id="default")
+    system_admin = RequestContext(user_id="u", project_id=None, roles=["admin", "reader"],
+                                  system_scope="all")
+    unscoped = RequestContext(user_id="u", project_id=None, roles=["admin"])
+    for ctx, scope in ((domain_admin, "domain"), (system_admin, "system"),
+                       (unscoped, "unscoped")):
+        assert not ctx.is_admin
+        assert not policy.allows("cyborg:arq:get_all", ctx)
+        with pytest.raises(errors.Forbidden, match=f"with a {scope}-scoped token"):
+            policy.authorize("cyborg:arq:get_all", ctx)
+    policy.authorize("cyborg:arq:get_all", _ctx("p1", "admin"))
+
+
+def test_no_removed_oslo_policy_option_is_set(monkeypatch) -> None:
+    """Defaults are set only for options oslo.policy still has (enforce_scope is gone:
+    setting it silently did nothing)."""
+    from oslo_config import cfg
+    from oslo_policy import opts as policy_opts
+
+    given: dict = {}
+    real = policy_opts.set_defaults
+
+    def recording(conf, policy_file=None, **kwargs):  # type: ignore[no-untyped-def]
+        given.update(kwargs)
+        return real(conf, policy_file=policy_file, **kwargs)
+
+    monkeypatch.setattr(policy_opts, "set_defaults", recording)
+    conf = cfg.ConfigOpts()
+    config._register_policy_opts(conf)
+    assert given, "acceld sets oslo.policy defaults through set_defaults"
+    assert set(given) <= {opt.name for opt in policy_opts._options}
+    assert conf.oslo_policy.enforce_new_defaults is True
+
+
+def test_policy_credentials_are_oslo_contexts() -> None:
+    """The same keys as oslo.context's to_policy_values, so operator rules mean the same."""
+    from oslo_context import context as oslo_context
+
+    ours = set(RequestContext(user_id="u", project_id="p").policy_credentials())
+    theirs = set(oslo_context.RequestContext().to_policy_values())
+    assert theirs <= ours

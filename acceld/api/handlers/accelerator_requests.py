@@ -29,6 +29,10 @@ _V2_5 = microversion.Version(2, 5)  # lists take limit and marker
 # ARQs an instance holds or is acquiring: deleting one needs the service role.
 _INSTANCE_STATES = frozenset({db.BOUND, db.BIND_STARTED})
 _EMPTY_INFO = orjson.Fragment(b"{}")
+# Who may read a bind failure's own words (they name hosts and devices).
+INVENTORY_RULE = "cyborg:device:get_all"
+WITHHELD_REASON = ("The accelerator could not be bound on the chosen host. The reason names "
+                   "hardware that only administrators may see; ask one for the details.")
 
 
 # ---------------------------------------------------------------------------- wire
@@ -41,6 +45,8 @@ def serializer(req: falcon.Request) -> Callable:  # type: ignore[type-arg]
     """
     base = f"{wire.base_url(req)}/accelerator/v2/{COLLECTION}/"
     with_reason = req.context.version >= _V2_4
+    # Reasons name hosts and devices: only who may read the inventory reads them.
+    full_reason = with_reason and req.context.api.policy.allows(INVENTORY_RULE, req.context.ctx)
     stamp = wire.timestamp
     fragment = orjson.Fragment
     bound_state = db.BOUND
@@ -67,7 +73,8 @@ def serializer(req: falcon.Request) -> Callable:  # type: ignore[type-arg]
             "updated_at": stamp(updated_at),
         }
         if with_reason:
-            body["bind_failure_reason"] = reason
+            body["bind_failure_reason"] = reason if full_reason or reason is None \
+                else WITHHELD_REASON
         return body
 
     return to_wire
@@ -82,9 +89,17 @@ def _created_row(values: dict, profile_name: str) -> tuple:
 # ---------------------------------------------------------------------------- helpers
 
 def _scope(req: falcon.Request) -> str | None:
-    """The project a caller is confined to; None for admins (every project)."""
+    """The project a caller is confined to; None for admins (every project).
+
+    Fails closed: a non-admin without a project is refused, never given every project
+    (policy refuses such tokens first; this holds even if a policy file lets one in)."""
     ctx = req.context.ctx
-    return None if ctx.is_admin else ctx.project_id
+    if ctx.is_admin:
+        return None
+    if not ctx.project_id:
+        raise errors.Forbidden("Accelerator requests belong to projects; use a token scoped to "
+                               "a project.")
+    return ctx.project_id
 
 
 def _require_service(req: falcon.Request) -> None:
@@ -259,10 +274,16 @@ def _delete_uuids(req: falcon.Request, resp: falcon.Response, uuids: set[str]) -
         missing = uuids - {r.uuid for r in rows}
         if missing:
             raise _not_found(missing)
-        if any(r.state in _INSTANCE_STATES for r in rows):
+        if any(_held_by_instance(r) for r in rows):
             _require_service(req)  # bound ARQs are unbound first: that is Nova's to do
         db.delete_locked(conn, rows)
     wire.no_content(resp)
+
+
+def _held_by_instance(row) -> bool:  # type: ignore[no-untyped-def]
+    """Bound, binding, or failed while still naming its instance (Nova cleans those up)."""
+    return row.state in _INSTANCE_STATES or (row.state == db.BIND_FAILED
+                                             and row.instance_uuid is not None)
 
 
 def _patch(req: falcon.Request, resp: falcon.Response, path_uuid: str | None) -> None:
