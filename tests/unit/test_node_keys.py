@@ -28,6 +28,7 @@ from acceld.internal.server import (InternalServer, build_app, json_body, respon
                                     warn_if_exposed)
 from acceld.services import secrets
 from tests.conftest import make_conf
+from tests.support.tls import self_signed
 
 CLOUD = b"cloud-secret-for-node-key-tests-0123456789"
 
@@ -324,3 +325,27 @@ def test_serve_on_loopback_does_not_warn(tmp_path, caplog) -> None:
         srv = serve(make_conf(str(tmp_path)), CLOUD, {}, "127.0.0.1", 0)
         srv.stop()
     assert not any("beyond loopback" in r.getMessage() for r in caplog.records)
+
+
+def test_agent_and_conductor_with_node_keys_over_internal_tls(tmp_path, sqlite_db) -> None:
+    """TLS on the pool server end to end: hello, pull and signed answers over HTTPS."""
+    cert, key = self_signed(tmp_path)
+    conf = make_conf(str(tmp_path), conductor__port=0, agent__port=0,
+                     agent__heartbeat_interval=3600, conductor__agent_check_interval=3600,
+                     internal__shared_secret=CLOUD.decode(), internal__tls_cert_file=str(cert),
+                     internal__tls_key_file=str(key), internal__tls_ca_file=str(cert))
+    conf.set_override("connection", str(sqlite_db.url), group="database")
+    conductor = Conductor(conf, sqlite_db, [AgentsComponent(conf, sqlite_db)])
+    conductor.start()
+    agent = None
+    try:
+        assert conductor.server.url.startswith("https://")
+        conf.set_override("url", conductor.server.url, group="conductor")
+        agent = Agent(conf, "tls-node", drivers=[FakeDriver(conf, "tls-node")]).start()
+        _wait(lambda: endpoints(sqlite_db).get("tls-node", "").startswith("https://"))
+        client = InternalClient(agent.server.url, signer("tls-node"), verify=str(cert))
+        assert len(client.call("GET", "/hardware")["hardware"]) == 1
+    finally:
+        if agent is not None:
+            agent.stop()
+        conductor.stop()
