@@ -107,7 +107,8 @@ internal_opts = [
                     "Idle connections hold no thread."),
     cfg.IntOpt("max_connections", default=256, min=2,
                help="Open connections an internal server keeps; at the limit the "
-                    "longest-waiting idle one is closed for a new one."),
+                    "longest-waiting idle one is closed for a new one (when every one "
+                    "holds a request, the new one is closed and its client retries)."),
     cfg.FloatOpt("header_timeout", default=10.0, min=0.1,
                  help="Seconds a client of an internal server has, from connecting, to send "
                       "its request line and headers; then it is disconnected."),
