@@ -77,9 +77,13 @@ def own_node_key(conf: cfg.ConfigOpts, hostname: str) -> bytes:
     if conf.internal.node_key:
         return _checked(conf.internal.node_key, "[internal] node_key")
     if conf.internal.node_key_file:
+        path = conf.internal.node_key_file
         try:
-            with open(conf.internal.node_key_file) as handle:
-                return _checked(handle.read().strip(), conf.internal.node_key_file)
+            with open(path) as handle:
+                if os.fstat(handle.fileno()).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                    LOG.warning("Node key file %s is readable by other users: chmod 600 it",
+                                path)
+                return _checked(handle.read().strip(), path)
         except OSError as exc:
             raise SystemExit(f"Cannot read [internal] node_key_file: {exc}") from None
     if has_cloud_secret(conf):

@@ -349,3 +349,18 @@ def test_agent_and_conductor_with_node_keys_over_internal_tls(tmp_path, sqlite_d
         if agent is not None:
             agent.stop()
         conductor.stop()
+
+
+def test_a_node_key_file_is_read_and_an_open_one_reported(tmp_path, caplog) -> None:
+    key = auth.node_key(CLOUD, "node-f")
+    path = tmp_path / "node.key"
+    path.write_bytes(key + b"\n")
+    os.chmod(path, 0o600)
+    conf = make_conf(str(tmp_path / "state"), internal__node_key_file=str(path))
+    with caplog.at_level(logging.WARNING):
+        assert secrets.own_node_key(conf, "node-f") == key
+    assert not caplog.records
+    os.chmod(path, 0o644)
+    with caplog.at_level(logging.WARNING):
+        assert secrets.own_node_key(conf, "node-f") == key
+    assert any("readable by other users" in r.getMessage() for r in caplog.records)
