@@ -10,8 +10,8 @@ attribute = {
         # The deployable's integer id, as upstream shows it in deployable_id. The openstack
         # CLI sends it as a string of digits (a positional argument); upstream accepts that.
         "deployable_id": {"oneOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-                                    {"type": "string", "pattern": r"^[1-9][0-9]{0,9}$"}]},
-        "key": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^\S(.*\S)?$"},
+                                    {"type": "string", "pattern": r"^[1-9][0-9]{0,9}\Z"}]},
+        "key": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^\S(.*\S)?\Z"},
         "value": {"type": "string", "maxLength": 255},
         "uuid": common.uuid,
     },
@@ -26,7 +26,7 @@ CREATE = Draft202012Validator(create_v2_0)
 list_query_v2_0 = {
     "type": "object",
     "properties": {
-        "deployable_id": {"type": "string", "pattern": r"^[0-9]{1,10}$"},
+        "deployable_id": {"type": "string", "pattern": r"^[0-9]{1,10}\Z"},
         "key": {"type": "string", "maxLength": 255},
     },
 }

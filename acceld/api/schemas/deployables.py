@@ -55,7 +55,7 @@ list_query_v2_0 = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 255},
-        "device_id": {"type": "string", "pattern": r"^[0-9]{1,10}$"},
+        "device_id": {"type": "string", "pattern": r"^[0-9]{1,10}\Z"},
         "rp_uuid": common.uuid,
         "driver_name": {"type": "string", "maxLength": 100},
     },

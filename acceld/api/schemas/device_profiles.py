@@ -6,17 +6,17 @@ from jsonschema import Draft202012Validator
 
 from acceld.api.schemas import common
 
-NAME_PATTERN = r"^[a-zA-Z0-9-_]+$"
-RESOURCE_CLASS_PATTERN = r"^[A-Z0-9_]+$"
-TRAIT_PATTERN = r"^[A-Z0-9_]+$"
+NAME_PATTERN = r"^[a-zA-Z0-9-_]+\Z"
+RESOURCE_CLASS_PATTERN = r"^[A-Z0-9_]+\Z"
+TRAIT_PATTERN = r"^[A-Z0-9_]+\Z"
 
 group = {
     "type": "object",
     "minProperties": 1,
     "patternProperties": {
-        r"^resources:[A-Z0-9_]+$": {"type": "string", "pattern": r"^[1-9][0-9]{0,8}$"},
-        r"^trait:[A-Z0-9_]+$": {"enum": ["required", "forbidden"]},
-        r"^accel:.+$": {"type": "string", "maxLength": 255},
+        r"^resources:[A-Z0-9_]+\Z": {"type": "string", "pattern": r"^[1-9][0-9]{0,8}\Z"},
+        r"^trait:[A-Z0-9_]+\Z": {"enum": ["required", "forbidden"]},
+        r"^accel:.+\Z": {"type": "string", "maxLength": 255},
     },
     "additionalProperties": False,
 }
