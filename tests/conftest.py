@@ -2,13 +2,14 @@
 
 Tests that take the ``db`` fixture run once per backend: SQLite always, and
 PostgreSQL and MariaDB when ACCELD_TEST_POSTGRES_URL / ACCELD_TEST_MYSQL_URL
-are set (skipped with the reason otherwise). `.ci/run` sets both.
+are set (skipped with the reason otherwise). `.ci/run` sets both. Those variables
+name a server: the suite works only in databases it creates there itself
+(``tests.support.databases``) and drops them at the end of the session.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 from typing import Iterator
 
@@ -21,28 +22,10 @@ from acceld import config
 from acceld.db import migrate
 from acceld.db.engine import Database
 from acceld.db.models import Base
+from tests.support.databases import (SERVER_BACKENDS, create_server_database,
+                                     drop_server_database, is_own_database, server_url)
 
-SERVER_BACKENDS = {
-    "postgresql": "ACCELD_TEST_POSTGRES_URL",
-    "mysql": "ACCELD_TEST_MYSQL_URL",
-}
 BACKENDS = ["sqlite", *SERVER_BACKENDS]
-
-
-def server_url(backend: str) -> str | None:
-    return os.environ.get(SERVER_BACKENDS[backend]) or None
-
-
-def _reset_server_schema(db: Database) -> None:
-    """Start a test session from an empty schema, then migrate it."""
-    from sqlalchemy import MetaData, text
-
-    with db.engine.begin() as conn:
-        meta = MetaData()
-        meta.reflect(conn)
-        meta.drop_all(conn)
-        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
-    migrate.upgrade(db)
 
 
 @pytest.fixture(scope="session")
@@ -54,22 +37,29 @@ def sqlite_template(tmp_path_factory) -> str:
     return path
 
 
-_server_dbs: dict[str, Database] = {}
+_server_dbs: dict[str, tuple[Database, str]] = {}
 
 
 def server_database(backend: str) -> Database:
-    """One migrated database per server backend per test session."""
-    url = server_url(backend)
-    if url is None:
-        pytest.skip(f"{backend}: set {SERVER_BACKENDS[backend]} to run on it")
+    """One migrated database per server backend per test session, created by the suite."""
     if backend not in _server_dbs:
-        db = Database(url)
-        _reset_server_schema(db)
-        _server_dbs[backend] = db
-    return _server_dbs[backend]
+        url = create_server_database(backend)
+        _server_dbs[backend] = (Database(url), url)
+    return _server_dbs[backend][0]
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:  # type: ignore[no-untyped-def]
+    """Drop the session's server databases (only ever ones the suite created)."""
+    for backend, (db, url) in list(_server_dbs.items()):
+        db.dispose()
+        drop_server_database(backend, url)
+        del _server_dbs[backend]
 
 
 def clear_tables(db: Database) -> None:
+    """Empty every table of a database the suite created; refuses any other."""
+    if not is_own_database(db.url):
+        raise RuntimeError(f"refusing to clear {db.url!r}: the test suite did not create it")
     with db.engine.begin() as conn:
         for table in reversed(Base.metadata.sorted_tables):
             conn.execute(delete(table))
