@@ -5,7 +5,9 @@ Clients (openstacksdk in particular) read upstream Cyborg's error body:
 Handlers raise an :class:`ApiError` subclass; the app turns it, and Falcon's
 own HTTP errors (unknown route, wrong method, ...), into that shape. Any other
 exception is a bug: it is logged with its traceback and answered with a bare
-500 that reveals nothing.
+500 that reveals nothing, except an unreachable database (acceld.db.outage),
+which is an outage: 503 with ``Retry-After``, one WARNING when it starts and
+one when it ends, no traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import logging
 
 import falcon
 import orjson
+
+from acceld.db import outage as db_outage
 
 LOG = logging.getLogger(__name__)
 
@@ -126,8 +130,19 @@ def handle_unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception,
     if isinstance(ex, falcon.HTTPError):
         handle_falcon_error(req, resp, ex, params)
         return
+    watcher = _database_outage(req)
+    if watcher is not None and watcher.is_outage(ex):
+        watcher.down(ex, "the API answers 503 until it is back")
+        _respond(resp, 503, "The database cannot be reached; try again later.",
+                 {"Retry-After": str(db_outage.RETRY_AFTER_SECONDS)})
+        return
     LOG.exception("Unexpected error in %s %s", req.method, req.path)
     _respond(resp, 500, "An unexpected error prevented the server from fulfilling the request.")
+
+
+def _database_outage(req: falcon.Request) -> db_outage.DatabaseOutage | None:
+    api = getattr(req.context, "api", None)
+    return getattr(getattr(api, "db", None), "outage", None)
 
 
 def install(app: falcon.App) -> None:

@@ -16,6 +16,8 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from acceld.db import outage
+
 _WRITE = "acceld_write"
 
 
@@ -39,6 +41,8 @@ class Database:
                 kwargs["isolation_level"] = "READ COMMITTED"
                 self.url = self.url.update_query_dict({"charset": "utf8mb4"})
             self.engine = create_engine(self.url, echo=echo, **kwargs)
+        # Unreachable-database errors are outages (503, logged once), not bugs.
+        self.outage = outage.watch(self.engine)
 
     @property
     def backend(self) -> str:
