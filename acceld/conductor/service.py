@@ -34,6 +34,8 @@ LOG = logging.getLogger(__name__)
 
 # The shortest lease of an exclusive task (the lease is three intervals, at least this).
 LEASE_MIN_SECONDS = 10.0
+# How long a graceful stop waits for each periodic task's pass in flight to end.
+STOP_WAIT = 5.0
 
 
 @dataclass
@@ -93,6 +95,17 @@ class Conductor:
             except Exception:  # noqa: BLE001 - a failing task must not stop the others
                 LOG.exception("Periodic task %s failed", task.name)
             self._stop.wait(max(0.0, task.interval - (time.monotonic() - started)))
+        if task.exclusive:
+            self._give_back(task.name)
+
+    def _give_back(self, name: str) -> None:
+        """Release an exclusive task's lease once its loop has ended (no pass in flight), so
+        another conductor takes the task over now rather than when the lease lapses."""
+        try:
+            if leases.release(self.db, name, self.instance_id):
+                LOG.info("Gave back lease %s", name)
+        except Exception as exc:  # noqa: BLE001 - it lapses by itself
+            LOG.warning("Could not give back lease %s (it lapses by itself): %s", name, exc)
 
     def _run_exclusive(self, task: PeriodicTask) -> None:
         """Run ``task`` only while this conductor holds its lease, renewing it meanwhile.
@@ -104,6 +117,7 @@ class Conductor:
         holder's lease lapses after LEASE_MIN_SECONDS at most (or three intervals).
         A renewal that finds the lease taken (the database was unreachable for longer
         than the lease) is logged; the pass cannot be interrupted, so it finishes.
+        On a graceful stop the loop gives the lease back after its last pass.
         """
         seconds = max(task.interval * 3, LEASE_MIN_SECONDS)
         if not leases.acquire(self.db, task.name, self.instance_id, seconds):
@@ -134,8 +148,8 @@ class Conductor:
             component.stop()
         if self.server:
             self.server.stop()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        for thread in self._threads:  # each exclusive loop gives its lease back as it ends
+            thread.join(timeout=STOP_WAIT)
 
     def wait(self) -> None:
         """Block until SIGTERM or SIGINT, then stop."""

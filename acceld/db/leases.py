@@ -1,4 +1,9 @@
-"""Named leases in the database, so one conductor among several runs each exclusive task."""
+"""Named leases in the database, so one conductor among several runs each exclusive task.
+
+Expiry is judged by the database's clock (acceld.db.clock), read in the same
+transaction as the take or renewal: conductors' own clocks never decide who holds
+a lease, so a skewed one neither steals a live lease nor holds one past its time.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +12,26 @@ import datetime as dt
 from sqlalchemy import delete, insert, or_, update
 from sqlalchemy.exc import IntegrityError
 
+from acceld.db.clock import db_now
 from acceld.db.engine import Database
-from acceld.db.models import leases, utcnow
+from acceld.db.models import leases
 
 
 def acquire(db: Database, name: str, owner: str, seconds: float) -> bool:
     """Take or renew lease ``name`` for ``owner``; False if another owner holds it."""
-    now = utcnow()
-    expires = now + dt.timedelta(seconds=seconds)
     with db.write() as conn:
+        now = db_now(conn)
         taken = conn.execute(update(leases).where(
             leases.c.name == name,
             or_(leases.c.owner == owner, leases.c.expires_at < now),
-        ).values(owner=owner, expires_at=expires)).rowcount
+        ).values(owner=owner, expires_at=now + dt.timedelta(seconds=seconds))).rowcount
         if taken:
             return True
     try:
         with db.write() as conn:
-            conn.execute(insert(leases).values(name=name, owner=owner, expires_at=expires))
+            now = db_now(conn)
+            conn.execute(insert(leases).values(
+                name=name, owner=owner, expires_at=now + dt.timedelta(seconds=seconds)))
         return True
     except IntegrityError:
         return False
