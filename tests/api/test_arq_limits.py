@@ -133,3 +133,16 @@ def test_racing_creates_cannot_both_pass_on_one_count(tmp_path, db, monkeypatch)
     assert calls == [0, 2]
     assert results == {"first": 201, "second": 403}
     assert _count(db) == 2
+
+
+def test_unreadable_keystone_limits_are_503_and_create_nothing(tmp_path, db):
+    """unified_limits without a usable [oslo_limit] (here: no credentials at all): the
+    limit is unknown, so nothing is created, and the answer is a clean 503, not a 500."""
+    client = testing.TestClient(build_app(make_conf(str(tmp_path),
+                                                    quota__driver="unified_limits"), db))
+    _client(tmp_path, db, cap=-1)  # the profiles
+    resp = _create(client, "one")
+    assert resp.status_code == 503
+    assert fault(resp) == ("The accelerator_requests limit of project project-a could not be "
+                           "read from Keystone; retry later.")
+    assert _count(db) == 0

@@ -1,8 +1,8 @@
 """Hostile sizes: each limit answers 4xx naming the limit, and changes nothing.
 
-No list endpoint takes `limit`/`marker` (upstream Cyborg has none and clients
-never send them), so there is no page size to bound: unknown query
-parameters are refused with 400 instead.
+Below microversion 2.5 no list endpoint takes `limit`/`marker` (upstream Cyborg
+has none): they are unknown query parameters, refused with 400. From 2.5 the
+ARQ list pages with a maximum page size (tests/api/test_arq_pagination.py).
 """
 
 from __future__ import annotations

@@ -104,6 +104,27 @@ def test_arq_create_get_list_delete(conn, profile) -> None:
         conn.accelerator.delete_accelerator_request(arq.id, ignore_missing=False)
 
 
+def test_arq_list_pages_are_followed_at_2_5(acceld_all, conn, profile) -> None:
+    """With the accelerator microversion at 2.5 the SDK sends limit and follows
+    arqs_links (Nova's form) to the end; without it the list is whole, as before."""
+    made = [conn.accelerator.create_accelerator_request(device_profile_name=profile.name).id
+            for _ in range(5)]
+    paged = openstack.connection.Connection(
+        auth_type="none", accelerator_endpoint_override=acceld_all.url,
+        accelerator_default_microversion="2.5")
+    try:
+        seen = [a.id for a in paged.accelerator.accelerator_requests(limit=2)]
+        with pytest.raises(exceptions.BadRequestException):
+            list(conn.accelerator.accelerator_requests(limit=2))  # 2.0: unknown parameter
+    finally:
+        paged.close()
+    assert [i for i in seen if i in made] == made
+    assert len(seen) == len(set(seen))
+    assert set(made) <= {a.id for a in conn.accelerator.accelerator_requests()}
+    for arq_id in made:
+        conn.accelerator.delete_accelerator_request(arq_id, ignore_missing=False)
+
+
 def test_arq_for_unknown_profile_is_not_found(conn) -> None:
     with pytest.raises(exceptions.NotFoundException):
         conn.accelerator.create_accelerator_request(device_profile_name=unique("absent"))
