@@ -16,13 +16,23 @@ holding the handle and a pending job; the job's lease expires and the next
 claim reuses that handle (preparing is idempotent). An unbind or delete in
 between gives the held handle back through the release queue, so whatever the
 prepare created is removed. An unreachable agent leaves the job to be retried
-(up to the bind's attempt limit); a driver failure fails the bind at once and
-frees the handle (a driver's prepare that raises must leave nothing behind); a
-timeout fails the bind and queues a release, since the host's state is unknown.
+(up to the bind's attempt limit); a timeout fails the bind and queues a
+release, since the host's state is unknown.
+
+No leak (:func:`settle`). A handle is freed without a release only when the
+host cannot hold anything for it: the driver refused the *first* prepare of a
+handle this very try took (``Ticket.fresh``; a driver's prepare that raises
+leaves nothing). A handle held from an earlier try (whose prepare may have
+succeeded before a crash) is always given back through the release queue,
+whatever this try's answer. And a prepare that succeeded or timed out after
+its bind was unbound, deleted or failed is followed by a release
+(:func:`acceld.db.handle_releases.reclaim`): the release the unbind queued may
+have run on the host before the prepare did.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,9 +41,15 @@ from sqlalchemy import Connection, Row, select, update
 
 from acceld.conductor.attach import AttachClient, AttachError, request_body
 from acceld.conductor.programming import local_name
+from acceld.db import accelerator_requests as arq_db
+from acceld.db import bind_jobs as bind_jobs_db
+from acceld.db import handle_releases
+from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import attach_handles, bind_jobs, deployables, utcnow
 from acceld.drivers.base import needs_attach_step
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,6 +65,8 @@ class Ticket:
     hostname: str
     deployable_name: str
     body: dict[str, Any]
+    #: Taken by this try (free until now): no earlier try can have prepared it on the host.
+    fresh: bool = True
 
 
 def held_handle(conn: Connection, handle_id: int) -> Row | None:
@@ -67,6 +85,7 @@ def hold(conn: Connection, arq: Any, target: Any, job_id: int) -> Ticket:
     the job goes back to pending (``lock_owned`` moved it to notify) so that a crash before
     the prepare finished leaves it to be retried."""
     handle, dep = target.handle, target.deployable
+    fresh = arq.attach_handle_id != handle.id  # not held from an interrupted earlier try
     conn.execute(update(arqs).where(arqs.c.id == arq.id).values(
         attach_handle_id=handle.id, deployable_id=dep.id, updated_at=utcnow()))
     conn.execute(update(bind_jobs).where(bind_jobs.c.id == job_id).values(
@@ -77,7 +96,8 @@ def hold(conn: Connection, arq: Any, target: Any, job_id: int) -> Ticket:
     return Ticket(arq_id=arq.id, arq_uuid=arq.uuid, instance_uuid=arq.instance_uuid,
                   job_id=job_id, handle_id=handle.id, handle_uuid=handle.uuid,
                   hostname=dep.hostname, deployable_name=dep.name,
-                  body=request_body(driver_name, name, handle.attach_type, handle.attach_info))
+                  body=request_body(driver_name, name, handle.attach_type, handle.attach_info),
+                  fresh=fresh)
 
 
 @dataclass(frozen=True)
@@ -96,3 +116,46 @@ def prepare(client: AttachClient, ticket: Ticket) -> Prepared:
             raise
         return Prepared(exc)
     return Prepared()
+
+
+def settle(db: Database, ticket: Ticket, job_id: int, token: str,
+           error: AttachError | None) -> bool:
+    """The second transaction: ``Bound``, or ``BindFailed`` with the handle given back so
+    that nothing stays on the host. True when the ARQ resolved (its job awaits notify);
+    False when the bind was overtaken (unbound, deleted, failed or re-claimed meanwhile),
+    in which case a prepare that may have left something on the host is followed by a
+    release unless a user of the handle accounts for it."""
+    with db.write() as conn:
+        arq = arq_db.lock_one_by_id(conn, ticket.arq_id)
+        lost = (arq is None or arq.state != arq_db.BIND_STARTED
+                or arq.attach_handle_id != ticket.handle_id
+                or not bind_jobs_db.lock_owned(conn, job_id, token))
+        if lost:
+            if error is None or error.unknown:
+                outcome = handle_releases.reclaim(conn, ticket.handle_id)
+                if outcome in ("queued", "rearmed"):
+                    LOG.warning("Attach handle %s of %s on %s was prepared after ARQ %s let "
+                                "go of it; a release is %s to undo the host step",
+                                ticket.handle_uuid, ticket.deployable_name, ticket.hostname,
+                                ticket.arq_uuid, outcome)
+            return False
+        assert arq is not None
+        if error is None:
+            arq_db.transition(conn, [arq.id], arq_db.BOUND, bind_failure_reason=None)
+            LOG.info("Bound ARQ %s (instance %s) to handle %s of deployable %s on %s, "
+                     "prepared on the host", arq.uuid, arq.instance_uuid, ticket.handle_uuid,
+                     ticket.deployable_name, ticket.hostname)
+            return True
+        reason = (f"preparing attach handle {ticket.handle_uuid} of deployable "
+                  f"{ticket.deployable_name} on {ticket.hostname} failed: {error.message}")
+        if ticket.fresh and not error.unknown:
+            handle_releases.free_now(conn, [ticket.handle_id])  # the host holds nothing
+        else:
+            # Unknown outcome, or an earlier try may have prepared it: undo on the host.
+            arq_db.release_handles(conn, [ticket.handle_id])
+        arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,
+                          bind_failure_reason=reason[:4000], attach_handle_id=None,
+                          deployable_id=None)
+        LOG.warning("Bind of ARQ %s (instance %s) failed: %s", arq.uuid, arq.instance_uuid,
+                    reason)
+        return True

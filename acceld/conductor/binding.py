@@ -28,7 +28,7 @@ from acceld.conductor import bind_attach, bind_programming, bind_target, placeme
 from acceld.conductor.attach import AttachClient, AttachError
 from acceld.conductor.service import PeriodicTask
 from acceld.db import accelerator_requests as arq_db
-from acceld.db import bind_jobs, handle_releases
+from acceld.db import bind_jobs
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import bind_jobs as jobs_table
@@ -211,30 +211,9 @@ class BindWorker:
                 bind_jobs.retry_later(self.db, [job.id], token, min(5.0, job.attempts * 1.0))
                 return False
             prepared = bind_attach.Prepared(unreachable)
-        error = prepared.error
-        with self.db.write() as conn:
-            arq = arq_db.lock_one_by_id(conn, ticket.arq_id)
-            if (arq is None or arq.state != arq_db.BIND_STARTED
-                    or arq.attach_handle_id != ticket.handle_id
-                    or not bind_jobs.lock_owned(conn, job.id, token)):
-                raise _JobLost  # unbound or deleted meanwhile: the handle went to the queue
-            if error is None:
-                arq_db.transition(conn, [arq.id], arq_db.BOUND, bind_failure_reason=None)
-                LOG.info("Bound ARQ %s (instance %s) to handle %s of deployable %s on %s, "
-                         "prepared on the host", arq.uuid, arq.instance_uuid,
-                         ticket.handle_uuid, ticket.deployable_name, ticket.hostname)
-                return True
-            reason = (f"preparing attach handle {ticket.handle_uuid} of deployable "
-                      f"{ticket.deployable_name} on {ticket.hostname} failed: {error.message}")
-            if error.unknown:
-                arq_db.release_handles(conn, [ticket.handle_id])  # queued: undo on the host
-            else:
-                handle_releases.free_now(conn, [ticket.handle_id])
-            arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,
-                              bind_failure_reason=reason[:4000], attach_handle_id=None,
-                              deployable_id=None)
-            LOG.warning("Bind of ARQ %s (instance %s) failed: %s", arq.uuid, arq.instance_uuid,
-                        reason)
+        # Bound or BindFailed, never leaving a host step behind (bind_attach.settle).
+        if not bind_attach.settle(self.db, ticket, job.id, token, prepared.error):
+            raise _JobLost  # unbound or deleted meanwhile: the handle went to the queue
         return True
 
     def _notify(self, job_ids: list[int], token: str) -> None:

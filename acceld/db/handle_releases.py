@@ -94,9 +94,47 @@ def claim(db: Database, token: str, limit: int, lease_seconds: float) -> list[Ro
             handle_releases.c.lease_owner == token).order_by(handle_releases.c.id)).all())
 
 
+def reclaim(conn: Connection, handle_id: int) -> str:
+    """After a prepare of this handle that no bind wants any more (it was unbound, deleted or
+    failed while the prepare ran): make sure a release follows it on the host.
+
+    The release the unbind queued may already have run on the host, before the prepare
+    did; freeing the handle then would leave the mdev behind. With the handle row locked
+    (the order every writer of a handle and its release row keeps: handle, then release
+    row), the answer is one of:
+
+    - ``"rearmed"``: a release is queued, maybe running now: it is made due again and its
+      claim void, so that a release that ran before the prepare does not free the handle;
+    - ``"held"``: the handle is in use and not queued, so a bind holds it (Bound, or being
+      prepared by it); that ARQ accounts for the host step, and its unbind releases it;
+    - ``"queued"``: the handle was free (the early release already freed it): it is taken
+      again and queued, so no bind gets it before the host is clean;
+    - ``"gone"``: the handle is no longer in the inventory.
+    """
+    handle = conn.execute(select(handles.c.id, handles.c.in_use).where(
+        handles.c.id == handle_id).with_for_update()).first()
+    if handle is None:
+        return "gone"
+    queued = conn.execute(select(handle_releases.c.id).where(
+        handle_releases.c.attach_handle_id == handle_id).with_for_update()).scalar()
+    now = utcnow()
+    if queued is not None:
+        conn.execute(update(handle_releases).where(handle_releases.c.id == queued).values(
+            lease_owner=None, lease_expires_at=None, updated_at=now))
+        return "rearmed"
+    if handle.in_use:
+        return "held"
+    conn.execute(update(handles).where(handles.c.id == handle_id).values(
+        in_use=True, updated_at=now))
+    give_back(conn, [handle_id])
+    return "queued"
+
+
 def finish(db: Database, release_id: int, handle_id: int, token: str) -> bool:
-    """The agent released the handle: free it and drop the row, if the claim is still ours."""
+    """The agent released the handle: free it and drop the row, if the claim is still ours
+    (a prepare that landed after the release voids the claim, see :func:`reclaim`)."""
     with db.write() as conn:
+        conn.execute(select(handles.c.id).where(handles.c.id == handle_id).with_for_update())
         gone = conn.execute(delete(handle_releases).where(
             handle_releases.c.id == release_id,
             handle_releases.c.lease_owner == token)).rowcount

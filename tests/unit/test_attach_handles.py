@@ -75,7 +75,8 @@ class Node:
             self.agent.stop()
             self.agent = None
 
-    def bind(self, worker: BindWorker | None = None) -> str:
+    def start_bind(self) -> str:
+        """Create an ARQ and ask for its bind (202); no worker runs yet."""
         [arq] = self.client.simulate_post(ARQ_URL, json={"device_profile_name": self.profile},
                                           headers=SERVICE).json["arqs"]
         ops = [{"op": "add", "path": "/hostname", "value": HOST},
@@ -83,10 +84,14 @@ class Node:
                {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]
         assert self.client.simulate_patch(ARQ_URL, json={arq["uuid"]: ops},
                                           headers=SERVICE).status_code == 202
+        return arq["uuid"]
+
+    def bind(self, worker: BindWorker | None = None) -> str:
+        arq_uuid = self.start_bind()
         worker = worker or BindWorker(self.conf, self.db)
         while worker.run_once():
             pass
-        return arq["uuid"]
+        return arq_uuid
 
     def arq(self, arq_uuid: str) -> dict:
         return self.client.simulate_get(f"{ARQ_URL}/{arq_uuid}", headers=V24).json
@@ -252,7 +257,7 @@ def test_unbind_while_preparing_queues_the_release(node):
     assert node.in_use() == [] and node.queue() == []
 
 
-def test_unreachable_agent_on_bind_retries_then_fails_and_frees(node):
+def test_unreachable_agent_on_bind_retries_then_fails_and_queues_the_release(node):
     node.stop_agent()
     worker = BindWorker(node.conf, node.db)
     arq_uuid = node.bind(worker)
@@ -266,6 +271,11 @@ def test_unreachable_agent_on_bind_retries_then_fails_and_frees(node):
     arq = node.arq(arq_uuid)
     assert arq["state"] == "BindFailed"
     assert "could not be reached" in arq["bind_failure_reason"]
+    # Tries after the first held the handle: one of them may have prepared it before the
+    # agent went away, so it is released on the host before anyone else gets it.
+    assert len(node.in_use()) == 1 and len(node.queue()) == 1
+    node.start_agent()
+    assert node.release_all() == 1
     assert node.in_use() == [] and node.queue() == []
 
 
