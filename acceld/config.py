@@ -27,8 +27,11 @@ default_opts = [
     cfg.StrOpt("auth_strategy", default="noauth", choices=["noauth", "keystone"],
                help="noauth trusts identity headers (X-User-Id, X-Project-Id, X-Roles, "
                     "X-Service-Roles); keystone validates tokens with keystonemiddleware."),
-    cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
-    cfg.StrOpt("log_file", help="Write logs to this file instead of standard error."),
+    cfg.BoolOpt("debug", default=False, mutable=True,
+                help="Log at DEBUG level. Mutable: SIGHUP applies a change."),
+    cfg.StrOpt("log_file", mutable=True,
+               help="Write logs to this file instead of standard error. SIGHUP reopens it "
+                    "(after logrotate renamed it) and applies a change of path."),
 ]
 
 api_opts = [

@@ -33,15 +33,33 @@ class RedactingFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
+# The service name of this process's log lines, kept for reopen().
+_service = "acceld"
+
+
 def setup(conf: cfg.ConfigOpts, service: str) -> None:
+    global _service
+    _service = service
     handler: logging.Handler
     if conf.log_file:
         handler = logging.FileHandler(conf.log_file)
     else:
         handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(RedactingFormatter(FORMAT.replace("%(name)s", f"{service} %(name)s")))
+    handler._acceld = True  # type: ignore[attr-defined]  # ours: reopen() may close it
     root = logging.getLogger()
+    replaced = root.handlers[:]
     root.handlers[:] = [handler]
+    for old in replaced:
+        if getattr(old, "_acceld", False) and isinstance(old, logging.FileHandler):
+            old.close()
     root.setLevel(logging.DEBUG if conf.debug else logging.INFO)
     for noisy in ("urllib3", "keystoneauth", "stevedore", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def reopen(conf: cfg.ConfigOpts) -> None:
+    """After SIGHUP: open the log file again at its (possibly changed) configured path, so
+    that a file logrotate renamed is left behind and a new one is written, and take the
+    level from ``debug`` again."""
+    setup(conf, _service)

@@ -121,7 +121,7 @@ class DriverProcess:
             self.server.stop()
 
     def wait(self) -> None:
-        run_until_signalled(self._stop, self.stop)
+        run_until_signalled(self._stop, self.stop, conf=self.conf)
 
 
 # Extra routes of a driver process (e.g. programming), each factory taking the DriverProcess.

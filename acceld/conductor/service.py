@@ -153,7 +153,7 @@ class Conductor:
 
     def wait(self) -> None:
         """Block until SIGTERM or SIGINT, then stop."""
-        run_until_signalled(self._stop, self.stop)
+        run_until_signalled(self._stop, self.stop, conf=self.conf)
 
 
 # The conductor's components, in start order, as "module:class"; each class takes

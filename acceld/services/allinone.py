@@ -2,7 +2,8 @@
 
 Each service runs as its own process (the same commands a cloud runs
 separately), started in order; a line ``acceld <service>: <url>`` is printed
-once the service answers.
+once the service answers. SIGHUP is passed on to every service (each reopens its log
+and re-reads its config files) and handled by `all` itself the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from oslo_config import cfg
 
 from acceld.db import migrate
 from acceld.db.engine import from_config
+from acceld.services import lifecycle
 from acceld.services.secrets import ensure_secret_file, ensure_state_dir
 
 
@@ -92,8 +94,15 @@ def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
         nonlocal stopping
         stopping = True
 
+    hup = False
+
+    def on_hup(*_args) -> None:  # type: ignore[no-untyped-def]
+        nonlocal hup
+        hup = True
+
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, on_hup)  # logrotate: handled in the loop below
     starting: list[tuple[Service, subprocess.Popen]] = []
 
     def ready() -> bool:
@@ -118,6 +127,10 @@ def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
         if not ready():
             return 1
         while not stopping:
+            if hup:
+                hup = False
+                _forward_hup(procs)
+                lifecycle.reload(conf)
             for proc in procs:
                 if proc.poll() is not None:
                     print(f"acceld: a service exited ({proc.args[3]}, status {proc.returncode});"
@@ -127,6 +140,17 @@ def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
         return 0
     finally:
         _stop_all(procs)
+
+
+def _forward_hup(procs: list[subprocess.Popen]) -> None:
+    """SIGHUP to each service's own process (not its group: the API's gunicorn master
+    replaces its workers gracefully, whereas a worker given SIGHUP would just exit)."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGHUP)
+            except ProcessLookupError:
+                pass
 
 
 def _stop_all(procs: list[subprocess.Popen]) -> None:

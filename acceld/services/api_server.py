@@ -55,6 +55,15 @@ class _Gunicorn(BaseApplication):
         logs.setup(self.conf, "api")
         return wsgi_app(self.conf, from_config(self.conf), client_from_config(self.conf))
 
+    def reload(self) -> None:
+        """SIGHUP in the master (gunicorn then starts new workers, which load the app and
+        open the log afresh, and stops the old ones gracefully: serving never stops):
+        re-read the config files' mutable options and reopen the master's own log."""
+        from acceld.services import lifecycle
+
+        lifecycle.reload(self.conf)
+        super().reload()
+
 
 def run(conf: cfg.ConfigOpts) -> None:
     _Gunicorn(conf).run()

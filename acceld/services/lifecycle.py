@@ -1,4 +1,10 @@
-"""How the long-running internal services (conductor, agent, driver process) live and stop."""
+"""How the long-running internal services (conductor, agent, driver process) live and stop.
+
+SIGTERM and SIGINT stop a service gracefully. SIGHUP (what logrotate sends) never
+does: it re-reads the config files, so options marked mutable (``debug``,
+``log_file``) take their new values, and reopens the log file at its configured
+path (:func:`reload`).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,44 @@ import signal
 import threading
 from typing import Callable
 
+from oslo_config import cfg
+
+from acceld import logs
+
 LOG = logging.getLogger(__name__)
+
+RELOADED = "SIGHUP: configuration re-read, log file reopened"
+
+
+def reload(conf: cfg.ConfigOpts) -> None:
+    """Re-read ``conf``'s files (mutable options change; oslo.config logs each change and
+    warns of ignored ones) and reopen the log. A config file that no longer parses is
+    logged and the old values stay: a reload never ends the service."""
+    changed: dict = {}
+    try:
+        changed = conf.mutate_config_files()
+    except Exception as exc:  # noqa: BLE001 - keep running on the values in force
+        LOG.error("SIGHUP: the configuration could not be re-read (%s); the old values "
+                  "stay in force", exc)
+    logs.reopen(conf)
+    LOG.info("%s%s", RELOADED, "".join(
+        f"; {group or 'DEFAULT'}.{name}: {old} -> {new}"
+        for (group, name), (old, new) in sorted(changed.items(), key=lambda i: str(i[0]))))
 
 
 def run_until_signalled(stop_event: threading.Event, stop: Callable[[], None],
-                        poll: float = 0.5) -> None:
-    """Block until SIGTERM or SIGINT (or ``stop_event`` set by anyone), then ``stop()``."""
+                        poll: float = 0.5, conf: cfg.ConfigOpts | None = None) -> None:
+    """Block until SIGTERM or SIGINT (or ``stop_event`` set by anyone), then ``stop()``;
+    on SIGHUP :func:`reload` ``conf`` (in this thread, not in the signal handler)."""
+    hup = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
     signal.signal(signal.SIGINT, lambda *_: stop_event.set())
+    signal.signal(signal.SIGHUP, lambda *_: hup.set())
     while not stop_event.wait(poll):
-        pass
+        if hup.is_set():
+            hup.clear()
+            if conf is not None:
+                reload(conf)
     stop()
 
 
