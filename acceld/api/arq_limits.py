@@ -36,18 +36,17 @@ _enforcer: Any = None
 _enforcer_lock = threading.Lock()
 
 
-def _unified(conf) -> bool:  # type: ignore[no-untyped-def]
-    return conf.quota.driver == "unified_limits"
-
-
-def _limited(conf) -> bool:  # type: ignore[no-untyped-def]
-    return _unified(conf) or conf.quota.arqs_per_project >= 0
+def _settings(conf) -> tuple[bool, int]:  # type: ignore[no-untyped-def]
+    """(unified limits?, the local limit); read once per call: option lookups are not free."""
+    quota = conf.quota
+    return quota.driver == "unified_limits", quota.arqs_per_project
 
 
 @contextlib.contextmanager
 def write(api, project_id: str | None) -> Iterator[Connection]:  # type: ignore[no-untyped-def]
     """The create's write transaction; under the project's lock when a limit applies."""
-    if not _limited(api.conf):
+    unified, local_limit = _settings(api.conf)
+    if not unified and local_limit < 0:
         with api.db.write() as conn:
             yield conn
         return
@@ -62,15 +61,17 @@ def write(api, project_id: str | None) -> Iterator[Connection]:  # type: ignore[
 
 def check(api, conn: Connection, project_id: str | None, delta: int) -> None:  # type: ignore[no-untyped-def]
     """403 unless ``project_id`` may hold ``delta`` more ARQs; call inside :func:`write`."""
-    if delta <= 0 or not _limited(api.conf):
+    if delta <= 0:
         return
-    if _unified(api.conf):
+    unified, local_limit = _settings(api.conf)
+    if unified:
         _check_unified(conn, project_id, delta)
         return
-    limit = api.conf.quota.arqs_per_project
+    if local_limit < 0:
+        return
     usage = db.count_for_project(conn, project_id)
-    if usage + delta > limit:
-        raise _over(project_id, limit, usage, delta, "[quota] arqs_per_project")
+    if usage + delta > local_limit:
+        raise _over(project_id, local_limit, usage, delta, "[quota] arqs_per_project")
 
 
 def _over(project_id: str | None, limit: int, usage: int, delta: int,
