@@ -8,6 +8,13 @@ that is down, unreachable or failing leaves the row to be retried with
 exponential backoff (2 s doubling up to 5 minutes); the handle stays
 ``in_use`` meanwhile, so no bind can take it while the host may still hold the
 old VM's mdev. ``last_error`` on the row says why it is still waiting.
+
+Orphans. Each agent reports, at start and every ``[agent] discovery_interval``,
+the host-step resources acceld made on its node that exist now
+(``POST /attach-handles/host-steps``, signed with the node's key, which
+names the host). The conductor decides against the database
+(:func:`acceld.db.handle_releases.queue_orphans`): a resource whose handle is
+free is an orphan, and its release is queued like an unbind's.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import os
 import socket
 import uuid
 
+import falcon
+from jsonschema import Draft202012Validator
 from oslo_config import cfg
 
 from acceld.conductor.attach import AttachClient, AttachError, request_body
@@ -24,10 +33,30 @@ from acceld.conductor.programming import local_name
 from acceld.conductor.service import PeriodicTask
 from acceld.db import handle_releases
 from acceld.db.engine import Database
+from acceld.drivers.base import ATTACH_TYPES
+from acceld.internal.server import caller_node, json_body, respond
 
 LOG = logging.getLogger(__name__)
 
 BATCH = 8
+HOST_STEPS_PATH = "/attach-handles/host-steps"
+MAX_HOST_STEPS = 4096  # resources in one report: far above any node's vGPU count
+
+HOST_STEPS = Draft202012Validator({
+    "type": "object",
+    "required": ["host_steps"],
+    "additionalProperties": False,
+    "properties": {"host_steps": {"type": "array", "maxItems": MAX_HOST_STEPS, "items": {
+        "type": "object",
+        "required": ["driver_name", "attach_type", "attach_info"],
+        "additionalProperties": False,
+        "properties": {
+            "driver_name": {"type": "string", "minLength": 1, "maxLength": 255},
+            "attach_type": {"enum": list(ATTACH_TYPES)},
+            "attach_info": {"type": "object", "minProperties": 1, "maxProperties": 32,
+                            "additionalProperties": {"type": "string", "maxLength": 255}},
+        }}}},
+})
 
 
 class ReleaseWorker:
@@ -70,14 +99,47 @@ class ReleaseWorker:
 
 
 class HandleReleaseComponent:
-    """Conductor component: the periodic drain of the release queue."""
+    """Conductor component: the periodic drain of the release queue, and the agents'
+    reports of the host steps on their nodes (orphans are queued)."""
 
     def __init__(self, conf: cfg.ConfigOpts, db: Database) -> None:
         self.conf = conf
+        self.db = db
         self.worker = ReleaseWorker(conf, db)
 
     def routes(self) -> dict:
-        return {}
+        return {HOST_STEPS_PATH: {"POST": self.on_host_steps}}
+
+    def node_paths(self) -> list[str]:
+        """A node's key may report its own host steps (and no other host's)."""
+        return [HOST_STEPS_PATH]
+
+    def on_host_steps(self, req: falcon.Request, resp: falcon.Response) -> None:
+        hostname = caller_node(req)
+        if hostname is None:
+            raise falcon.HTTPError(400, description="A host-step report must be signed with "
+                                                    "the key of the node it is about.")
+        body = json_body(req)
+        error = next(iter(HOST_STEPS.iter_errors(body)), None)
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path)
+            raise falcon.HTTPBadRequest(description=f"Invalid host-step report"
+                                                    f"{f' at {where!r}' if where else ''}: "
+                                                    f"{error.message}")
+        steps = [(s["driver_name"], s["attach_type"], s["attach_info"])
+                 for s in body["host_steps"]]
+        with self.db.write() as conn:
+            outcome = handle_releases.queue_orphans(conn, hostname, steps)
+        if outcome["queued"]:
+            LOG.warning("Host %s has %d orphaned attach handle(s) (prepared there, held by no "
+                        "ARQ): %s; their release is queued", hostname, len(outcome["queued"]),
+                        ", ".join(outcome["queued"]))
+        if outcome["unknown"]:
+            LOG.info("Host %s reported %d prepared attach handle(s) the inventory does not "
+                     "name; left alone: %s", hostname, len(outcome["unknown"]),
+                     ", ".join(outcome["unknown"][:10]))
+        respond(resp, {"queued": outcome["queued"], "in_use": len(outcome["in_use"]),
+                       "unknown": len(outcome["unknown"])})
 
     def periodic_tasks(self) -> list[PeriodicTask]:
         return [PeriodicTask("handle-release", self.conf.conductor.bind_poll_interval,

@@ -190,3 +190,12 @@ class Driver(abc.ABC):
 
     def release_attach_handle(self, handle: AttachHandle) -> None:
         """Undo prepare_attach_handle after unbind."""
+
+    def prepared_attach_handles(self) -> list[AttachHandle]:
+        """The host-step resources this driver made that exist on the host now (an mdev it
+        created), each as the attach handle that names it, as discovery reports it.
+
+        The agent reports them so that the conductor can release the ones no handle in use
+        accounts for (orphans). Only resources the driver can tell are its own (a uuid only
+        acceld derives, its own record): never one another tool created. Default: none."""
+        return []

@@ -228,6 +228,12 @@ class FakeDriver(Driver):
         """Remove the simulated mdev (already gone: nothing to do)."""
         self._attach_step(handle, "release")
 
+    def prepared_attach_handles(self) -> list[AttachHandle]:
+        """The simulated mdevs this driver created and did not remove."""
+        prepared = self.attach_state().get("prepared", {})
+        return [AttachHandle(attach_type="MDEV", attach_info=dict(info))
+                for _, info in sorted(prepared.items())]
+
     def attach_state(self) -> dict[str, Any]:
         """``{"prepared": {mdev uuid: info}, "log": [[step, mdev uuid], ...]}``."""
         try:

@@ -379,6 +379,29 @@ class NvidiaGpuDriver(Driver):
         elif handle.attach_type == "PCI" and "vgpu_type" in info:
             self._set_vfio_type(info, None)
 
+    def prepared_attach_handles(self) -> list[AttachHandle]:
+        """The mdevs acceld created: those whose uuid is the slot uuid
+        (:meth:`slot_uuid`, derived from this host, the parent, the type and the slot) of
+        a slot discovery offers. An mdev with any other uuid (made by Nova, libvirt or an
+        operator) is never reported. Vendor-specific VFIO vGPU types carry no such mark
+        and are not reported either."""
+        found: list[AttachHandle] = []
+        for parent in sorted(sysfs.list_dir(os.path.join(self.root, "class", "mdev_bus"))):
+            types_dir = os.path.join(functions_path(self.root, parent), "mdev_supported_types")
+            for type_id in sorted(sysfs.list_dir(types_dir)):
+                tdir = os.path.join(types_dir, type_id)
+                created = set(sysfs.list_dir(os.path.join(tdir, "devices")))
+                if not created:
+                    continue
+                available = sysfs.read_int(os.path.join(tdir, "available_instances")) or 0
+                for slot in range(available + len(created)):
+                    uuid = self.slot_uuid(parent, type_id, slot)
+                    if uuid in created:
+                        found.append(AttachHandle(attach_type="MDEV", attach_info={
+                            "parent": parent, "asked_type": type_id,
+                            "vgpu_mark": f"{type_id}_{slot}", "uuid": uuid}))
+        return found
+
     def _mdev_path(self, info: dict[str, str]) -> str:
         for key in ("parent", "asked_type", "uuid"):
             if key not in info:

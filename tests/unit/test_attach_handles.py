@@ -8,6 +8,7 @@ server; the API, the bind worker and the release worker run in process on the
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 
@@ -20,7 +21,7 @@ from acceld.api.app import build_app
 from acceld.conductor.binding import BindWorker
 from acceld.conductor.handle_release import ReleaseWorker
 from acceld.db import handle_releases, inventory
-from acceld.db.models import agents, attach_handles, bind_jobs
+from acceld.db.models import agents, attach_handles, bind_jobs, utcnow
 from acceld.db.models import handle_releases as releases_table
 from acceld.drivers.base import AttachHandle, needs_attach_step
 from acceld.drivers.fake import FakeDriver
@@ -128,6 +129,12 @@ def node(tmp_path, db):
     built.start_agent()
     yield built
     built.stop_agent()
+
+
+def after_bind_timeout(node: Node) -> BindWorker:
+    """A bind worker whose clock is past every job's ``[conductor] bind_timeout``."""
+    late = utcnow() + dt.timedelta(seconds=node.conf.conductor.bind_timeout + 1)
+    return BindWorker(node.conf, node.db, clock=lambda: late)
 
 
 def mdev_uuid(info_text: str) -> str:
@@ -263,11 +270,16 @@ def test_unreachable_agent_on_bind_retries_then_fails_and_queues_the_release(nod
     arq_uuid = node.bind(worker)
     assert node.arq(arq_uuid)["state"] == "BindStarted"  # retried later, handle held
     assert len(node.in_use()) == 1
-    for _ in range(6):
+    for _ in range(6):  # an outage is waited out: the tries are not counted
         with node.db.write() as conn:
             conn.execute(update(bind_jobs).values(lease_expires_at=None))
         while worker.run_once():
             pass
+    assert node.arq(arq_uuid)["state"] == "BindStarted"
+    with node.db.write() as conn:
+        conn.execute(update(bind_jobs).values(lease_expires_at=None))
+    while after_bind_timeout(node).run_once():
+        pass
     arq = node.arq(arq_uuid)
     assert arq["state"] == "BindFailed"
     assert "could not be reached" in arq["bind_failure_reason"]

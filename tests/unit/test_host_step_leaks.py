@@ -24,7 +24,7 @@ from sqlalchemy import update
 from acceld.conductor.binding import BindWorker
 from acceld.conductor.handle_release import ReleaseWorker
 from acceld.db.models import bind_jobs
-from tests.unit.test_attach_handles import Node, mdev_uuid
+from tests.unit.test_attach_handles import Node, after_bind_timeout, mdev_uuid
 
 
 class Died(BaseException):
@@ -175,11 +175,11 @@ def test_prepared_before_a_crash_then_the_driver_fails_the_retry(node):
 def test_prepared_before_a_crash_then_the_agent_stays_unreachable(node):
     arq_uuid, mdev = _prepare_then_die(node)
     node.stop_agent()
-    for _ in range(10):
-        expire_bind_leases(node)
-        run_binds(node)
-        if node.arq(arq_uuid)["state"] != "BindStarted":
-            break
+    expire_bind_leases(node)
+    run_binds(node)  # the outage is waited out, the handle still held
+    assert node.arq(arq_uuid)["state"] == "BindStarted" and len(node.in_use()) == 1
+    expire_bind_leases(node)
+    run_binds(node, after_bind_timeout(node))  # ... until [conductor] bind_timeout
     arq = node.arq(arq_uuid)
     assert arq["state"] == "BindFailed" and "could not be reached" in arq["bind_failure_reason"]
     assert node.prepared() == {mdev}
