@@ -244,6 +244,15 @@ placement_opts = [
                  help="Longest wait, in seconds, between retries while Placement is "
                       "unreachable or a compute-node provider is missing (the wait "
                       "doubles from sync_interval up to this)."),
+    cfg.FloatOpt("audit_interval", default=600.0, min=1,
+                 help="Seconds between audits that read every host's accelerator providers "
+                      "back from Placement and repair what differs from the database (a "
+                      "provider deleted or edited by hand, a restored backup). One also "
+                      "starts with the conductor; a walk longer than this starts the next "
+                      "when it ends."),
+    cfg.IntOpt("audit_hosts_per_pass", default=20, min=1,
+               help="Hosts one sync pass audits (every sync_interval), so that a large "
+                    "cloud's audit is spread over passes instead of one long one."),
 ]
 
 glance_opts: list[cfg.Opt] = []

@@ -5,8 +5,9 @@ Configured by the standard keystoneauth options of ``[placement]``: in a cloud,
 Placement (tests, the all-in-one), ``auth_type = admin_token``, ``endpoint`` and
 ``token = admin``. Every request carries one pinned microversion, so that
 responses have one shape (1.39 is the newest that Placement 16.0 serves; acceld
-needs 1.20 for create-with-parent bodies, 1.26 for ``reserved == total`` and
-1.29+ for nested allocation candidates).
+needs 1.20 for create-with-parent bodies, 1.26 for ``reserved == total``,
+1.29+ for nested allocation candidates and 1.37 to put back a provider that was
+re-parented by hand).
 
 Errors are typed so that callers can tell "try again later" (:class:`PlacementUnavailable`:
 no connection, timeout, 5xx) from "Placement refused this" (:class:`PlacementError`).
@@ -142,6 +143,18 @@ class PlacementClient:
         resp = self._request("GET", f"/resource_providers/{uuid}", ok=(200, 404))
         return None if resp.status_code == 404 else Provider.from_json(resp.json())
 
+    def owned_in_tree(self, root_uuid: str) -> list[Provider]:
+        """The providers of ``root_uuid``'s tree that carry OWNER_CYBORG: one call per tree."""
+        resp = self._request("GET", f"/resource_providers?in_tree={root_uuid}"
+                                    f"&required={OWNER_TRAIT}")
+        return [Provider.from_json(p) for p in resp.json()["resource_providers"]]
+
+    def update_provider(self, uuid: str, name: str, parent_uuid: str) -> Provider:
+        """Set a provider's name and parent (re-parenting needs microversion 1.37)."""
+        resp = self._request("PUT", f"/resource_providers/{uuid}",
+                             {"name": name, "parent_provider_uuid": parent_uuid})
+        return Provider.from_json(resp.json())
+
     def ensure_provider(self, uuid: str, name: str, parent_uuid: str) -> Provider:
         """The provider ``uuid``, created as a child of ``parent_uuid`` when missing."""
         existing = self.get_provider(uuid)
@@ -218,20 +231,41 @@ class PlacementClient:
             inventories[resource_class] = {
                 "total": total, "max_unit": total, "min_unit": 1, "step_size": 1,
                 "reserved": max(0, min(reserved, total)), "allocation_ratio": 1.0}
-        return self._guarded_put(uuid, f"/resource_providers/{uuid}/inventories",
-                                 {"inventories": inventories}, generation)
+        path = f"/resource_providers/{uuid}/inventories"
+        try:
+            return self._guarded_put(uuid, path, {"inventories": inventories}, generation)
+        except PlacementError as exc:
+            if exc.status != 400 or resource_class not in self._known_classes:
+                raise
+            # The class we created is gone (Placement's database wiped or restored): again.
+            self._known_classes.discard(resource_class)
+            self.ensure_resource_class(resource_class)
+            return self._guarded_put(uuid, path, {"inventories": inventories}, generation)
 
     def get_inventories(self, uuid: str) -> dict[str, dict[str, Any]]:
         resp = self._request("GET", f"/resource_providers/{uuid}/inventories")
         return resp.json()["inventories"]
+
+    def get_traits(self, uuid: str) -> list[str]:
+        resp = self._request("GET", f"/resource_providers/{uuid}/traits")
+        return resp.json()["traits"]
 
     def set_traits(self, uuid: str, traits: Iterable[str], generation: int | None = None) -> int:
         """Make the provider's traits exactly ``traits`` plus OWNER_CYBORG; the new generation."""
         wanted = sorted(set(traits) | {OWNER_TRAIT})
         for trait in wanted:
             self.ensure_trait(trait)
-        return self._guarded_put(uuid, f"/resource_providers/{uuid}/traits",
-                                 {"traits": wanted}, generation)
+        path = f"/resource_providers/{uuid}/traits"
+        try:
+            return self._guarded_put(uuid, path, {"traits": wanted}, generation)
+        except PlacementError as exc:
+            if exc.status != 400 or not self._known_traits.intersection(wanted):
+                raise
+            # Traits we created are gone (Placement's database wiped or restored): again.
+            self._known_traits.difference_update(wanted)
+            for trait in wanted:
+                self.ensure_trait(trait)
+            return self._guarded_put(uuid, path, {"traits": wanted}, generation)
 
     # -- allocations -----------------------------------------------------------------------
 

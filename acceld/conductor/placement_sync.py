@@ -15,7 +15,10 @@ provider, a digest of what was last written and a ``dirty`` flag.
 host's or a device's providers; a pass every ``[placement] sync_interval``
 writes the dirty hosts, and a full pass every ``full_sync_interval`` compares
 every provider's digest with the database, so a change nobody flagged is still
-caught. Nothing is lost on failure: a provider whose write did not finish stays
+caught. Neither pass reads Placement back: the audit
+(:mod:`acceld.conductor.placement_audit`) does, a chunk of hosts per pass, every
+``[placement] audit_interval`` and once at conductor start, and repairs what was
+changed behind acceld's back. Nothing is lost on failure: a provider whose write did not finish stays
 dirty (or keeps its old digest) and is written again.
 
 Failures stay local. Placement unreachable or failing (5xx): the pass stops and
@@ -40,6 +43,7 @@ from oslo_config import cfg
 from sqlalchemy import Connection, or_, select, update
 
 from acceld.clients import placement as pl
+from acceld.conductor.placement_audit import AuditResult, AuditWalk, audit_host
 from acceld.conductor.service import PeriodicTask
 from acceld.db.engine import Database
 from acceld.db.models import agents, attributes, deployables, devices, placement_sync, utcnow
@@ -133,6 +137,7 @@ class PassResult:
     held: list[str] = dataclasses.field(default_factory=list)
     waiting_hosts: list[str] = dataclasses.field(default_factory=list)
     failed: list[str] = dataclasses.field(default_factory=list)
+    audit: AuditResult | None = None  # the audit's chunk, when one ran in this pass
 
 
 class _Backoff:
@@ -170,6 +175,8 @@ class PlacementSync:
         self._backoff = _Backoff(opts.sync_interval, opts.retry_max_delay)
         self._hosts_waiting: dict[str, _Backoff] = {}
         self._next_full = 0.0
+        # The audit walk: due at once, so a starting conductor reads Placement back.
+        self._audit_walk = AuditWalk(opts.audit_interval, opts.audit_hosts_per_pass)
         # Agent states last synced, so that an agent going down or up is noticed at the
         # next pass even when nobody flagged its host.
         self._agent_states: dict[str, str] = {}
@@ -201,10 +208,13 @@ class PlacementSync:
         full = now >= self._next_full
         try:
             result = self.sync_once(full=full)
+            result.audit = self._audit_step()
         except pl.PlacementUnavailable as exc:
+            first = self._backoff.delay == 0
             delay = self._backoff.failed(time.monotonic())
-            log = LOG.warning if self._backoff.delay <= self._backoff.initial else LOG.info
-            log("Placement sync paused: %s; retrying in %.1f s", exc, delay)
+            # One warning per outage; its retries are debug lines, its end one info line.
+            (LOG.warning if first else LOG.debug)(
+                "Placement sync paused: %s; retrying in %.1f s", exc, delay)
             return None
         if self._backoff.succeeded():
             LOG.info("Placement reachable again: inventory sync resumed")
@@ -225,6 +235,39 @@ class PlacementSync:
             self._sync_host(hostname, full, hostname in dirty_hosts, result)
             if hostname in agent_states:
                 self._agent_states[hostname] = agent_states[hostname]
+        return result
+
+    # -- the audit: read Placement back --------------------------------------------------------
+
+    def audit_scope(self) -> list[str]:
+        """The hosts the audit walks: every host acceld knows (agent, devices, providers)."""
+        with self.db.read() as conn:
+            hosts = set(conn.scalars(select(devices.c.hostname).distinct()
+                                     .join(deployables,
+                                           deployables.c.device_id == devices.c.id)))
+            hosts.update(conn.scalars(select(placement_sync.c.hostname).distinct()))
+            hosts.update(conn.scalars(select(agents.c.hostname)))
+        return sorted(hosts)
+
+    def audit(self, hostnames: Iterable[str]) -> AuditResult:
+        """Read these hosts' providers back from Placement and repair any drift.
+
+        Raises PlacementUnavailable; the hosts audited before it are repaired.
+        """
+        result = AuditResult()
+        for hostname in hostnames:
+            audit_host(self, hostname, result)
+        return result
+
+    def _audit_step(self) -> AuditResult | None:
+        """This pass's chunk of the audit walk (None when no walk is due)."""
+        chunk = self._audit_walk.chunk(time.monotonic(), self.audit_scope)
+        if not chunk:
+            return None
+        result = AuditResult()
+        for hostname in chunk:
+            audit_host(self, hostname, result)
+            self._audit_walk.done(hostname)
         return result
 
     def _hosts_to_sync(self, full: bool) -> tuple[list[str], set[str], dict[str, str]]:

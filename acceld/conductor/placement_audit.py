@@ -1,0 +1,246 @@
+"""Read Placement back and repair what drifted from the database: the audit.
+
+The sync (:mod:`acceld.conductor.placement_sync`) writes what the database
+changed and trusts that Placement still holds what it wrote. Placement can
+change behind acceld's back: an operator deletes or edits a provider by hand,
+Placement's database is restored from a backup or wiped. The audit reads back,
+per host, what Placement holds for acceld and writes only what differs:
+
+- our providers of the host's tree, in one call (``GET /resource_providers?in_tree=
+  <compute node>&required=OWNER_CYBORG``), then each one's inventories and traits
+  (Placement has no call that returns those for a whole tree); a wanted provider
+  that lost ``OWNER_CYBORG`` or left the tree is looked up by uuid;
+- a provider missing is created; a wrong name or parent is put back (1.37); a
+  different inventory (class, total, reserved, units) or trait set is rewritten,
+  with the generation just read;
+- a provider of ours (``OWNER_CYBORG``) that the database does not want (a
+  backup's leftover) is deleted, or, while consumers hold allocations on it,
+  kept fully reserved, as the sync does with the provider of a deployable that
+  went away;
+- a host whose compute-node provider is gone has its providers flagged: the
+  sync then waits for Nova to register the node again, as for a new host.
+
+An unchanged host costs two reads plus two per provider, and no write to
+Placement or to the database. The audit takes the hosts to look at as a list
+(:meth:`PlacementSync.audit`), so that conductors can later share them out;
+:class:`AuditWalk` spreads the whole list over passes, a bounded chunk at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from sqlalchemy import delete, select
+
+from acceld.clients import placement as pl
+from acceld.db.models import placement_sync
+from acceld.db.placement_flags import mark_dirty
+
+if TYPE_CHECKING:
+    from acceld.conductor.placement_sync import DesiredProvider, PlacementSync
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class AuditResult:
+    """What an audit looked at and what it repaired (for logs and tests)."""
+
+    audited: list[str] = dataclasses.field(default_factory=list)
+    # host -> one line per difference found (and repaired)
+    repaired: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    waiting_hosts: list[str] = dataclasses.field(default_factory=list)
+    failed: list[str] = dataclasses.field(default_factory=list)  # providers Placement refused
+
+
+# -- comparing ------------------------------------------------------------------------------
+
+def expected_inventories(want: DesiredProvider) -> dict[str, dict[str, Any]]:
+    """The inventories Placement answers for ``want`` once the sync has written it."""
+    if not want.resource_class or want.total <= 0:
+        return {}
+    return {want.resource_class: {
+        "total": want.total, "max_unit": want.total, "min_unit": 1, "step_size": 1,
+        "reserved": max(0, min(want.reserved, want.total)), "allocation_ratio": 1.0}}
+
+
+def _inventory_text(inventories: dict[str, dict[str, Any]]) -> str:
+    if not inventories:
+        return "none"
+    return ", ".join(f"{rc} total={inv.get('total')} reserved={inv.get('reserved')}"
+                     for rc, inv in sorted(inventories.items()))
+
+
+def _trait_text(have: set[str], want: set[str]) -> str:
+    parts = []
+    if want - have:
+        parts.append("missing " + " ".join(sorted(want - have)))
+    if have - want:
+        parts.append("unexpected " + " ".join(sorted(have - want)))
+    return ", ".join(parts)
+
+
+# -- scheduling -------------------------------------------------------------------------------
+
+class AuditWalk:
+    """A walk over the audited hosts, ``per_pass`` hosts per pass, one walk per interval.
+
+    A walk starts when ``interval`` seconds have passed since the previous one started
+    (at once for a new conductor) and goes on over as many passes as it needs; a host
+    whose audit was cut short (Placement went away) is first again at the next pass.
+    """
+
+    def __init__(self, interval: float, per_pass: int) -> None:
+        self.interval, self.per_pass = interval, per_pass
+        self.next_at = 0.0
+        self.queue: list[str] | None = None
+
+    def chunk(self, now: float, scope: Callable[[], list[str]]) -> list[str]:
+        """The hosts this pass audits (empty when no walk is due)."""
+        if self.queue is None:
+            if now < self.next_at:
+                return []
+            self.queue = list(scope())
+            self.next_at = now + self.interval
+            LOG.debug("Placement audit started over %d host(s)", len(self.queue))
+        return self.queue[:self.per_pass]
+
+    def done(self, hostname: str) -> None:
+        """``hostname`` was audited: take it off the walk; end the walk when empty."""
+        if self.queue and self.queue[0] == hostname:
+            self.queue.pop(0)
+        if not self.queue:
+            self.queue = None
+
+
+# -- auditing one host --------------------------------------------------------------------------
+
+def audit_host(sync: PlacementSync, hostname: str, result: AuditResult) -> None:
+    """Compare ``hostname``'s providers in Placement with the database; repair differences.
+
+    Raises PlacementUnavailable (the caller backs off). A refusal by Placement is logged
+    and that provider is left to the next full sync pass; the host's other providers go on.
+    """
+    from acceld.conductor.placement_sync import desired_providers
+
+    client = sync.client
+    assert client is not None
+    result.audited.append(hostname)
+    if hostname in sync._hosts_waiting:  # the sync already waits for its compute node
+        result.waiting_hosts.append(hostname)
+        return
+    with sync.db.read() as conn:
+        desired = desired_providers(conn, [hostname],
+                                    sync.conf.conductor.reserve_devices_of_down_agents)
+        known = set(conn.scalars(select(placement_sync.c.rp_uuid)
+                                 .where(placement_sync.c.hostname == hostname)))
+    compute = client.find_provider_by_name(hostname)
+    if compute is None:
+        if desired or known:
+            with sync.db.write() as conn:
+                mark_dirty(conn, hostname=hostname)
+            result.waiting_hosts.append(hostname)
+            LOG.info("Placement audit: compute-node provider %r is gone; its accelerator "
+                     "providers are written again once Nova registers it", hostname)
+        return
+    owned = {p.uuid: p for p in client.owned_in_tree(compute.uuid)}
+    drift: list[str] = []
+    done: list[dict[str, Any]] = []
+    try:
+        for want in desired.values():
+            _audit_provider(sync, want, owned.get(want.rp_uuid), compute.uuid, drift, done,
+                            result)
+        for provider in owned.values():
+            if provider.uuid not in desired and provider.uuid != compute.uuid:
+                _audit_leftover(sync, provider, hostname, provider.uuid in known, drift, done)
+    finally:
+        if done:
+            sync._record(done, [], hostname)
+        if drift:
+            result.repaired[hostname] = drift
+            LOG.info("Placement drift repaired on host %s: %s", hostname, "; ".join(drift))
+
+
+def _audit_provider(sync: PlacementSync, want: DesiredProvider, provider: pl.Provider | None,
+                    root_uuid: str, drift: list[str], done: list[dict[str, Any]],
+                    result: AuditResult) -> None:
+    """Read one wanted provider back and rewrite what differs."""
+    client = sync.client
+    assert client is not None
+    if provider is None:  # not ours in this tree: gone, moved, or lost OWNER_CYBORG
+        provider = client.get_provider(want.rp_uuid)
+    found: list[str] = []
+    try:
+        if provider is None:
+            found.append(f"{want.rp_uuid} ({want.name}) missing: created")
+            generation = sync._write_provider(want, root_uuid, None)
+        else:
+            generation = provider.generation
+            if provider.name != want.name or provider.parent_uuid != root_uuid:
+                if provider.name != want.name:
+                    found.append(f"{want.rp_uuid} name {provider.name!r} (want {want.name!r})")
+                if provider.parent_uuid != root_uuid:
+                    found.append(f"{want.rp_uuid} parent {provider.parent_uuid} "
+                                 f"(want {root_uuid})")
+                generation = client.update_provider(want.rp_uuid, want.name,
+                                                    root_uuid).generation
+            inventories = client.get_inventories(want.rp_uuid)
+            expected = expected_inventories(want)
+            if inventories != expected:
+                found.append(f"{want.rp_uuid} inventory {_inventory_text(inventories)} "
+                             f"(want {_inventory_text(expected)})")
+                generation = client.set_inventory(want.rp_uuid, want.resource_class,
+                                                  want.total, want.reserved, generation)
+            traits = set(client.get_traits(want.rp_uuid))
+            if traits != set(want.traits):
+                found.append(f"{want.rp_uuid} traits "
+                             f"{_trait_text(traits, set(want.traits))}")
+                generation = client.set_traits(want.rp_uuid, want.traits, generation)
+    except pl.PlacementUnavailable:
+        drift.extend(found)
+        raise
+    except pl.PlacementError as exc:
+        LOG.error("Placement refused the repair of provider %s (%s); the next full sync "
+                  "pass writes it again: %s", want.name, want.rp_uuid, exc)
+        done.append({"rp_uuid": want.rp_uuid, "hostname": want.hostname, "digest": None,
+                     "generation": None})
+        result.failed.append(want.rp_uuid)
+        return
+    if found:
+        drift.extend(found)
+        done.append({"rp_uuid": want.rp_uuid, "hostname": want.hostname,
+                     "digest": want.digest, "generation": generation})
+
+
+def _audit_leftover(sync: PlacementSync, provider: pl.Provider, hostname: str, recorded: bool,
+                    drift: list[str], done: list[dict[str, Any]]) -> None:
+    """A provider of ours the database does not want: delete it, or hold it while in use."""
+    from acceld.conductor.placement_sync import HELD
+
+    client = sync.client
+    assert client is not None
+    allocations = client.provider_allocations(provider.uuid)
+    if not allocations:
+        try:
+            client.delete_provider(provider.uuid)
+        except pl.ProviderInUse:
+            allocations = client.provider_allocations(provider.uuid) or {"?": {}}
+    if not allocations:
+        drift.append(f"{provider.uuid} ({provider.name}) is not in the database: deleted")
+        with sync.db.write() as conn:
+            conn.execute(delete(placement_sync).where(
+                placement_sync.c.rp_uuid == provider.uuid,
+                placement_sync.c.dirty.is_(False)))
+        return
+    inventories = client.get_inventories(provider.uuid)
+    unreserved = any(inv["reserved"] != inv["total"] for inv in inventories.values())
+    if unreserved:
+        drift.append(f"{provider.uuid} ({provider.name}) is not in the database and held by "
+                     f"{len(allocations)} consumer(s), but {_inventory_text(inventories)}: "
+                     "reserved again")
+        sync._reserve_all(provider.uuid)
+    if unreserved or not recorded:  # held: the full sync pass deletes it once it is free
+        done.append({"rp_uuid": provider.uuid, "hostname": hostname, "digest": HELD,
+                     "generation": None})
