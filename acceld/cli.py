@@ -29,19 +29,29 @@ def _load(args: argparse.Namespace) -> cfg.ConfigOpts:
 
 
 def cmd_all(args: argparse.Namespace) -> int:
-    from acceld.services import allinone
+    from acceld.services import allinone, noauth_guard
 
     conf = _load(args)
     logs.setup(conf, "all")
+    try:
+        # Refuse before anything starts; the API process checks again and warns.
+        noauth_guard.check(conf, warn=False)
+    except noauth_guard.InsecureNoauth as exc:
+        print(f"acceld all: {exc}", file=sys.stderr)
+        return 2
     return allinone.run(conf, args.config_file)
 
 
 def cmd_api(args: argparse.Namespace) -> int:
-    from acceld.services import api_server
+    from acceld.services import api_server, noauth_guard
 
     conf = _load(args)
     logs.setup(conf, "api")
-    api_server.run(conf)
+    try:
+        api_server.run(conf)
+    except noauth_guard.InsecureNoauth as exc:
+        print(f"acceld api: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -89,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("all", help="Run every service on this machine (the all-in-one).")
     _common(p)
     p.add_argument("--port", type=int, help="Public API port (default 6666).")
-    p.add_argument("--workers", type=int, help="API worker processes (default 1).")
+    p.add_argument("--workers", type=int, help="API worker processes (default 2).")
     p.set_defaults(func=cmd_all)
 
     p = sub.add_parser("api", help="Serve the public REST API.")

@@ -37,7 +37,19 @@ default_opts = [
 api_opts = [
     cfg.HostAddressOpt("host_ip", default="127.0.0.1", help="Address the public API listens on."),
     cfg.PortOpt("port", default=6666, help="Port the public API listens on."),
-    cfg.IntOpt("workers", default=1, min=1, help="Number of API worker processes."),
+    cfg.IntOpt("workers", default=2, min=1,
+               help="Number of API worker processes (each a gunicorn threaded worker)."),
+    cfg.IntOpt("threads", default=4, min=2,
+               help="Request threads per API worker. Idle and kept-alive connections wait "
+                    "in the worker's selector, not in a thread; a thread is taken once "
+                    "request bytes arrive, until the response is sent."),
+    cfg.FloatOpt("client_header_timeout", default=10.0, min=0.1,
+                 help="Seconds a client has, from connecting (or from its next request's "
+                      "first byte on a kept-alive connection), to send the complete request "
+                      "line and headers; a slower client is disconnected."),
+    cfg.FloatOpt("client_body_timeout", default=30.0, min=0.1,
+                 help="Seconds a client has, once its headers are in, to send the whole "
+                      "request body; a slower client gets 408 and is disconnected."),
     cfg.StrOpt("public_endpoint",
                help="Base URL used in links, e.g. https://cloud.example.com:6666. "
                     "Unset: taken from the request."),
@@ -58,6 +70,10 @@ api_opts = [
                help="PEM certificate (chain) for the public API: set with tls_key_file to "
                     "serve HTTPS directly from gunicorn."),
     cfg.StrOpt("tls_key_file", help="PEM private key for the public API's certificate."),
+    cfg.BoolOpt("allow_insecure_noauth", default=False,
+                help="Let auth_strategy = noauth listen on an address other than loopback. "
+                     "noauth makes anyone who reaches the port an admin: leave this off "
+                     "unless something else (a proxy that authenticates) guards the port."),
     cfg.StrOpt("noauth_user_id", default="admin",
                help="noauth: user id when a request carries no X-User-Id."),
     cfg.StrOpt("noauth_project_id", default="admin",

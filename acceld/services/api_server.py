@@ -1,4 +1,6 @@
-"""`acceld api`: the public API in gunicorn sync workers (processes scale; threads don't)."""
+"""`acceld api`: the public API in gunicorn worker processes, each a threaded worker with
+header and body deadlines (acceld.services.api_worker), so that slow or idle clients
+hold no thread and cannot stall other requests."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from gunicorn.app.base import BaseApplication
 from oslo_config import cfg
 
 from acceld import logs
+from acceld.services import api_worker, noauth_guard
 
 LOG = logging.getLogger(__name__)
 
@@ -28,8 +31,12 @@ class _Gunicorn(BaseApplication):
         settings = {
             "bind": f"{api.host_ip}:{api.port}",
             "workers": api.workers,
-            "worker_class": "sync",
-            # A program request waits for the conductor (acceld.api.handlers.deployables).
+            "worker_class": api_worker.worker_class(api.client_header_timeout,
+                                                    api.client_body_timeout),
+            "threads": api.threads,
+            # A threaded worker's main loop reports in while requests run: this only
+            # catches a worker that stopped. A synchronous program request waits for the
+            # conductor (acceld.api.handlers.deployables) in its own thread.
             "timeout": max(120, deployables_wait(self.conf) + 20),
             "graceful_timeout": 10,
             "keepalive": 5,
@@ -66,4 +73,6 @@ class _Gunicorn(BaseApplication):
 
 
 def run(conf: cfg.ConfigOpts) -> None:
+    """Serve; InsecureNoauth (before anything listens) for noauth beyond loopback."""
+    noauth_guard.check(conf)
     _Gunicorn(conf).run()

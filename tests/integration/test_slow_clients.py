@@ -1,0 +1,143 @@
+"""Slow and idle clients cannot stall the public API (issue 16, item 2).
+
+A real `acceld all` with its default worker layout and short client timeouts:
+idle connections and slowloris clients (partial headers, a stalled body) are
+held open while another client is served, and each stalled connection is
+dropped once its timeout passed.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from tests.support import allinone
+from tests.support.net import free_port
+
+HEADER_TIMEOUT = 2.0
+BODY_TIMEOUT = 2.0
+IDLE_CONNECTIONS = 20  # more than the default 2 workers x 4 threads
+
+
+@pytest.fixture(scope="module")
+def aio(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("slow-clients")
+    conf = tmp / "acceld.conf"
+    conf.write_text(
+        f"[DEFAULT]\nhost = slow-node\n"
+        f"[api]\nclient_header_timeout = {HEADER_TIMEOUT}\n"
+        f"client_body_timeout = {BODY_TIMEOUT}\n"
+        f"[conductor]\nport = {free_port()}\n"
+        f"[agent]\nport = {free_port()}\nenabled_drivers = fake\n")
+    launched = allinone.launch(str(tmp / "state"), str(conf))
+    yield launched
+    allinone.stop(launched.proc)
+
+
+def _address(aio) -> tuple[str, int]:
+    parts = urlsplit(aio.url)
+    return parts.hostname, parts.port
+
+
+def _connect(aio) -> socket.socket:
+    return socket.create_connection(_address(aio), timeout=10)
+
+
+def _timed_get(aio) -> float:
+    started = time.monotonic()
+    resp = requests.get(aio.url, timeout=5)
+    assert resp.status_code == 200
+    return time.monotonic() - started
+
+
+def _closed_after(sock: socket.socket, limit: float) -> tuple[float, bytes]:
+    """Seconds until the server closed ``sock`` (and what it sent first); fails after ``limit``."""
+    started = time.monotonic()
+    sock.settimeout(limit)
+    received = b""
+    try:
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            received += chunk
+    except ConnectionResetError:
+        pass
+    except socket.timeout:
+        pytest.fail(f"the server kept the stalled connection open for {limit} s")
+    return time.monotonic() - started, received
+
+
+def test_idle_connections_and_slowloris_do_not_delay_others(aio):
+    idle = [_connect(aio) for _ in range(IDLE_CONNECTIONS)]
+    slow = [_connect(aio) for _ in range(2)]
+    try:
+        for sock in slow:  # a request line and one header, never the blank line
+            sock.sendall(b"GET /accelerator/v2 HTTP/1.1\r\nHost: slow\r\n")
+        opened = time.monotonic()
+        for _ in range(5):
+            assert _timed_get(aio) < 1.0
+        # All of them still waiting, before their header timeout ran out.
+        assert time.monotonic() - opened < HEADER_TIMEOUT
+        elapsed, received = _closed_after(slow[0], HEADER_TIMEOUT + 5)
+        waited = time.monotonic() - opened
+        assert received == b""
+        assert HEADER_TIMEOUT - 0.5 <= waited <= HEADER_TIMEOUT + 3, waited
+        elapsed, received = _closed_after(idle[0], HEADER_TIMEOUT + 5)
+        assert received == b""
+        # The API still answers at once after dropping them.
+        assert _timed_get(aio) < 1.0
+    finally:
+        for sock in idle + slow:
+            sock.close()
+
+
+def test_a_slowloris_sending_a_byte_at_a_time_is_dropped_at_the_deadline(aio):
+    sock = _connect(aio)
+    try:
+        started = time.monotonic()
+        closed_at = None
+        # One header byte every 0.2 s: every read is quick, the headers never complete.
+        for byte in b"GET /accelerator/v2 HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+            try:
+                sock.sendall(bytes([byte]))
+                sock.settimeout(0.2)
+                if sock.recv(1) == b"":
+                    closed_at = time.monotonic()
+            except socket.timeout:
+                continue  # still open: send the next byte
+            except (BrokenPipeError, ConnectionResetError):
+                closed_at = time.monotonic()
+            break
+        assert closed_at is not None, "the connection outlived every byte it was sent"
+        assert HEADER_TIMEOUT - 0.5 <= closed_at - started <= HEADER_TIMEOUT + 1.5
+    finally:
+        sock.close()
+
+
+def test_a_stalled_body_gets_408_and_is_closed(aio):
+    sock = _connect(aio)
+    try:
+        host, port = _address(aio)
+        sock.sendall(b"POST /accelerator/v2/device_profiles HTTP/1.1\r\n"
+                     + f"Host: {host}:{port}\r\n".encode()
+                     + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+                     + b'{"name": ')
+        started = time.monotonic()
+        assert _timed_get(aio) < 1.0
+        elapsed, received = _closed_after(sock, BODY_TIMEOUT + 5)
+        assert received.startswith(b"HTTP/1.1 408 "), received[:200]
+        assert b"did not arrive within" in received
+        assert BODY_TIMEOUT - 0.5 <= time.monotonic() - started <= BODY_TIMEOUT + 3
+    finally:
+        sock.close()
+
+
+def test_kept_alive_connections_still_serve_requests(aio):
+    with requests.Session() as session:
+        for _ in range(3):
+            assert session.get(aio.url, timeout=5).status_code == 200
