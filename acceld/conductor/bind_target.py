@@ -93,12 +93,38 @@ def check_agent_up(conn: Connection, target: BindTarget) -> None:
 
 def check_device_usable(conn: Connection, target: BindTarget) -> None:
     dep = target.deployable
-    if dep.vanished:
-        raise BindRefused(f"device {dep.device_uuid} is no longer reported by host {dep.hostname}")
-    if dep.status != "enabled":
-        raise BindRefused(f"device {dep.device_uuid} is disabled (status {dep.status})")
-    if dep.acc_status != "ready":
-        raise BindRefused(f"device {dep.device_uuid} is not ready (acc_status {dep.acc_status})")
+    _refuse_unusable(dep.device_uuid, dep.hostname, dep.status, dep.acc_status, dep.vanished)
+
+
+def _refuse_unusable(device_uuid: str, hostname: str, status: str, acc_status: str,
+                     vanished: bool) -> None:
+    if vanished:
+        raise BindRefused(f"device {device_uuid} is no longer reported by host {hostname}")
+    if status != "enabled":
+        raise BindRefused(f"device {device_uuid} is disabled (status {status})")
+    if acc_status != "ready":
+        raise BindRefused(f"device {device_uuid} is not ready (acc_status {acc_status})")
+
+
+def lock_device(conn: Connection, device_uuid: str, deployable_id: int, hostname: str) -> None:
+    """Lock the device row (shared) and check it again as committed now; BindRefused if it
+    was disabled, lost or removed since the checks read it.
+
+    The checks read without locks, so an operator's disable (or a reconcile) may commit
+    between them and the handle being taken. With this lock held until the bind commits, a
+    disable either committed before it (and is seen here) or waits for the bind: once a
+    disable has committed, no bind goes Bound on the device. Taken right before a handle,
+    after the ARQ and job locks: device, then handle, the order reconciliation uses too
+    (acceld.db.inventory).
+    """
+    device = conn.execute(select(
+        devices.c.status, devices.c.acc_status, devices.c.vanished).where(
+        devices.c.uuid == device_uuid).with_for_update(read=True)).first()
+    if device is None or conn.execute(select(deployables.c.id).where(
+            deployables.c.id == deployable_id)).first() is None:
+        raise BindRefused(f"device {device_uuid} was removed from host {hostname}'s "
+                          "inventory while the bind was in progress")
+    _refuse_unusable(device_uuid, hostname, device.status, device.acc_status, device.vanished)
 
 
 def check_profile_group(conn: Connection, target: BindTarget) -> None:
@@ -135,8 +161,10 @@ def take_handle(conn: Connection, target: BindTarget) -> None:
     Portable compare-and-set: ``UPDATE ... SET in_use = true WHERE id = :id AND in_use =
     false``; a rowcount of 1 means this transaction won the handle (MySQL reports matched
     rows, which the ``in_use = false`` condition makes the same). A loser tries the next.
+    The device is locked and checked again first (:func:`lock_device`).
     """
     dep = target.deployable
+    lock_device(conn, dep.device_uuid, dep.id, dep.hostname)
     for _ in range(_ROUNDS):
         candidates = conn.execute(select(
             attach_handles.c.id, attach_handles.c.uuid, attach_handles.c.attach_type,

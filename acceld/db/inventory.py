@@ -11,6 +11,17 @@ disappears while one of its attach handles is in use stays, ``maintaining``
 and ``vanished`` with a reason, until the handle is released; a later
 reconcile then removes it. The same holds for a deployable or a handle that
 disappears while in use.
+
+The diff is computed from a read, and a bind on another connection may take
+a handle between that read and the writes (PostgreSQL and MariaDB run both at
+once; SQLite's write lock serialises them). So a removal never trusts the read
+alone: before removing a device or a deployable it locks the device row
+(``FOR UPDATE``), then the handles, and reads ``in_use`` as committed now; a
+handle is deleted only ``WHERE in_use = false``. A bind locks the device row
+(``FOR SHARE``) before it takes a handle (acceld.conductor.bind_target), so
+either the bind commits first and the removal sees the handle in use, or the
+removal commits first and the bind finds no device. Locks follow one order,
+device then handles, in both.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import orjson
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, false, insert, select, update
 
 from acceld.db import placement_flags
 from acceld.db.placement_flags import provider_uuid as rp_uuid
@@ -338,16 +349,30 @@ def _sync_handles(conn: Connection, dep_id: int, wanted: list[Any], existing: di
             continue
         gone.append(row.id)
     if gone:
-        conn.execute(delete(attach_handles).where(attach_handles.c.id.in_(gone)))
-        changes.removed += len(gone)
+        # A bind may have taken one since the read: the condition is judged on the row as
+        # committed now (or once that bind commits), so such a handle stays.
+        changes.removed += conn.execute(delete(attach_handles).where(
+            attach_handles.c.id.in_(gone), attach_handles.c.in_use == false())).rowcount
 
 
 def _in_use(node: _Node, dep_ids: Iterable[int]) -> bool:
     return any(h.in_use for d in dep_ids for h in node.handles_of.get(d, {}).values())
 
 
+def _in_use_now(conn: Connection, device_id: int, dep_ids: list[int]) -> bool:
+    """Lock the device row, then its deployables' handles, and say whether one is in use as
+    committed now. The diff's read may be older than a bind that took a handle since; from
+    here on no bind can take one (it needs the device row) until this transaction ends."""
+    conn.execute(select(devices.c.id).where(devices.c.id == device_id).with_for_update())
+    if not dep_ids:
+        return False
+    return any(conn.execute(select(attach_handles.c.in_use).where(
+        attach_handles.c.deployable_id.in_(dep_ids)).order_by(attach_handles.c.id)
+        .with_for_update()).scalars())
+
+
 def _remove_deployable(conn: Connection, row: Any, node: _Node, changes: Changes) -> None:
-    if _in_use(node, [row.id]):
+    if _in_use(node, [row.id]) or _in_use_now(conn, row.device_id, [row.id]):
         LOG.warning("Deployable %s is no longer reported but one of its attach handles is in "
                     "use; kept until released", row.name)
         return
@@ -362,7 +387,7 @@ def _remove_deployable(conn: Connection, row: Any, node: _Node, changes: Changes
 def _remove_device(conn: Connection, row: Any, node: _Node, changes: Changes) -> None:
     deps = node.deps_of.get(row.id, [])
     dep_ids = [d.id for d in deps]
-    if _in_use(node, dep_ids):
+    if _in_use(node, dep_ids) or _in_use_now(conn, row.id, dep_ids):
         changes.held.append(row.uuid)
         if not row.vanished:
             changes.dirty_rps.update(d.rp_uuid for d in deps if d.rp_uuid)
