@@ -108,8 +108,9 @@ class HardwareServers:
     def __init__(self, agents: list[SimulatedAgent], ttl: int) -> None:
         self.agents = agents
         # Each agent's endpoint accepts its own node's key only, as a real agent does.
-        self.verifiers = {a.index: auth.Verifier(auth.NodeKeys(a.hostname, a.key), ttl)
-                          for a in agents}
+        self.verifiers = {a.index: auth.Verifier(
+            auth.NodeKeys(a.hostname, a.key), ttl,
+            destination=auth.agent_destination(a.hostname)) for a in agents}
         self.refused = 0
         self.loop = asyncio.new_event_loop()
         self._servers: list[asyncio.base_events.Server] = []
@@ -264,7 +265,8 @@ class Heartbeats:
             self._work.put(self.agents[index])
 
     def _sender(self) -> None:
-        client = InternalClient(self.url, b"", timeout=120)  # each hello: its node's key
+        client = InternalClient(self.url, b"", timeout=120,  # each hello: its node's key
+                                destination=auth.CONDUCTOR)
         while True:
             agent = self._work.get()
             if agent is None:

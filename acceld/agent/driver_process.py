@@ -25,8 +25,8 @@ from acceld.clients.internal import scheme
 from acceld.drivers import loader
 from acceld.drivers.base import Driver
 from acceld.internal.server import Handler, InternalServer, advertised_endpoint, respond, serve
-from acceld.services.lifecycle import repeat_until_stopped, run_until_signalled
-from acceld.internal.auth import NodeKeys, Signer
+from acceld.services.lifecycle import repeat_until_stopped, run_until_signalled, start_stamp
+from acceld.internal.auth import NodeKeys, Signer, agent_destination, driver_destination
 from acceld.services.secrets import own_node_key
 
 LOG = logging.getLogger(__name__)
@@ -100,12 +100,18 @@ class DriverProcess:
                 "hardware_digest": self.hardware()[1]}
 
     def start(self) -> "DriverProcess":
-        self.server = serve(self.conf, self.keys, self.routes(), self.conf.driver.host_ip,
-                            self.conf.driver.port)
+        # Named by the endpoint it advertises to its agent; no database here, so
+        # credentials made before this start are refused.
+        host_ip = self.conf.driver.host_ip
+        self.server = serve(self.conf, self.keys, self.routes(), host_ip,
+                            self.conf.driver.port,
+                            destination=lambda port: driver_destination(
+                                advertised_endpoint(self.conf, host_ip, port)),
+                            not_before=start_stamp())
         self.discover()
         url = agent_url(self.conf)
         self.hello = HelloLoop.to_peer(self.conf, self.signer, url, self.hello_body,
-                                       f"agent {url}")
+                                       f"agent {url}", agent_destination(self.hostname))
         self.hello.start()
         repeat_until_stopped(self._stop, lambda: self.conf.agent.discovery_interval,
                              self.discover, "discovery-loop")

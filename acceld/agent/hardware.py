@@ -58,9 +58,11 @@ class HelloLoop:
 
     @classmethod
     def to_peer(cls, conf, signer: Signer | bytes, url: str,  # type: ignore[no-untyped-def]
-                body: Callable[[], dict], peer: str) -> "HelloLoop":
-        """A loop (not started) to the internal server at ``url``, every heartbeat interval."""
-        return cls(InternalClient(url, signer, timeout=60, verify=tls_verify(conf)),
+                body: Callable[[], dict], peer: str, destination: str) -> "HelloLoop":
+        """A loop (not started) to the internal server at ``url`` (named ``destination``,
+        see acceld.internal.auth), every heartbeat interval."""
+        return cls(InternalClient(url, signer, timeout=60, verify=tls_verify(conf),
+                                  destination=destination),
                    conf.agent.heartbeat_interval, body, peer)
 
     def start(self) -> None:

@@ -35,8 +35,9 @@ from acceld.drivers import loader
 from acceld.drivers.base import Driver
 from acceld.internal.server import (Handler, InternalServer, advertised_endpoint, json_body,
                                     respond, serve)
-from acceld.services.lifecycle import repeat_until_stopped, run_until_signalled
-from acceld.internal.auth import NodeKeys, Signer
+from acceld.services.lifecycle import repeat_until_stopped, run_until_signalled, start_stamp
+from acceld.internal.auth import (CONDUCTOR, NodeKeys, Signer, agent_destination,
+                                  driver_destination)
 from acceld.services.secrets import own_node_key
 
 LOG = logging.getLogger(__name__)
@@ -106,7 +107,8 @@ class Agent:
 
     def client(self, endpoint: str, timeout: float = 30.0) -> InternalClient:
         url = internal_url(self.conf, endpoint)
-        return InternalClient(url, self.signer, timeout=timeout, verify=tls_verify(self.conf))
+        return InternalClient(url, self.signer, timeout=timeout, verify=tls_verify(self.conf),
+                              destination=driver_destination(endpoint))
 
     # Discovery
 
@@ -223,12 +225,15 @@ class Agent:
                 "drivers": [d.name for d in self.drivers]}
 
     def start(self) -> "Agent":
+        # Named by its node; no database here, so credentials made before this start are
+        # refused (what the previous process accepted cannot be replayed to this one).
         self.server = serve(self.conf, self.keys, self.routes(), self.conf.agent.host_ip,
-                            self.conf.agent.port)
+                            self.conf.agent.port, destination=agent_destination(self.hostname),
+                            not_before=start_stamp())
         self.discover()
         url = conductor_url(self.conf)
         self.hello = HelloLoop.to_peer(self.conf, self.signer, url, self.hello_body,
-                                       f"conductor {url}")
+                                       f"conductor {url}", CONDUCTOR)
         self.hello.start()
         self._threads.append(repeat_until_stopped(
             self._stop, lambda: self.conf.agent.discovery_interval, self.discover,

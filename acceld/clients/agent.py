@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 from acceld.clients.internal import InternalClient, InternalError, internal_url, tls_verify
 from acceld.db import agents as agents_db
 from acceld.db.engine import Database
-from acceld.internal.auth import Signer, node_key
+from acceld.internal.auth import Signer, agent_destination, node_key
 from acceld.services.secrets import internal_secret
 
 
@@ -90,7 +90,8 @@ class AgentCaller:
         """
         # Signed with the host's own key: only that host's agent accepts the call.
         signer = Signer(node_key(self.secret, hostname), hostname)
-        client = InternalClient(url, signer, timeout=timeout, verify=tls_verify(self.conf))
+        client = InternalClient(url, signer, timeout=timeout, verify=tls_verify(self.conf),
+                                destination=agent_destination(hostname))
         try:
             return client.call("POST", path, body, timeout=timeout)
         except InternalError as exc:

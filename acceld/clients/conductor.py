@@ -10,6 +10,7 @@ import requests
 from oslo_config import cfg
 
 from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
+from acceld.internal.auth import CONDUCTOR
 from acceld.services.secrets import SECRET_FILE, internal_secret
 
 LOG = logging.getLogger(__name__)
@@ -22,7 +23,8 @@ def conductor_url(conf: cfg.ConfigOpts) -> str:
 
 class ConductorClient:
     def __init__(self, url: str, secret: bytes, verify: str | bool = True) -> None:
-        self._client = InternalClient(url, secret, timeout=30.0, verify=verify)
+        self._client = InternalClient(url, secret, timeout=30.0, verify=verify,
+                                      destination=CONDUCTOR)
 
     def wake_binds(self) -> None:
         """Ask the conductor to look for bind jobs now. Best effort: it also polls."""

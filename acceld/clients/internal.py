@@ -44,9 +44,12 @@ class InternalClient:
     """Signed JSON calls to one internal server (a driver, an agent or the conductor)."""
 
     def __init__(self, base_url: str, secret: bytes | auth.Signer, *, timeout: float = 10.0,
-                 verify: str | bool = True, node: str | None = None) -> None:
+                 verify: str | bool = True, node: str | None = None,
+                 destination: str = "") -> None:
         """``secret``: the key to sign with; ``node``: the node it belongs to (None: the
-        cloud's secret). A :class:`auth.Signer` gives both."""
+        cloud's secret). A :class:`auth.Signer` gives both. ``destination``: the service
+        at ``base_url`` (auth.CONDUCTOR, auth.agent_destination(host), ...): the
+        credential is good there only."""
         if "://" not in base_url:
             base_url = f"http://{base_url}"
         self.base_url = base_url.rstrip("/")
@@ -54,6 +57,7 @@ class InternalClient:
         self._signer = secret if isinstance(secret, auth.Signer) else auth.Signer(secret, node)
         self._timeout = timeout
         self._verify = verify
+        self.destination = destination
         self._session = requests.Session()
 
     def call(self, method: str, path: str, body: Any = None, *,
@@ -65,7 +69,8 @@ class InternalClient:
         """
         data = orjson.dumps(body) if body is not None else b""
         signer = signer or self._signer  # one client may speak for several nodes (simulate)
-        headers, nonce = signer.headers(method, self._prefix + path, data)
+        headers, nonce = signer.headers(method, self._prefix + path, data,
+                                        destination=self.destination)
         if body is not None:
             headers["Content-Type"] = "application/json"
         resp = self._session.request(method, self.base_url + path, data=data, headers=headers,

@@ -38,7 +38,7 @@ from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
 from acceld.db.engine import Database
 from acceld.db.models import utcnow
-from acceld.internal.auth import Signer, node_key
+from acceld.internal.auth import Signer, agent_destination, node_key
 from acceld.internal.server import caller_node, json_body, respond
 from acceld.services.secrets import internal_secret
 
@@ -177,7 +177,8 @@ class AgentsComponent:
         assert self._secret is not None, "component not started"
         url = internal_url(self.conf, endpoint)
         return InternalClient(url, Signer(node_key(self._secret, hostname), hostname),
-                              verify=tls_verify(self.conf))
+                              verify=tls_verify(self.conf),
+                              destination=agent_destination(hostname))
 
     # Liveness
 

@@ -25,6 +25,8 @@ from typing import Callable, Protocol
 from oslo_config import cfg
 
 from acceld.db import leases
+from acceld.db.nonces import DatabaseReplay
+from acceld.internal.auth import CONDUCTOR
 from acceld.db.engine import Database
 from acceld.internal.server import Handler, InternalServer, serve
 from acceld.services.lifecycle import run_until_signalled
@@ -71,9 +73,12 @@ class Conductor:
         for component in self.components:
             routes.update(component.routes())
             node_paths += getattr(component, "node_paths", list)()
+        # One name for every conductor; the nonces they accept are shared in the database,
+        # so a credential one accepted is refused by all (and by itself after a restart).
         self.server = serve(self.conf, cloud_keyring(self.conf), routes,
                             self.conf.conductor.host_ip, self.conf.conductor.port,
-                            node_paths=node_paths)
+                            node_paths=node_paths, destination=CONDUCTOR,
+                            replay=DatabaseReplay(self.db, self.conf.internal.credential_ttl))
         for component in self.components:
             component.start()
         for component in self.components:

@@ -231,6 +231,16 @@ class Lease(Base):
     expires_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
 
 
+class InternalNonce(Base):
+    """A nonce of an internal credential a conductor accepted, until the credential
+    expires: every conductor on the database refuses it again (acceld.db.nonces)."""
+
+    __tablename__ = "internal_nonces"
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
+    __table_args__ = (Index("ix_internal_nonces_expires_at", "expires_at"),)
+
+
 class PlacementSync(Base):
     """What was last written to Placement per deployable provider, to write only changes."""
 
@@ -255,4 +265,5 @@ bind_jobs = BindJob.__table__
 handle_releases = HandleRelease.__table__
 agents = Agent.__table__
 leases = Lease.__table__
+internal_nonces = InternalNonce.__table__
 placement_sync = PlacementSync.__table__

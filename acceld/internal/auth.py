@@ -6,8 +6,13 @@ Every call carries three headers:
 - ``X-Acceld-Content-SHA256: <hex>``, the hash of the body it sends;
 - ``X-Acceld-Node: <hostname>`` when it is signed with a node's key.
 
-The HMAC-SHA256 is taken over the method, path, time, nonce, node and body
-hash. Because the body hash travels in a header, the whole credential is
+The HMAC-SHA256 is taken over the method, path, time, nonce, node, body hash and
+the **destination**: the service the call is for, as the client names it
+(:data:`CONDUCTOR`, :func:`agent_destination` of a node, :func:`driver_destination`
+of a driver process's advertised endpoint). The destination is not sent: each
+server checks the MAC against its own name, so a call made for one service is
+refused by every other, even one holding the same key (an agent and its node's
+driver processes; an agent's ``/hello`` and the conductor's). Because the body hash travels in a header, the whole credential is
 checked from the headers before a byte of body is read; the body is then read
 (capped) and must hash to what was signed.
 
@@ -17,8 +22,13 @@ Keys: the cloud's secret (``[internal] shared_secret``) is held by controllers
 needs it: an agent's hello is accepted only for the host whose key signed it,
 and the conductor signs its calls to an agent with that agent's key.
 
-A server accepts a credential once (nonces are remembered for the credential's
-lifetime) and only within ``[internal] credential_ttl`` seconds of its time. It
+A server accepts a credential once and only within ``[internal] credential_ttl``
+seconds of its time. Where its nonces are remembered is a :class:`ReplayGuard`:
+in memory by default; the conductor's is the database
+(acceld.db.nonces.DatabaseReplay), shared by every conductor on it and surviving
+their restarts. A server without a database (an agent, a driver process) also
+refuses credentials stamped before it started (``not_before``), so a restart does
+not reopen the door to what the previous process accepted. It
 signs its answer over the request's nonce, status and body
 (``X-Acceld-Response``), and the client refuses a successful answer that is
 unsigned or does not match: answers cannot be swapped or replayed either.
@@ -52,6 +62,11 @@ class CredentialError(Exception):
     """The call is not authenticated; the message says why (for the log, not the caller)."""
 
 
+class ReplayUnavailable(Exception):
+    """The replay guard cannot say whether a nonce was used (its database is down): the
+    call is neither accepted nor called forged (503)."""
+
+
 class ResponseError(Exception):
     """An answer without a valid signature over the request's nonce."""
 
@@ -70,9 +85,26 @@ def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
+# The conductor's destination name: every conductor sharing a database is one service
+# (a replay to another is refused by the shared nonce table, not by the name).
+CONDUCTOR = "conductor"
+
+
+def agent_destination(hostname: str) -> str:
+    """The destination name of node ``hostname``'s agent."""
+    return f"agent {hostname}"
+
+
+def driver_destination(endpoint: str) -> str:
+    """The destination name of the driver process advertising ``endpoint`` (host:port,
+    with or without a scheme, as its hello names it)."""
+    return "driver " + endpoint.split("://", 1)[-1].rstrip("/")
+
+
 def _mac(key: bytes, method: str, path: str, stamp: str, nonce: str, node: str | None,
-         digest: str) -> str:
-    message = "\n".join((method.upper(), path, stamp, nonce, node or "", digest)).encode()
+         digest: str, destination: str) -> str:
+    message = "\n".join((method.upper(), path, stamp, nonce, node or "", digest,
+                         destination)).encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
@@ -83,13 +115,14 @@ class Signer:
     key: bytes
     node: str | None = None
 
-    def headers(self, method: str, path: str, body: bytes = b"",
-                now: float | None = None) -> tuple[dict[str, str], str]:
-        """The credential headers for one call, and its nonce (to check the answer with)."""
+    def headers(self, method: str, path: str, body: bytes = b"", now: float | None = None,
+                destination: str = "") -> tuple[dict[str, str], str]:
+        """The credential headers for one call to ``destination``, and its nonce (to check
+        the answer with)."""
         stamp = str(int(now if now is not None else time.time()))
         nonce = secrets.token_hex(12)
         digest = body_digest(body)
-        mac = _mac(self.key, method, path, stamp, nonce, self.node, digest)
+        mac = _mac(self.key, method, path, stamp, nonce, self.node, digest, destination)
         headers = {HEADER: f"{stamp}.{nonce}.{mac}", DIGEST_HEADER: digest}
         if self.node is not None:
             headers[NODE_HEADER] = self.node
@@ -105,15 +138,16 @@ class Signer:
 
 
 def sign(secret: bytes, method: str, path: str, body: bytes = b"",
-         now: float | None = None, node: str | None = None) -> str:
+         now: float | None = None, node: str | None = None, destination: str = "") -> str:
     """A fresh credential header value (the body hash header must go with it: see headers)."""
-    return Signer(secret, node).headers(method, path, body, now)[0][HEADER]
+    return Signer(secret, node).headers(method, path, body, now, destination)[0][HEADER]
 
 
 def headers(secret: bytes, method: str, path: str, body: bytes = b"",
-            now: float | None = None, node: str | None = None) -> dict[str, str]:
+            now: float | None = None, node: str | None = None,
+            destination: str = "") -> dict[str, str]:
     """Every credential header of one call."""
-    return Signer(secret, node).headers(method, path, body, now)[0]
+    return Signer(secret, node).headers(method, path, body, now, destination)[0]
 
 
 def response_mac(key: bytes, nonce: str, status: int, body: bytes) -> str:
@@ -158,14 +192,50 @@ class Identity:
     digest: str
 
 
-class Verifier:
-    """Checks credentials from the headers and remembers accepted nonces until they expire."""
+class ReplayGuard(Protocol):
+    """Where a server remembers the nonces it accepted."""
 
-    def __init__(self, keys: bytes | Keyring, ttl: int = 60) -> None:
-        self._keys: Keyring = CloudKeys(keys) if isinstance(keys, bytes) else keys
+    def first_use(self, nonce: str, issued: int, now: float) -> bool:
+        """Record ``nonce`` (of a credential stamped ``issued``); False if already used."""
+        ...
+
+
+class MemoryReplay:
+    """Nonces remembered in this process until their credential expires."""
+
+    def __init__(self, ttl: int) -> None:
         self._ttl = ttl
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
+
+    def first_use(self, nonce: str, issued: int, now: float) -> bool:
+        with self._lock:
+            if nonce in self._seen:
+                return False
+            self._seen[nonce] = issued
+            if len(self._seen) > 4096:
+                horizon = now - self._ttl
+                for old in [n for n, t in self._seen.items() if t < horizon]:
+                    del self._seen[old]
+            return True
+
+
+class Verifier:
+    """Checks credentials from the headers: key, destination, age, and first use.
+
+    ``destination``: this server's name (what clients sign for); ``replay``: where
+    accepted nonces are remembered (default: this process's memory); ``not_before``:
+    refuse credentials stamped earlier (a restarted server without a shared replay
+    guard gives this its start time).
+    """
+
+    def __init__(self, keys: bytes | Keyring, ttl: int = 60, *, destination: str = "",
+                 replay: ReplayGuard | None = None, not_before: int | None = None) -> None:
+        self._keys: Keyring = CloudKeys(keys) if isinstance(keys, bytes) else keys
+        self._ttl = ttl
+        self.destination = destination
+        self._replay: ReplayGuard = replay if replay is not None else MemoryReplay(ttl)
+        self.not_before = not_before
 
     def check(self, method: str, path: str, credential: str | None, node: str | None,
               digest: str | None, now: float | None = None) -> Identity:
@@ -184,20 +254,20 @@ class Verifier:
         now = now if now is not None else time.time()
         if abs(now - issued) > self._ttl:
             raise CredentialError("expired credential")
+        if self.not_before is not None and issued < self.not_before:
+            raise CredentialError("credential made before this service started")
         if node is not None and not HOSTNAME.match(node):
             raise CredentialError(f"malformed {NODE_HEADER}")
         key = self._keys.key_for(node)
         if key is None:
             raise CredentialError(f"no key here for node {node!r}" if node
                                   else "a node's key is required here")
-        if not hmac.compare_digest(_mac(key, method, path, stamp, nonce, node, digest), mac):
-            raise CredentialError("wrong credential")
-        with self._lock:
-            if nonce in self._seen:
-                raise CredentialError("replayed credential")
-            self._seen[nonce] = issued
-            if len(self._seen) > 4096:
-                self._forget_expired(now)
+        if not hmac.compare_digest(
+                _mac(key, method, path, stamp, nonce, node, digest, self.destination), mac):
+            raise CredentialError("wrong credential (another key, or made for another "
+                                  "service than " + (self.destination or "this one") + ")")
+        if not self._replay.first_use(nonce, issued, now):
+            raise CredentialError("replayed credential")
         return Identity(node, key, nonce, digest)
 
     def verify(self, method: str, path: str, body: bytes, credential: str | None,
@@ -212,8 +282,3 @@ class Verifier:
         if not hmac.compare_digest(identity.digest, actual):
             raise CredentialError("the body does not match its signed hash")
         return identity
-
-    def _forget_expired(self, now: float) -> None:
-        horizon = now - self._ttl
-        for nonce in [n for n, t in self._seen.items() if t < horizon]:
-            del self._seen[nonce]

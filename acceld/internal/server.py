@@ -58,6 +58,12 @@ class _Authenticate:
                 req.get_header(auth.DIGEST_HEADER))
         except auth.CredentialError as exc:
             raise self._refuse(req, str(exc)) from None
+        except auth.ReplayUnavailable as exc:
+            LOG.warning("Cannot check internal call %s %s for replay: %s", req.method,
+                        req.path, exc)
+            raise falcon.HTTPServiceUnavailable(
+                description="Internal credentials cannot be checked right now.",
+                headers={"Retry-After": "5"}) from None
         # From here on the caller holds a key: its answers are signed, even errors.
         req.context.identity = identity
         if identity.node is not None and self.node_paths is not None \
@@ -126,10 +132,18 @@ class _Resource:
 
 def build_app(keys: bytes | auth.Keyring, ttl: int, routes: dict[str, dict[str, Handler]],
               *, max_body: int | None = None,
-              node_paths: Collection[str] | None = None) -> falcon.App:
+              node_paths: Collection[str] | None = None, destination: str = "",
+              replay: auth.ReplayGuard | None = None,
+              not_before: int | None = None,
+              verifier: auth.Verifier | None = None) -> falcon.App:
     """The app for ``routes``; calls signed with a node's key reach only ``node_paths``
-    (None: every path, for servers whose keyring holds node keys only)."""
-    app = falcon.App(middleware=[_Authenticate(auth.Verifier(keys, ttl),
+    (None: every path, for servers whose keyring holds node keys only). ``destination``,
+    ``replay`` and ``not_before``: see :class:`acceld.internal.auth.Verifier` (or give
+    the ``verifier`` itself)."""
+    if verifier is None:
+        verifier = auth.Verifier(keys, ttl, destination=destination, replay=replay,
+                                 not_before=not_before)
+    app = falcon.App(middleware=[_Authenticate(verifier,
                                                max_body if max_body is not None else MAX_BODY,
                                                node_paths)])
     app.set_error_serializer(_error_serializer)
@@ -183,14 +197,25 @@ def is_loopback(host: str) -> bool:
 
 def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]
           routes: dict[str, dict[str, Handler]], host: str, port: int, *,
-          node_paths: Collection[str] | None = None) -> InternalServer:
+          destination: str | Callable[[int], str],
+          node_paths: Collection[str] | None = None,
+          replay: auth.ReplayGuard | None = None,
+          not_before: int | None = None) -> InternalServer:
     """Start the authenticated internal app for ``routes``, with TLS and limits from
-    ``[internal]``; warn when it listens beyond loopback without TLS."""
+    ``[internal]``; warn when it listens beyond loopback without TLS.
+
+    ``destination``: this server's name, or a function of the port it is bound to (for
+    a server on a free port that is named by its address)."""
+    verifier = auth.Verifier(keys, conf.internal.credential_ttl, replay=replay,
+                             not_before=not_before)
     app = build_app(keys, conf.internal.credential_ttl, routes,
-                    max_body=conf.internal.max_request_body, node_paths=node_paths)
+                    max_body=conf.internal.max_request_body, node_paths=node_paths,
+                    verifier=verifier)
     server = InternalServer(app, host, port, cert_file=conf.internal.tls_cert_file,
                             key_file=conf.internal.tls_key_file,
-                            limits=limits_from(conf)).start()
+                            limits=limits_from(conf))
+    verifier.destination = destination(server.port) if callable(destination) else destination
+    server.start()
     warn_if_exposed(conf, host, server.url)
     return server
 

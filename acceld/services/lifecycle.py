@@ -9,8 +9,10 @@ path (:func:`reload`).
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
+import time
 from typing import Callable
 
 from oslo_config import cfg
@@ -36,6 +38,17 @@ def reload(conf: cfg.ConfigOpts) -> None:
     LOG.info("%s%s", RELOADED, "".join(
         f"; {group or 'DEFAULT'}.{name}: {old} -> {new}"
         for (group, name), (old, new) in sorted(changed.items(), key=lambda i: str(i[0]))))
+
+
+def start_stamp() -> int:
+    """Wait for the next whole second and return it: a server without a database refuses
+    credentials stamped before it (``not_before``), so a restart is no chance to replay
+    what the previous process accepted. Credentials are stamped in whole seconds; one
+    stamped now could have been made before this process began, hence the wait (< 1 s)."""
+    now = time.time()
+    stamp = math.floor(now) + 1
+    time.sleep(stamp - now)
+    return stamp
 
 
 def run_until_signalled(stop_event: threading.Event, stop: Callable[[], None],

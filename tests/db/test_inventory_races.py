@@ -186,6 +186,66 @@ def test_bind_in_flight_while_the_reconcile_runs_keeps_its_device(rig, monkeypat
     _assert_held_then_removed(rig, uuid)
 
 
+def _vanish(kind: str, records: list) -> list:
+    """The node's report with one deployable, or its last handle, gone."""
+    if kind == "deployable":
+        records[0].deployables = []
+    else:
+        records[0].deployables[0].attach_handles = records[0].deployables[0].attach_handles[:1]
+    return records
+
+
+@pytest.mark.parametrize("kind", ["deployable", "handle"])
+def test_bind_that_commits_after_the_reconcile_read_keeps_its_deployable_or_handle(
+        rig, monkeypatch, kind):
+    """As above for a deployable, or a handle, that the node stops reporting while its device
+    stays: the bind takes a handle that disappears (for a handle: the first one is taken
+    already, so the bind gets the last, the one the node no longer reports)."""
+    first = None
+    if kind == "handle":
+        first = rig.start_bind()
+        rig.run_binds()
+        assert rig.arq(first)["state"] == "Bound"
+    held = 1 if first else 0
+    uuid = rig.start_bind()
+    records = _vanish(kind, FakeDriver(rig.conf, HOST).discover())
+    real_load = inventory.load_node
+    seen: dict[str, object] = {}
+
+    def load_then_bind(conn, hostname):  # type: ignore[no-untyped-def]
+        node = real_load(conn, hostname)
+        if "bind" not in seen:
+            binder = Background(rig.db, rig.run_binds, name="bind")
+            seen["bind"] = binder.finished_or_blocked()
+            seen["binder"] = binder
+        return node
+
+    monkeypatch.setattr(inventory, "load_node", load_then_bind)
+    with rig.db.write() as conn:
+        inventory.reconcile_node(conn, HOST, records)
+    monkeypatch.setattr(inventory, "load_node", real_load)
+    seen["binder"].join()  # type: ignore[attr-defined]
+    arq = rig.arq(uuid)
+    if rig.db.is_sqlite:
+        assert seen["bind"] == "blocked"
+        assert arq["state"] == "BindFailed"
+        assert rig.nova_heard(uuid) == ["failed"]
+        assert rig.handles_in_use() == held
+        return
+    assert seen["bind"] == "finished"
+    assert arq["state"] == "Bound" and arq["attach_handle_info"], arq
+    assert rig.nova_heard(uuid) == ["completed"]
+    assert rig.handles_in_use() == held + 1
+    # Released: the next reconcile removes what the node no longer reports.
+    for bound in (uuid, first) if first else (uuid,):
+        rig.unbind(bound)
+    with rig.db.write() as conn:
+        assert inventory.reconcile_node(conn, HOST, records).removed >= 1
+    with rig.db.read() as conn:
+        left = len(conn.execute(select(attach_handles.c.id)).all())
+    assert left == (0 if kind == "deployable" else 1)
+
+
 # ------------------------------------------------------------------ item 3: disable vs bind
 
 def test_disable_committed_after_the_bind_checked_the_device_fails_the_bind(rig, monkeypatch):

@@ -231,7 +231,8 @@ def test_agents_report_reconcile_and_liveness(cluster, db_url, tmp_path):
         # ... and in an external driver process, after a discovery asked of the agent.
         cluster.spec("c", [])
         agent_c = InternalClient(f"http://127.0.0.1:{cluster.ports['node-c']}",
-                                 cluster.signer("node-c"))
+                                 cluster.signer("node-c"),
+                                 destination=auth.agent_destination("node-c"))
         assert agent_c.call("POST", "/discovery", {}) == {"status": "IN-PROGRESS"}
         wait_for(lambda: types("node-c") == ["GPU"], 15, "node-c's QAT to disappear")
 
@@ -246,26 +247,29 @@ def test_agents_report_reconcile_and_liveness(cluster, db_url, tmp_path):
             wrong = auth.sign(b"not-the-secret", "GET", "/hardware")
             assert requests.get(f"{base}/hardware", headers={auth.HEADER: wrong},
                                 timeout=5).status_code == 401
-        signed, _nonce = cluster.signer("node-c").headers("GET", "/hardware")
+        signed, _nonce = cluster.signer("node-c").headers(
+            "GET", "/hardware", destination=auth.agent_destination("node-c"))
         base = f"http://127.0.0.1:{cluster.ports['node-c']}"
         assert requests.get(f"{base}/hardware", headers=signed, timeout=5).status_code == 200
         assert requests.get(f"{base}/hardware", headers=signed,
                             timeout=5).status_code == 401  # replayed
         # A node speaks only for itself: node-a's key opens neither node-c's agent...
         with pytest.raises(InternalError) as refused:
-            InternalClient(base, cluster.signer("node-a")).call("GET", "/hardware")
+            InternalClient(base, cluster.signer("node-a"),
+                           destination=auth.agent_destination("node-c")).call("GET", "/hardware")
         assert refused.value.status == 401
         # ... nor a hello for node-b that would redirect the conductor's calls for it.
         before = hosts()["node-b"]
         conductor_as_a = InternalClient(f"http://127.0.0.1:{cluster.conductor_port}",
-                                        cluster.signer("node-a"))
+                                        cluster.signer("node-a"), destination=auth.CONDUCTOR)
         with pytest.raises(InternalError) as refused:
             conductor_as_a.call("POST", "/hello", {"status": "READY", "hostname": "node-b",
                                                    "endpoint": "127.0.0.1:9"})
         assert refused.value.status == 401
         assert hosts()["node-b"]["endpoint"] == before["endpoint"] != "127.0.0.1:9"
         # A malformed hello with a valid credential is a 400, not a registration.
-        conductor = InternalClient(f"http://127.0.0.1:{cluster.conductor_port}", cluster.secret)
+        conductor = InternalClient(f"http://127.0.0.1:{cluster.conductor_port}", cluster.secret,
+                                   destination=auth.CONDUCTOR)
         with pytest.raises(InternalError) as refused:
             conductor.call("POST", "/hello", {"status": "READY", "endpoint": "nowhere"})
         assert refused.value.status == 400

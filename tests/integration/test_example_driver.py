@@ -99,7 +99,8 @@ def test_runs_as_an_external_driver_process(site, conf_file, tmp_path):
                             cwd=tmp_path)
     try:
         url = read_url(proc, time.monotonic() + 60, "example")
-        client = InternalClient(url, auth.Signer(NODE_KEY, "node7"))
+        client = InternalClient(url, auth.Signer(NODE_KEY, "node7"),
+                                destination=auth.driver_destination(url))
         answer = client.call("GET", "/hardware")
         for record in answer["hardware"]:
             jsonschema.validate(record, SCHEMA)
@@ -107,7 +108,7 @@ def test_runs_as_an_external_driver_process(site, conf_file, tmp_path):
         assert client.call("POST", "/discovery") == {"status": "IN-PROGRESS"}
         # Without a credential, or with a wrong one, the Driver API refuses.
         assert requests.get(f"{url}/hardware", timeout=10).status_code == 401
-        wrong = InternalClient(url, b"not-the-secret")
+        wrong = InternalClient(url, b"not-the-secret", destination=auth.driver_destination(url))
         with pytest.raises(InternalError) as refused:
             wrong.call("GET", "/hardware")
         assert refused.value.status == 401

@@ -53,7 +53,8 @@ def test_each_driver_serves_its_hardware(tmp_path):
         for name, (proc, _log) in procs.items():
             url = read_url(proc, deadline, name)
             signer = auth.Signer(auth.node_key(SECRET.encode(), "gpu-node-1"), "gpu-node-1")
-            answer = InternalClient(url, signer).call("GET", "/hardware")
+            answer = InternalClient(url, signer, destination=auth.driver_destination(
+                url)).call("GET", "/hardware")
             records = answer["hardware"]
             assert records, f"{name} reported nothing"
             assert record_schema.check_node(records).problems == []

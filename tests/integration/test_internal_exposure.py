@@ -43,10 +43,12 @@ def aio(tmp_path_factory):
 def _clients(ports: dict[str, int], secret: bytes) -> dict[str, tuple[InternalClient, str, str]]:
     """Who may call each server, and a call it answers: (client, method, path)."""
     return {
-        "conductor": (InternalClient(f"http://127.0.0.1:{ports['conductor']}", secret),
+        "conductor": (InternalClient(f"http://127.0.0.1:{ports['conductor']}", secret,
+                                     destination=auth.CONDUCTOR),
                       "POST", "/binds/wake"),
         "agent": (InternalClient(f"http://127.0.0.1:{ports['agent']}",
-                                 auth.Signer(auth.node_key(secret, HOST), HOST)),
+                                 auth.Signer(auth.node_key(secret, HOST), HOST),
+                                 destination=auth.agent_destination(HOST)),
                   "GET", "/hardware"),
     }
 

@@ -74,11 +74,15 @@ def test_conductor_agent_and_driver_survive_sighup(tmp_path):
             proc.start()
         node = auth.Signer(auth.node_key(secret, host), host)
         calls = {
-            "conductor": lambda: InternalClient(conductor_url, secret).call(
+            "conductor": lambda: InternalClient(conductor_url, secret,
+                                                destination=auth.CONDUCTOR).call(
                 "POST", "/binds/wake", {}),
-            "agent": lambda: InternalClient(f"http://127.0.0.1:{ports['agent']}", node).call(
+            "agent": lambda: InternalClient(f"http://127.0.0.1:{ports['agent']}", node,
+                                            destination=auth.agent_destination(host)).call(
                 "GET", "/hardware"),
-            "driver": lambda: InternalClient(f"http://127.0.0.1:{ports['driver']}", node).call(
+            "driver": lambda: InternalClient(
+                f"http://127.0.0.1:{ports['driver']}", node,
+                destination=auth.driver_destination(f"127.0.0.1:{ports['driver']}")).call(
                 "GET", "/hardware"),
         }
         for name, proc in procs.items():

@@ -74,9 +74,12 @@ def setup(tmp_path, sqlite_db):
     conductor.stop()
 
 
-def as_node(conf, url: str, host: str = "node1") -> InternalClient:
-    """A client signing as node ``host``, with the key the conductor derives for it."""
-    return InternalClient(url, auth.Signer(auth.node_key(internal_secret(conf), host), host))
+def as_node(conf, url: str, host: str = "node1",
+            destination: str = auth.CONDUCTOR) -> InternalClient:
+    """A client signing as node ``host``, with the key the conductor derives for it, for
+    ``destination`` (the conductor unless said otherwise)."""
+    return InternalClient(url, auth.Signer(auth.node_key(internal_secret(conf), host), host),
+                          destination=destination)
 
 
 def _wait(check, timeout=10.0):
@@ -94,7 +97,7 @@ def device_count(db, host="node1") -> int:
             devices.c.hostname == host)).scalar_one()
 
 
-def test_first_hello_pulls_and_an_unchanged_one_costs_one_update(setup):
+def test_first_hello_pulls_and_an_unchanged_one_costs_one_update_and_its_nonce(setup):
     conf, db, component, agent = setup
     a = agent([FakeDriver(conf, "node1")])
     _wait(lambda: device_count(db) == 1)
@@ -103,7 +106,10 @@ def test_first_hello_pulls_and_an_unchanged_one_costs_one_update(setup):
         answer = conductor.call("POST", "/hello", a.hello_body())
     assert answer["pulled"] is False
     writes = [s for s in statements if s.split()[0].upper() in ("INSERT", "UPDATE", "DELETE")]
-    assert len(writes) == 1 and writes[0].upper().startswith("UPDATE AGENTS"), writes
+    # The credential's nonce, shared with every conductor (acceld.db.nonces), then the row.
+    assert len(writes) == 2, writes
+    assert writes[0].upper().startswith("INSERT INTO INTERNAL_NONCES"), writes
+    assert writes[1].upper().startswith("UPDATE AGENTS"), writes
 
 
 def test_refused_record_gets_400_and_the_rest_is_applied(setup, caplog):
@@ -158,7 +164,7 @@ def test_agent_routes(setup):
     conf, db, component, agent = setup
     Scripted.records = FakeDriver(conf, "node1").discover()
     a = agent([Scripted(conf, "node1")])
-    client = as_node(conf, a.server.url)
+    client = as_node(conf, a.server.url, destination=auth.agent_destination("node1"))
     report = client.call("GET", "/hardware")
     assert len(report["hardware"]) == 1 and len(report["digest"]) == 64
     Scripted.records = []

@@ -39,8 +39,10 @@ def test_hello_loop_survives_a_non_json_answer(tmp_path) -> None:
         # First answer: 200 with a body that is not JSON (a proxy's page, a bug).
         resp.data = b"<html>oops</html>" if answers["n"] == 1 else b'{"status": "OK"}'
 
-    server = serve(conf, SECRET, {"/hello": {"POST": on_hello}}, "127.0.0.1", 0)
-    loop = HelloLoop.to_peer(conf, SECRET, server.url, lambda: {"status": "READY"}, "peer")
+    server = serve(conf, SECRET, {"/hello": {"POST": on_hello}}, "127.0.0.1", 0,
+                   destination="peer")
+    loop = HelloLoop.to_peer(conf, SECRET, server.url, lambda: {"status": "READY"}, "peer",
+                             "peer")
     loop.interval = 0.05
     try:
         loop.start()

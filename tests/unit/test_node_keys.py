@@ -99,7 +99,7 @@ def test_a_hello_for_another_host_is_401_and_changes_nothing(cloud, caplog) -> N
     b = agent("node-b")
     _wait(lambda: "node-b" in endpoints(db))
     before = endpoints(db)
-    as_a = InternalClient(conf.conductor.url, signer("node-a"))
+    as_a = InternalClient(conf.conductor.url, signer("node-a"), destination=auth.CONDUCTOR)
     hijack = {"status": "READY", "hostname": "node-b", "endpoint": "127.0.0.1:9",
               "hardware_digest": None}
     with caplog.at_level(logging.WARNING):
@@ -111,7 +111,8 @@ def test_a_hello_for_another_host_is_401_and_changes_nothing(cloud, caplog) -> N
                in r.getMessage() for r in caplog.records)
     # The cloud's secret names no node: it cannot say hello for one either.
     with pytest.raises(InternalError) as refused:
-        InternalClient(conf.conductor.url, CLOUD).call("POST", "/hello", hijack)
+        InternalClient(conf.conductor.url, CLOUD, destination=auth.CONDUCTOR).call(
+            "POST", "/hello", hijack)
     assert refused.value.status == 401
     assert endpoints(db) == before
     # node-a's key says hello for node-a, its host name taken from the key when omitted
@@ -145,12 +146,13 @@ def test_a_node_key_opens_only_the_routes_meant_for_nodes() -> None:
 def test_an_agent_accepts_only_its_own_key(cloud) -> None:
     conf, db, agent = cloud
     a = agent("node-a")
-    assert len(InternalClient(a.server.url, signer("node-a")).call(
+    to_a = auth.agent_destination("node-a")
+    assert len(InternalClient(a.server.url, signer("node-a"), destination=to_a).call(
         "GET", "/hardware")["hardware"]) == 1
     for wrong in (signer("node-b"), auth.Signer(auth.node_key(CLOUD, "node-b"), "node-a"),
                   auth.Signer(CLOUD)):
         with pytest.raises(InternalError) as refused:
-            InternalClient(a.server.url, wrong).call("GET", "/hardware")
+            InternalClient(a.server.url, wrong, destination=to_a).call("GET", "/hardware")
         assert refused.value.status == 401
 
 
@@ -322,7 +324,8 @@ def test_listening_beyond_loopback_without_tls_is_warned(tmp_path, caplog, host,
 
 def test_serve_on_loopback_does_not_warn(tmp_path, caplog) -> None:
     with caplog.at_level(logging.WARNING):
-        srv = serve(make_conf(str(tmp_path)), CLOUD, {}, "127.0.0.1", 0)
+        srv = serve(make_conf(str(tmp_path)), CLOUD, {}, "127.0.0.1", 0,
+                    destination=auth.CONDUCTOR)
         srv.stop()
     assert not any("beyond loopback" in r.getMessage() for r in caplog.records)
 
@@ -343,7 +346,8 @@ def test_agent_and_conductor_with_node_keys_over_internal_tls(tmp_path, sqlite_d
         conf.set_override("url", conductor.server.url, group="conductor")
         agent = Agent(conf, "tls-node", drivers=[FakeDriver(conf, "tls-node")]).start()
         _wait(lambda: endpoints(sqlite_db).get("tls-node", "").startswith("https://"))
-        client = InternalClient(agent.server.url, signer("tls-node"), verify=str(cert))
+        client = InternalClient(agent.server.url, signer("tls-node"), verify=str(cert),
+                                destination=auth.agent_destination("tls-node"))
         assert len(client.call("GET", "/hardware")["hardware"]) == 1
     finally:
         if agent is not None:
