@@ -25,6 +25,7 @@ import requests
 
 from acceld.clients.conductor import conductor_url
 from acceld.clients.internal import InternalClient, InternalError, tls_verify
+from acceld.internal.auth import CONDUCTOR
 from acceld.drivers.base import ATTACH_TYPES, AttachHandle, Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
 
@@ -197,7 +198,7 @@ class HostStepAudit:
 def start_host_step_audit(agent: Any) -> threading.Thread:
     """The agent's audit loop (called from :meth:`acceld.agent.service.Agent.start`)."""
     client = InternalClient(conductor_url(agent.conf), agent.signer, timeout=60,
-                            verify=tls_verify(agent.conf))
+                            verify=tls_verify(agent.conf), destination=CONDUCTOR)
     audit = HostStepAudit(agent, client)
     agent.host_step_audit = audit
     return audit.start(agent._stop, lambda: agent.conf.agent.discovery_interval)
