@@ -267,8 +267,10 @@ placement_opts = [
                       "starts with the conductor; a walk longer than this starts the next "
                       "when it ends."),
     cfg.IntOpt("audit_hosts_per_pass", default=20, min=1,
-               help="Hosts one sync pass audits (every sync_interval), so that a large "
-                    "cloud's audit is spread over passes instead of one long one."),
+               help="Most hosts one sync pass audits (every sync_interval), so that a "
+                    "large cloud's audit is spread over passes instead of one long one. "
+                    "A pass also stops auditing once it has spent sync_interval seconds "
+                    "on it (at least one host a pass)."),
 ]
 
 glance_opts: list[cfg.Opt] = []

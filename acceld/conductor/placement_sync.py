@@ -177,6 +177,7 @@ class PlacementSync:
         self._next_full = 0.0
         # The audit walk: due at once, so a starting conductor reads Placement back.
         self._audit_walk = AuditWalk(opts.audit_interval, opts.audit_hosts_per_pass)
+        self._clock = time.monotonic  # the audit's time budget (tests step it)
         # Agent states last synced, so that an agent going down or up is noticed at the
         # next pass even when nobody flagged its host.
         self._agent_states: dict[str, str] = {}
@@ -260,14 +261,22 @@ class PlacementSync:
         return result
 
     def _audit_step(self) -> AuditResult | None:
-        """This pass's chunk of the audit walk (None when no walk is due)."""
-        chunk = self._audit_walk.chunk(time.monotonic(), self.audit_scope)
+        """This pass's chunk of the audit walk (None when no walk is due).
+
+        At most ``audit_hosts_per_pass`` hosts, and no more once ``sync_interval``
+        seconds went on them (at least one host a pass), so that flagged writes never
+        wait long behind an audit, however slow Placement answers.
+        """
+        started = self._clock()
+        chunk = self._audit_walk.chunk(started, self.audit_scope)
         if not chunk:
             return None
         result = AuditResult()
         for hostname in chunk:
             audit_host(self, hostname, result)
             self._audit_walk.done(hostname)
+            if self._clock() - started >= self.conf.placement.sync_interval:
+                break
         return result
 
     def _hosts_to_sync(self, full: bool) -> tuple[list[str], set[str], dict[str, str]]:

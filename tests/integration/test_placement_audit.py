@@ -287,6 +287,32 @@ def test_held_provider_edited_by_hand_is_reserved_again(placement, pconf, sqlite
     assert sync_rows(db, host) == {}
 
 
+def test_device_removed_after_the_audit_read_the_database_is_removed_next_pass(placement, pconf,
+                                                                              db, host, tag):
+    placement.create_compute_node(host)
+    fpga, gpu = two_devices(db, host, tag)
+    sync = PlacementSync(pconf, db)
+    sync.sync_once()
+    assert placement.delete(f"/resource_providers/{gpu['rp']}").status_code == 204
+    real = sync.client.find_provider_by_name
+
+    def reconcile_meanwhile(name: str) -> pl.Provider | None:
+        # After the audit read the database, before it writes: the GPU leaves the host.
+        with db.write() as conn:
+            conn.execute(delete(devices).where(devices.c.id == gpu["device"]["id"]))
+            mark_dirty(conn, hostname=host)
+        sync.client.find_provider_by_name = real  # type: ignore[method-assign]
+        return real(name)
+
+    sync.client.find_provider_by_name = reconcile_meanwhile  # type: ignore[method-assign]
+    assert any(gpu["rp"] in d for d in sync.audit([host]).repaired[host])  # stale repair
+
+    assert sync_rows(db, host)[gpu["rp"]].dirty  # the audit's record keeps the new flag
+    assert sync.sync_once(full=False).deleted == [gpu["rp"]]
+    matches(placement, db, host)
+    assert sync.audit([host]).repaired == {}
+
+
 # -- restores and wipes (a Placement of the test's own) ------------------------------------------
 
 def test_placement_restored_from_backup_is_repaired(own_placement, tmp_path, sqlite_db, host,
@@ -399,6 +425,7 @@ def test_audit_walks_all_hosts_in_chunks_then_waits_for_the_interval(placement, 
         accs[name] = add_accelerator(db, name, "0000:5e:00.0")
     pconf.set_override("audit_hosts_per_pass", 2, group="placement")
     pconf.set_override("audit_interval", 3600, group="placement")
+    pconf.set_override("sync_interval", 60, group="placement")  # no time limit here
     sync = PlacementSync(pconf, db)
     sync.sync_once()
     assert placement.delete(f"/resource_providers/{accs[hosts[4]]['rp']}").status_code == 204
@@ -412,6 +439,27 @@ def test_audit_walks_all_hosts_in_chunks_then_waits_for_the_interval(placement, 
         matches(placement, db, name)
     sync._audit_walk.next_at = 0  # the interval has passed: a new walk starts from the first host
     assert sync.run().audit.audited == hosts[0:2]
+
+
+def test_a_slow_placement_spreads_the_walk_over_more_passes(placement, pconf, sqlite_db, host):
+    db = sqlite_db
+    hosts = [f"{host}-{n}" for n in range(3)]
+    for name in hosts:
+        placement.create_compute_node(name)
+        add_accelerator(db, name, "0000:5e:00.0")
+    pconf.set_override("sync_interval", 2.0, group="placement")
+    sync = PlacementSync(pconf, db)
+    sync.sync_once()
+    now = [0.0]
+    sync._clock = lambda: now[0]  # type: ignore[method-assign]
+    real = sync.client.find_provider_by_name
+
+    def slow(name: str) -> pl.Provider | None:  # each host takes Placement 1.5 s
+        now[0] += 1.5
+        return real(name)
+
+    sync.client.find_provider_by_name = slow  # type: ignore[method-assign]
+    assert [sync.run().audit.audited for _ in range(2)] == [hosts[0:2], hosts[2:3]]
 
 
 def test_audit_scope_is_every_known_host_and_can_be_narrowed(placement, pconf, sqlite_db, host):
@@ -501,3 +549,4 @@ def test_a_host_placement_refuses_does_not_stop_the_others(placement, pconf, sql
 def test_audit_options_exist_with_defaults(pconf):
     assert pconf.placement.audit_interval == 600.0
     assert pconf.placement.audit_hosts_per_pass == 20
+    assert PlacementSync(pconf, None)._audit_walk.per_pass == 20  # type: ignore[arg-type]
