@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Row, select, update
 
+from acceld.conductor import bind_target
 from acceld.conductor.attach import AttachClient, AttachError, request_body
 from acceld.conductor.programming import local_name
 from acceld.db import accelerator_requests as arq_db
@@ -140,6 +141,17 @@ def settle(db: Database, ticket: Ticket, job_id: int, token: str,
                                 ticket.arq_uuid, outcome)
             return False
         assert arq is not None
+        # Disabled (or lost) while the host step ran: not Bound (acceld.conductor.bind_target).
+        refusal = None if error else bind_target.device_refusal(conn, ticket.handle_id,
+                                                                 ticket.hostname)
+        if refusal is not None:
+            arq_db.release_handles(conn, [ticket.handle_id])  # prepared: undo on the host
+            arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,
+                              bind_failure_reason=refusal[:4000], attach_handle_id=None,
+                              deployable_id=None)
+            LOG.warning("Bind of ARQ %s (instance %s) failed after its attach handle was "
+                        "prepared: %s", arq.uuid, arq.instance_uuid, refusal)
+            return True
         if error is None:
             arq_db.transition(conn, [arq.id], arq_db.BOUND, bind_failure_reason=None)
             LOG.info("Bound ARQ %s (instance %s) to handle %s of deployable %s on %s, "

@@ -155,6 +155,27 @@ def check_profile_group(conn: Connection, target: BindTarget) -> None:
                               "group forbids")
 
 
+def device_refusal(conn: Connection, handle_id: int, hostname: str) -> str | None:
+    """Why a bind holding ``handle_id`` may no longer go Bound (its device was disabled, lost
+    or removed meanwhile), checked under :func:`lock_device`'s lock; None when it may.
+
+    For a handle prepared on its host between the bind's two transactions
+    (acceld.conductor.bind_attach): a disable may commit while the agent works.
+    """
+    row = conn.execute(select(devices.c.uuid, deployables.c.id).select_from(
+        attach_handles.join(deployables, deployables.c.id == attach_handles.c.deployable_id)
+        .join(devices, devices.c.id == deployables.c.device_id)).where(
+        attach_handles.c.id == handle_id)).first()
+    if row is None:
+        return (f"attach handle id {handle_id} was removed from host {hostname}'s inventory "
+                "while the bind was in progress")
+    try:
+        lock_device(conn, row.uuid, row.id, hostname)
+    except BindRefused as refused:
+        return refused.reason
+    return None
+
+
 def take_handle(conn: Connection, target: BindTarget) -> None:
     """Take one free attach handle of the deployable, atomically.
 

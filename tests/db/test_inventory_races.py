@@ -23,13 +23,14 @@ import uuid as uuidlib
 import pytest
 from falcon import testing
 from sqlalchemy import select
+from sqlalchemy import update as sa_update
 
 from acceld.api.app import build_app
 from acceld.conductor import bind_target
 from acceld.conductor.binding import BindWorker
 from acceld.conductor.reconcile import apply_report
 from acceld.db import inventory
-from acceld.db.models import attach_handles, devices
+from acceld.db.models import agents, attach_handles, devices
 from acceld.drivers.fake import FakeDriver
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE, version
@@ -281,3 +282,48 @@ def test_disable_committed_after_the_bind_checked_the_device_fails_the_bind(rig,
     assert "disabled" in arq["bind_failure_reason"]
     assert rig.nova_heard(uuid) == ["failed"]
     assert rig.handles_in_use() == (1 if rig.db.is_sqlite else 0)
+
+
+def test_disable_committed_while_the_host_step_runs_fails_the_bind(db, tmp_path, nova,
+                                                                 monkeypatch):
+    """A handle with a host step (an mdev) is prepared between the bind's two transactions:
+    a disable that commits meanwhile fails the bind, and the prepared mdev is released."""
+    from acceld.agent.attach import AttachSteps
+    from acceld.conductor import bind_attach
+    from acceld.internal.auth import agent_destination
+    from acceld.internal.server import InternalServer, build_app as internal_app
+    from tests.unit.test_attach_handles import HOST as NODE_HOST, SECRET, Node
+
+    node = Node(tmp_path, db)
+    node.conf.set_override("auth_type", "none", group="nova")
+    node.conf.set_override("endpoint_override", nova.url, group="nova")
+    steps = AttachSteps({"fake": node.fake}.get, NODE_HOST)
+    node.agent = InternalServer(internal_app(
+        SECRET, 60, steps.routes(), destination=agent_destination(NODE_HOST)), "127.0.0.1",
+        0).start()
+    with db.write() as conn:
+        conn.execute(sa_update(agents).where(agents.c.hostname == NODE_HOST).values(
+            endpoint=node.agent.url[len("http://"):]))
+    try:
+        real_prepare = bind_attach.prepare
+
+        def prepare_then_disable(attach, ticket):  # type: ignore[no-untyped-def]
+            prepared = real_prepare(attach, ticket)
+            with db.read() as conn:
+                device = conn.execute(select(devices.c.uuid)).scalar_one()
+            assert node.client.simulate_post(f"/accelerator/v2/devices/{device}/disable",
+                                             headers=ADMIN).status_code == 200
+            return prepared
+
+        monkeypatch.setattr(bind_attach, "prepare", prepare_then_disable)
+        uuid = node.bind()
+        arq = node.arq(uuid)
+        assert arq["state"] == "BindFailed", arq
+        assert "disabled" in arq["bind_failure_reason"]
+        assert [e["status"] for e in nova.events() if e["tag"] == uuid] == ["failed"]
+        # The mdev made for it is undone through the release queue, then the handle is free.
+        assert len(node.queue()) == 1 and node.prepared()
+        assert node.release_all() == 1
+        assert node.in_use() == [] and node.prepared() == set()
+    finally:
+        node.stop_agent()
