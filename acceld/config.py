@@ -165,6 +165,9 @@ conductor_opts = [
                     "take in the agent; a second program of the same deployable waits as "
                     "long again for the first. The API waits for the result (up to twice "
                     "this plus 15 s) and its workers' timeout follows."),
+    cfg.IntOpt("program_workers", default=4, min=1,
+               help="Threads that run asynchronous programs (microversion 2.5, 202); "
+                    "further requests queue, shown PROGRAMMING, until a thread is free."),
     cfg.IntOpt("attach_timeout", default=30, min=1,
                help="Seconds the conductor waits for an agent to prepare an attach handle "
                     "on bind (create a vGPU mdev, ...) or to release it after unbind."),

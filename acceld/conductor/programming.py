@@ -10,6 +10,14 @@ the client should see: 4xx for what the client can fix, 409 when another
 program of the deployable outlasted the wait, 502 when the agent, driver or
 image service failed, 503 when the agent cannot be reached.
 
+The API's program requests also record their progress on the deployable
+(``program_status`` PROGRAMMING, then SUCCEEDED or FAILED with
+``program_reason``; microversion 2.5 shows them). With ``"async": true`` the
+route answers 202 once the deployable and its agent are found and runs the
+program on one of ``[conductor] program_workers`` threads; the client follows
+the deployable. A program left PROGRAMMING by a conductor that stopped is
+failed by a periodic sweep once no live program could still be running.
+
 Binding calls :meth:`Programmer.program` directly (profile groups with
 ``accel:bitstream_id`` or ``accel:function_id``), with a ``precheck`` that
 re-reads the deployable under the lease: it skips an image already held and
@@ -18,10 +26,12 @@ refuses to reprogram under attach handles in use.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 import uuid as uuidlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import falcon
@@ -33,6 +43,7 @@ from acceld.conductor.service import PeriodicTask
 from acceld.db import deployables as dep_db
 from acceld.db import leases
 from acceld.db.engine import Database
+from acceld.db.models import utcnow
 from acceld.internal.server import json_body, respond
 
 LOG = logging.getLogger(__name__)
@@ -82,7 +93,7 @@ class Programmer:
                                     f"{', '.join(KINDS)}.")
         if (image_id is None) == (function_id is None):
             raise ProgramError(400, "Name exactly one of image_id and function_id.")
-        target, url = self._locate(deployable_uuid)
+        target, url = self.locate(deployable_uuid)
         request: dict[str, Any] = {"driver_name": target.driver_name,
                                    "deployable_name": local_name(target.name, target.hostname),
                                    "kind": kind}
@@ -112,7 +123,7 @@ class Programmer:
     def resolve_function(self, deployable_uuid: str, function_id: str) -> str:
         """The image id ``function_id`` stands for, asked of the deployable's agent (the
         image source is the node's). Raises ProgramError."""
-        target, url = self._locate(deployable_uuid)
+        target, url = self.locate(deployable_uuid)
         answer = self._call_agent(url, target.hostname, {"function_id": function_id},
                                   path="/images/resolve")
         image_id = answer.get("image_id") if isinstance(answer, dict) else None
@@ -121,7 +132,7 @@ class Programmer:
                                     f"function id {function_id}.")
         return image_id
 
-    def _locate(self, deployable_uuid: str):  # type: ignore[no-untyped-def]
+    def locate(self, deployable_uuid: str):  # type: ignore[no-untyped-def]
         """The deployable (with its node) and its agent's URL, or ProgramError."""
         with self.db.read() as conn:
             target = dep_db.program_target(conn, deployable_uuid)
@@ -186,31 +197,113 @@ class _ProgramLease:
 
 
 class ProgrammingComponent:
-    """Conductor component: the internal program route."""
+    """Conductor component: the internal program route, synchronous or asynchronous."""
 
     def __init__(self, conf: cfg.ConfigOpts, db: Database) -> None:
+        self.conf = conf
+        self.db = db
         self.programmer = Programmer(conf, db)
+        self._pool: ThreadPoolExecutor | None = None
 
     def routes(self) -> dict:
         return {"/deployables/{uuid}/program": {"POST": self.on_program}}
 
     def on_program(self, req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
         body = json_body(req)
-        if not isinstance(body, dict) or set(body) - {"kind", "image_id", "function_id"}:
-            raise falcon.HTTPBadRequest(description="Expected {kind, image_id | function_id}.")
+        if not isinstance(body, dict) or set(body) - {"kind", "image_id", "function_id",
+                                                      "async"}:
+            raise falcon.HTTPBadRequest(
+                description="Expected {kind, image_id | function_id[, async]}.")
+        run_async = body.get("async", False)
+        if not isinstance(run_async, bool):
+            raise falcon.HTTPBadRequest(description="async must be true or false.")
+        kind = str(body.get("kind", "bitstream"))
+        image_id, function_id = body.get("image_id"), body.get("function_id")
         try:
-            written = self.programmer.program(
-                uuid, str(body.get("kind", "bitstream")), image_id=body.get("image_id"),
-                function_id=body.get("function_id"))
+            target, _url = self.programmer.locate(uuid)  # 404 / 503 before anything starts
+            request_id = self._start(target.id)
+            if run_async:
+                self._submit(uuid, target.id, request_id, kind, image_id, function_id)
+                resp.status = falcon.HTTP_202
+                respond(resp, {"deployable_uuid": uuid, "program_status": dep_db.PROGRAMMING})
+                return
+            written = self._run(uuid, target.id, request_id, kind, image_id, function_id)
         except ProgramError as exc:
             raise falcon.HTTPError(exc.status, description=exc.message) from None
         respond(resp, {"deployable_uuid": uuid, "image_id": written})
 
+    def _start(self, deployable_id: int) -> str:
+        request_id = str(uuidlib.uuid4())
+        with self.db.write() as conn:
+            if not dep_db.start_program(conn, deployable_id, request_id):
+                raise ProgramError(404, "The deployable was removed before it could be "
+                                        "programmed.")
+        return request_id
+
+    def _run(self, uuid: str, deployable_id: int, request_id: str, kind: str,
+             image_id: str | None, function_id: str | None) -> str:
+        """Program and record the outcome on the deployable; ProgramError passes on."""
+        try:
+            written = self.programmer.program(uuid, kind, image_id=image_id,
+                                              function_id=function_id)
+        except ProgramError as exc:
+            self._finish(deployable_id, request_id, dep_db.FAILED,
+                         f"{exc.status}: {exc.message}")
+            raise
+        except Exception:
+            self._finish(deployable_id, request_id, dep_db.FAILED,
+                         "500: an unexpected error stopped the program; the conductor's "
+                         "log has the details.")
+            raise
+        self._finish(deployable_id, request_id, dep_db.SUCCEEDED, None)
+        return written
+
+    def _finish(self, deployable_id: int, request_id: str, status: str,
+                reason: str | None) -> None:
+        try:
+            with self.db.write() as conn:
+                dep_db.finish_program(conn, deployable_id, request_id, status, reason)
+        except Exception:  # noqa: BLE001 - the sweep fails it later; never mask the result
+            LOG.exception("Could not record the outcome of program request %s", request_id)
+
+    def _submit(self, uuid: str, deployable_id: int, request_id: str, kind: str,
+                image_id: str | None, function_id: str | None) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.conf.conductor.program_workers,
+                                            thread_name_prefix="program")
+
+        def job() -> None:
+            try:
+                with self.db.write() as conn:
+                    dep_db.program_begins(conn, deployable_id, request_id)
+                self._run(uuid, deployable_id, request_id, kind, image_id, function_id)
+            except ProgramError as exc:
+                LOG.info("Asynchronous program of deployable %s failed: %s", uuid,
+                         exc.message)
+            except Exception:  # noqa: BLE001 - recorded on the deployable by _run
+                LOG.exception("Asynchronous program of deployable %s failed", uuid)
+
+        self._pool.submit(job)
+
+    def fail_stale(self) -> None:
+        """FAILED for programs whose conductor stopped: no live one outlasts the lease
+        wait plus the program (each program_timeout) and a margin."""
+        timeout = self.conf.conductor.program_timeout
+        before = utcnow() - dt.timedelta(seconds=2 * timeout + 60)
+        with self.db.write() as conn:
+            failed = dep_db.fail_stale_programs(
+                conn, before, "The conductor running this program stopped before it "
+                              "finished; the device state is unknown: program it again.")
+        if failed:
+            LOG.warning("Failed %d program(s) left unfinished by a stopped conductor", failed)
+
     def periodic_tasks(self) -> list[PeriodicTask]:
-        return []
+        return [PeriodicTask("program-sweep", 60.0, self.fail_stale, exclusive=True)]
 
     def start(self) -> None:
         pass
 
     def stop(self) -> None:
-        pass
+        if self._pool is not None:
+            # Queued programs are not begun; the sweep fails them once they are stale.
+            self._pool.shutdown(wait=False, cancel_futures=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
+import datetime as dt
+
 from sqlalchemy import Connection, Row, Select, select, update
 
 from acceld.db.models import attributes, deployables, devices, utcnow
@@ -12,7 +14,8 @@ from acceld.db.models import attributes, deployables, devices, utcnow
 _COLUMNS = (deployables.c.id, deployables.c.uuid, deployables.c.parent_id,
             deployables.c.root_id, deployables.c.name, deployables.c.num_accelerators,
             deployables.c.device_id, deployables.c.driver_name, deployables.c.rp_uuid,
-            deployables.c.bitstream_id, deployables.c.created_at, deployables.c.updated_at)
+            deployables.c.bitstream_id, deployables.c.created_at, deployables.c.updated_at,
+            deployables.c.program_status, deployables.c.program_reason)
 
 # Query parameter -> column; all equality filters on indexed or unique columns.
 FILTERS = {"name": deployables.c.name, "device_id": deployables.c.device_id,
@@ -68,3 +71,45 @@ def record_bitstream(conn: Connection, deployable_id: int, bitstream_id: str) ->
     """Set bitstream_id after a successful program; False if the deployable is gone."""
     return bool(conn.execute(update(deployables).where(deployables.c.id == deployable_id)
                              .values(bitstream_id=bitstream_id, updated_at=utcnow())).rowcount)
+
+
+# The last API program of a deployable (microversion 2.5 shows status and reason).
+# This bookkeeping leaves updated_at alone: it moves when the deployable itself changes
+# (bitstream_id, ...), not when a program is asked for or fails.
+PROGRAMMING, SUCCEEDED, FAILED = "PROGRAMMING", "SUCCEEDED", "FAILED"
+_KEEP_UPDATED_AT = {"updated_at": deployables.c.updated_at}
+
+
+def start_program(conn: Connection, deployable_id: int, request_id: str) -> bool:
+    """Mark a program request as running: it is now the one the deployable shows."""
+    return bool(conn.execute(
+        update(deployables).where(deployables.c.id == deployable_id)
+        .values(program_status=PROGRAMMING, program_reason=None,
+                program_request_id=request_id, program_started_at=utcnow(),
+                **_KEEP_UPDATED_AT)).rowcount)
+
+
+def program_begins(conn: Connection, deployable_id: int, request_id: str) -> None:
+    """A queued request starts running: its age for the stale sweep counts from now."""
+    conn.execute(update(deployables).where(deployables.c.id == deployable_id,
+                                           deployables.c.program_request_id == request_id)
+                 .values(program_started_at=utcnow(), **_KEEP_UPDATED_AT))
+
+
+def finish_program(conn: Connection, deployable_id: int, request_id: str, status: str,
+                   reason: str | None) -> bool:
+    """Record a request's outcome, unless a later request has replaced it meanwhile."""
+    return bool(conn.execute(
+        update(deployables).where(deployables.c.id == deployable_id,
+                                  deployables.c.program_request_id == request_id,
+                                  deployables.c.program_status == PROGRAMMING)
+        .values(program_status=status, program_reason=reason, **_KEEP_UPDATED_AT)).rowcount)
+
+
+def fail_stale_programs(conn: Connection, started_before: dt.datetime, reason: str) -> int:
+    """FAILED for programs still PROGRAMMING that began before ``started_before``: the
+    conductor that ran them stopped (no live program outlasts its timeouts)."""
+    return conn.execute(
+        update(deployables).where(deployables.c.program_status == PROGRAMMING,
+                                  deployables.c.program_started_at < started_before)
+        .values(program_status=FAILED, program_reason=reason, **_KEEP_UPDATED_AT)).rowcount

@@ -91,6 +91,14 @@ class Deployable(TimestampMixin, Base):
     driver_name: Mapped[str | None] = mapped_column(String(100))
     rp_uuid: Mapped[str | None] = mapped_column(String(36))
     bitstream_id: Mapped[str | None] = mapped_column(String(36))
+    # The last program asked through the API (shown from microversion 2.5): PROGRAMMING,
+    # SUCCEEDED or FAILED, why it failed, which request it is (a later request's result
+    # is not overwritten by an earlier one's) and when it began (one left PROGRAMMING by
+    # a conductor that stopped is failed after program_timeout; acceld.conductor.programming).
+    program_status: Mapped[str | None] = mapped_column(String(16))
+    program_reason: Mapped[str | None] = mapped_column(Text)
+    program_request_id: Mapped[str | None] = mapped_column(String(36))
+    program_started_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     __table_args__ = (
         Index("ix_deployables_device_id", "device_id"),
         Index("ix_deployables_rp_uuid", "rp_uuid"),

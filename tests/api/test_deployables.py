@@ -10,7 +10,7 @@ import json
 import uuid
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 
 from acceld.db.models import attributes, deployables, utcnow
 from tests.conftest import count_queries
@@ -130,6 +130,29 @@ def test_show(client, db):
     assert result.status_code == 200
     assert list(result.json) == FIELDS
     assert result.json["uuid"] == dep["uuid"]
+
+
+def test_program_fields_show_from_2_5(client, db):
+    """The last API program's status and reason, as stored; absent below 2.5."""
+    dep = inventory.add_fpga(db)["deployable"]
+    with db.write() as conn:
+        conn.execute(update(deployables).where(deployables.c.uuid == dep["uuid"]).values(
+            program_status="FAILED", program_reason="400: no such image"))
+    for version, extra in (("2.4", []), ("2.5", ["program_status", "program_reason"])):
+        headers = {**ADMIN, "OpenStack-API-Version": f"accelerator {version}"}
+        shown = client.simulate_get(f"{URL}/{dep['uuid']}", headers=headers)
+        [listed] = client.simulate_get(URL, headers=headers).json["deployables"]
+        for body in (shown.json, listed):
+            assert list(body) == FIELDS + extra, version
+    assert (listed["program_status"], listed["program_reason"]) == ("FAILED",
+                                                                    "400: no such image")
+
+
+def test_program_fields_of_a_never_programmed_deployable_are_null(client, db):
+    dep = inventory.add_fpga(db)["deployable"]
+    body = client.simulate_get(f"{URL}/{dep['uuid']}", headers={
+        **ADMIN, "OpenStack-API-Version": "accelerator 2.5"}).json
+    assert body["program_status"] is None and body["program_reason"] is None
 
 
 @pytest.mark.parametrize("ident", [str(uuid.uuid4()), "nope"])

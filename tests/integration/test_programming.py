@@ -136,3 +136,129 @@ def test_disable_and_enable_show_at_2_3(acceld, deployable):
     assert requests.post(f"{url}/enable", headers=ADMIN, timeout=10).status_code == 200
     assert requests.get(url, headers=v23, timeout=10).json()["status"] == "enabled"
     assert "status" not in requests.get(url, headers=ADMIN, timeout=10).json()
+
+
+# Asynchronous programming (microversion 2.5) and a long program's effect on others.
+
+V25 = {**ADMIN, "OpenStack-API-Version": "accelerator 2.5"}
+
+
+def _database(acceld):  # type: ignore[no-untyped-def]
+    from acceld.db.engine import Database
+
+    return Database(f"sqlite:///{os.path.join(acceld.state_path, 'acceld.sqlite')}")
+
+
+class _HeldLease:
+    """Holds the deployable's program lease, as another program would: the next program
+    waits for it, so a test sees that program running for as long as it likes."""
+
+    def __init__(self, acceld, dep_uuid: str) -> None:  # type: ignore[no-untyped-def]
+        from acceld.db import leases
+
+        self.leases, self.db = leases, _database(acceld)
+        self.name = f"program:{dep_uuid}"
+        assert self.leases.acquire(self.db, self.name, "test-holder", 120)
+
+    def release(self) -> None:
+        assert self.leases.release(self.db, self.name, "test-holder")
+        self.db.dispose()
+
+
+def _show_at(acceld, dep_uuid: str, headers: dict) -> dict:  # type: ignore[no-untyped-def]
+    resp = requests.get(f"{acceld.url}/deployables/{dep_uuid}", headers=headers, timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def _program_25(acceld, dep_uuid: str, image: str) -> requests.Response:  # type: ignore[no-untyped-def]
+    return requests.patch(f"{acceld.url}/deployables/{dep_uuid}/program", headers=V25,
+                          json=[{"path": "/program", "op": "replace",
+                                 "value": [{"image_uuid": image}]}], timeout=10)
+
+
+def _settled(acceld, dep_uuid: str) -> dict:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 20
+    while True:
+        body = _show_at(acceld, dep_uuid, V25)
+        if body["program_status"] != "PROGRAMMING":
+            return body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.1)
+
+
+def test_program_at_2_5_answers_202_and_is_followed_on_the_deployable(acceld, deployable):
+    dep = deployable["uuid"]
+    assert patch(acceld, f"{dep}/program", [{"path": "/program", "op": "replace",
+                                             "value": [{"image_uuid": IMAGE}]}]).ok
+    held = _HeldLease(acceld, dep)
+    try:
+        started = time.monotonic()
+        resp = _program_25(acceld, dep, OTHER)
+        assert resp.status_code == 202, resp.text
+        assert time.monotonic() - started < 5
+        assert resp.json()["uuid"] == dep
+        assert resp.json()["program_status"] == "PROGRAMMING"
+        assert resp.json()["program_reason"] is None
+        assert resp.json()["bitstream_id"] == IMAGE  # not yet programmed
+        assert _show_at(acceld, dep, V25)["program_status"] == "PROGRAMMING"
+        below = _show_at(acceld, dep, {**ADMIN, "OpenStack-API-Version": "accelerator 2.4"})
+        assert "program_status" not in below and "program_reason" not in below
+    finally:
+        held.release()
+    done = _settled(acceld, dep)
+    assert (done["program_status"], done["program_reason"]) == ("SUCCEEDED", None)
+    assert done["bitstream_id"] == OTHER
+
+
+def test_a_failed_program_at_2_5_shows_why(acceld, deployable):
+    dep = deployable["uuid"]
+    before = show(acceld, dep)["bitstream_id"]
+    missing = str(uuid.uuid4())
+    resp = _program_25(acceld, dep, missing)
+    assert resp.status_code == 202, resp.text
+    done = _settled(acceld, dep)
+    assert done["program_status"] == "FAILED"
+    assert done["program_reason"].startswith("400: ") and missing in done["program_reason"]
+    assert done["bitstream_id"] == before
+
+
+def test_program_at_2_5_of_an_unknown_deployable_is_404_at_once(acceld):
+    resp = _program_25(acceld, str(uuid.uuid4()), IMAGE)
+    assert resp.status_code == 404, resp.text
+
+
+def test_a_synchronous_program_shows_its_outcome_at_2_5(acceld, deployable):
+    dep = deployable["uuid"]
+    resp = patch(acceld, f"{dep}/program", [{"path": "/program", "op": "replace",
+                                             "value": [{"image_uuid": IMAGE}]}])
+    assert resp.status_code == 200 and "program_status" not in resp.json()
+    shown = _show_at(acceld, dep, V25)
+    assert (shown["program_status"], shown["program_reason"]) == ("SUCCEEDED", None)
+
+
+def test_a_long_synchronous_program_ties_up_only_its_own_connection(acceld, deployable):
+    import threading
+
+    dep = deployable["uuid"]
+    held = _HeldLease(acceld, dep)
+    answers: list[int] = []
+    waiting = threading.Thread(target=lambda: answers.append(patch(
+        acceld, f"{dep}/program",
+        [{"path": "/program", "op": "replace", "value": [{"image_uuid": IMAGE}]}]).status_code))
+    try:
+        waiting.start()
+        deadline = time.monotonic() + 10
+        while _show_at(acceld, dep, V25)["program_status"] != "PROGRAMMING":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for _ in range(5):  # the program waits for the lease; everyone else is served
+            started = time.monotonic()
+            assert requests.get(f"{acceld.url}/deployables", headers=ADMIN,
+                                timeout=5).status_code == 200
+            assert time.monotonic() - started < 1.0
+        assert answers == []
+    finally:
+        held.release()
+        waiting.join(30)
+    assert answers == [200]

@@ -9,6 +9,12 @@ driver succeeded. Two request forms:
   200 with the deployable;
 - the seed's ``PATCH /{uuid}`` with one ``/bitstream`` or ``/firmware`` operation:
   204, no body.
+
+From microversion 2.5 the upstream form is asynchronous: 202 with the
+deployable as soon as the conductor has found it and its agent, the program
+running in the conductor; the deployable shows ``program_status``
+(PROGRAMMING, SUCCEEDED, FAILED) and ``program_reason``. Below 2.5 nothing
+changes: the request answers when the program is done.
 """
 
 from __future__ import annotations
@@ -21,16 +27,19 @@ import orjson
 import requests
 
 from acceld.api import errors, wire
+from acceld.api.microversion import Version
 from acceld.api.schemas import deployables as schemas
 from acceld.clients.internal import InternalError
 from acceld.db import deployables as db
 
 COLLECTION = "deployables"
+# Programs can be started asynchronously (202) and followed on the deployable.
+ASYNC_PROGRAM_VERSION = Version(2, 5)
 
 
 def to_wire(req: falcon.Request, row, attrs: list[tuple[str, str]]) -> dict:  # type: ignore[no-untyped-def]
     base = wire.base_url(req)
-    return {
+    body = {
         "uuid": row.uuid,
         "parent_id": row.parent_id,
         "root_id": row.root_id,
@@ -49,6 +58,10 @@ def to_wire(req: falcon.Request, row, attrs: list[tuple[str, str]]) -> dict:  # 
         "created_at": wire.timestamp(row.created_at),
         "updated_at": wire.timestamp(row.updated_at),
     }
+    if req.context.version >= ASYNC_PROGRAM_VERSION:
+        body["program_status"] = row.program_status
+        body["program_reason"] = row.program_reason
+    return body
 
 
 def list_deployables(req: falcon.Request, resp: falcon.Response) -> None:
@@ -75,7 +88,8 @@ def show_deployable(req: falcon.Request, resp: falcon.Response, uuid: str) -> No
 
 def program(req: falcon.Request, resp: falcon.Response, uuid: str,
             again: str | None = None) -> None:
-    """Upstream's PATCH /{uuid}/program (and /{uuid}/program/{uuid}): 200 with the deployable."""
+    """Upstream's PATCH /{uuid}/program (and /{uuid}/program/{uuid}): 200 with the deployable
+    once programmed; from 2.5, 202 with it once the program has started."""
     api = req.context.api
     api.policy.authorize("cyborg:deployable:program", req.context.ctx)
     wire.query_params(req, ())
@@ -84,8 +98,9 @@ def program(req: falcon.Request, resp: falcon.Response, uuid: str,
                                 "send PATCH /deployables/{uuid}/program.")
     body = wire.read_json(req)
     wire.validate(schemas.PROGRAM, body)
-    _program(req, uuid, "bitstream", body[0]["value"][0]["image_uuid"])
-    wire.respond(resp, _load(req, uuid))
+    run_async = req.context.version >= ASYNC_PROGRAM_VERSION
+    _program(req, uuid, "bitstream", body[0]["value"][0]["image_uuid"], run_async=run_async)
+    wire.respond(resp, _load(req, uuid), status=202 if run_async else 200)
 
 
 def patch_deployable(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
@@ -108,8 +123,10 @@ def _load(req: falcon.Request, uuid: str) -> dict:
     return to_wire(req, row, attrs)
 
 
-def _program(req: falcon.Request, uuid: str, kind: str, image_id: str) -> None:
-    """Ask the conductor to program; map its answer to the client's error, if any."""
+def _program(req: falcon.Request, uuid: str, kind: str, image_id: str, *,
+             run_async: bool = False) -> None:
+    """Ask the conductor to program (or, ``run_async``, to start programming); map its
+    answer to the client's error, if any."""
     api = req.context.api
     uuid = wire.canonical_uuid(uuid)
     with api.db.read() as conn:
@@ -121,17 +138,28 @@ def _program(req: falcon.Request, uuid: str, kind: str, image_id: str) -> None:
             "call it with; configure [internal] shared_secret.")
     body = {"kind": kind, "image_id": str(uuidlib.UUID(image_id))}
     wait = program_wait(api.conf)
+    if run_async:
+        body["async"] = True
+        wait = START_WAIT
     try:
         api.conductor.call("POST", f"/deployables/{uuid}/program", body, timeout=wait)
     except InternalError as exc:
         raise backend_error(exc) from None
     except requests.Timeout:
+        if run_async:
+            raise errors.ServiceUnavailable(
+                f"The conductor did not answer within {wait:.0f} s; read the deployable's "
+                "program_status to see whether the program started.") from None
         raise errors.BadGateway(f"The conductor did not finish programming deployable {uuid} "
                                 f"within {wait:.0f} s; it may still complete: read the "
                                 "deployable's bitstream_id later.") from None
     except requests.RequestException as exc:
         raise errors.ServiceUnavailable(f"The conductor could not be reached to program "
                                         f"deployable {uuid}: {exc.__class__.__name__}.") from None
+
+
+# How long the API waits for the conductor to start an asynchronous program.
+START_WAIT = 30.0
 
 
 def program_wait(conf) -> float:  # type: ignore[no-untyped-def]
