@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sqlalchemy import delete, select
 
 from acceld.clients import placement as pl
-from acceld.db.models import placement_sync
+from acceld.db.models import deployables, placement_sync
 from acceld.db.placement_flags import mark_dirty
 
 if TYPE_CHECKING:
@@ -146,15 +146,20 @@ def audit_host(sync: PlacementSync, hostname: str, result: AuditResult) -> None:
                      "providers are written again once Nova registers it", hostname)
         return
     owned = {p.uuid: p for p in client.owned_in_tree(compute.uuid)}
+    leftovers = [p for p in owned.values() if p.uuid not in desired and p.uuid != compute.uuid]
+    if leftovers:  # one the database wants on another host is that host's audit's to move
+        with sync.db.read() as conn:
+            elsewhere = set(conn.scalars(select(deployables.c.rp_uuid).where(
+                deployables.c.rp_uuid.in_([p.uuid for p in leftovers]))))
+        leftovers = [p for p in leftovers if p.uuid not in elsewhere]
     drift: list[str] = []
     done: list[dict[str, Any]] = []
     try:
         for want in desired.values():
             _audit_provider(sync, want, owned.get(want.rp_uuid), compute.uuid, drift, done,
                             result)
-        for provider in owned.values():
-            if provider.uuid not in desired and provider.uuid != compute.uuid:
-                _audit_leftover(sync, provider, hostname, provider.uuid in known, drift, done)
+        for provider in leftovers:
+            _audit_leftover(sync, provider, hostname, provider.uuid in known, drift, done)
     finally:
         if done:
             sync._record(done, [], hostname)

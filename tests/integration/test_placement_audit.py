@@ -199,8 +199,10 @@ def test_renamed_and_reparented_providers_are_put_back(placement, pconf, db, hos
         "name": f"{host}_0000:af:00.0", "parent_provider_uuid": other_root})
     assert resp.status_code == 200, resp.text
 
-    result = sync.audit([host])
+    # The tree the GPU was moved into is audited first: it is not that host's to delete.
+    result = sync.audit([f"{host}-x", host])
 
+    assert list(result.repaired) == [host]
     drift = " ".join(result.repaired[host])
     assert "name" in drift and "parent" in drift
     matches(placement, db, host)
