@@ -149,11 +149,14 @@ def queue_orphans(conn: Connection, hostname: str,
         return outcome
     # What the handles were when read does not decide anything: the compare-and-set does.
     known = host_handles(conn, hostname, sorted({t for _, t, _ in steps}))
+    found: dict[int, Row] = {}
     for driver_name, attach_type, info in steps:
         row = known.get((driver_name, attach_type, _canonical(info)))
         if row is None or not needs_attach_step(attach_type, info):
             outcome["unknown"].append(f"{driver_name}/{attach_type}/{_canonical(info)}")
-            continue
+        else:
+            found[row.id] = row
+    for row in (found[i] for i in sorted(found)):  # handles locked in id order, as elsewhere
         taken = conn.execute(update(handles).where(
             handles.c.id == row.id, handles.c.in_use.is_(False)).values(
             in_use=True, updated_at=utcnow())).rowcount

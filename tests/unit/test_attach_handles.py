@@ -25,6 +25,7 @@ from acceld.db.models import agents, attach_handles, bind_jobs, utcnow
 from acceld.db.models import handle_releases as releases_table
 from acceld.drivers.base import AttachHandle, needs_attach_step
 from acceld.drivers.fake import FakeDriver
+from acceld.internal.auth import agent_destination
 from acceld.internal.server import InternalServer, build_app as internal_app
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE
@@ -65,8 +66,9 @@ class Node:
 
     def start_agent(self) -> None:
         steps = AttachSteps({"fake": self.fake}.get, HOST)
-        self.agent = InternalServer(internal_app(SECRET, 60, steps.routes()), "127.0.0.1",
-                                    0).start()
+        self.agent = InternalServer(internal_app(SECRET, 60, steps.routes(),
+                                                 destination=agent_destination(HOST)),
+                                    "127.0.0.1", 0).start()
         with self.db.write() as conn:
             conn.execute(update(agents).where(agents.c.hostname == HOST).values(
                 endpoint=self.agent.url[len("http://"):]))

@@ -21,6 +21,7 @@ import threading
 import pytest
 from sqlalchemy import update
 
+from acceld.conductor.attach import AttachError
 from acceld.conductor.binding import BindWorker
 from acceld.conductor.handle_release import ReleaseWorker
 from acceld.db.models import bind_jobs
@@ -56,8 +57,10 @@ def assert_clean(node: Node) -> None:
     assert node.in_use() == [] and node.queue() == []
 
 
-def test_release_that_overtakes_the_prepare_is_followed_by_an_undo(node):
-    """unbind -> release on the host -> handle freed -> the prepare creates the mdev."""
+@pytest.mark.parametrize("answer", ["prepared", "timed out"])
+def test_release_that_overtakes_the_prepare_is_followed_by_an_undo(node, answer):
+    """unbind -> release on the host -> handle freed -> the prepare creates the mdev (and
+    answers, or its answer is lost to [conductor] attach_timeout)."""
     worker = BindWorker(node.conf, node.db)
     real_prepare = worker.attach.prepare
     arq_uuid = node.start_bind()
@@ -66,7 +69,10 @@ def test_release_that_overtakes_the_prepare_is_followed_by_an_undo(node):
         node.unbind(arq_uuid)
         assert node.release_all() == 1  # the host had nothing yet: released, handle freed
         assert node.in_use() == [] and node.queue() == []
-        return real_prepare(hostname, body)  # ... and now the mdev is created
+        done = real_prepare(hostname, body)  # ... and now the mdev is created
+        if answer == "timed out":
+            raise AttachError(502, "did not prepare within 30 s", unknown=True)
+        return done
 
     worker.attach.prepare = prepare_after_the_release
     run_binds(node, worker)

@@ -24,10 +24,11 @@ from acceld.conductor.agents import AgentsComponent
 from acceld.conductor.handle_release import HandleReleaseComponent, ReleaseWorker
 from acceld.conductor.service import Conductor
 from acceld.db import handle_releases
-from acceld.db.models import attach_handles
+from acceld.db.models import agents, attach_handles
 from acceld.drivers.base import AttachHandle
 from acceld.drivers.fake import FakeDriver
 from acceld.internal import auth
+from acceld.internal.auth import CONDUCTOR
 from acceld.services.secrets import ensure_secret_file, internal_secret
 from tests.conftest import make_conf
 from tests.support.sysfs_fixtures import SysfsTree
@@ -180,6 +181,11 @@ def handles_of(db) -> list:
                             .order_by(attach_handles.c.id)).all()
 
 
+def endpoint_of(db, host: str = "node1") -> str | None:
+    with db.read() as conn:
+        return conn.execute(select(agents.c.endpoint).where(agents.c.hostname == host)).scalar()
+
+
 def test_agent_reports_orphans_at_start_and_each_interval(cluster):
     conf, db, agent = cluster
     first = agent()
@@ -191,6 +197,7 @@ def test_agent_reports_orphans_at_start_and_each_interval(cluster):
     first.stop()
     second = agent()
     _wait(lambda: len(queued(db)) == 1)  # reported at start, queued by the conductor
+    _wait(lambda: endpoint_of(db) == second.endpoint())  # its hello is in: releases reach it
     assert [h.in_use for h in handles_of(db)] == [True, False, False]
     assert ReleaseWorker(conf, db).run_once() == 1
     assert second.drivers[0].prepared_attach_handles() == []
@@ -214,8 +221,8 @@ def test_report_route_takes_only_a_node_key_and_a_well_formed_body(cluster):
     _wait(lambda: len(handles_of(db)) == 3)
     secret = internal_secret(conf)
     as_node = InternalClient(conf.conductor.url, auth.Signer(auth.node_key(secret, "node1"),
-                                                             "node1"))
-    as_cloud = InternalClient(conf.conductor.url, auth.Signer(secret))
+                                                             "node1"), destination=CONDUCTOR)
+    as_cloud = InternalClient(conf.conductor.url, auth.Signer(secret), destination=CONDUCTOR)
     path = "/attach-handles/host-steps"
     with pytest.raises(InternalError) as refused:
         as_cloud.call("POST", path, {"host_steps": []})
@@ -234,7 +241,7 @@ def test_report_route_takes_only_a_node_key_and_a_well_formed_body(cluster):
     # Another node's key reports for that node only: node1's handles are not its to free.
     infos = [json.loads(h.attach_info) for h in handles_of(db)]
     other = InternalClient(conf.conductor.url, auth.Signer(auth.node_key(secret, "node2"),
-                                                           "node2"))
+                                                           "node2"), destination=CONDUCTOR)
     answer = other.call("POST", path, {"host_steps": [
         {"driver_name": "fake", "attach_type": "MDEV", "attach_info": infos[0]}]})
     assert answer == {"queued": [], "in_use": 0, "unknown": 1} and queued(db) == []
