@@ -150,6 +150,13 @@ conductor_opts = [
     cfg.IntOpt("bind_workers", default=4, min=1, help="Threads that complete bind jobs."),
     cfg.IntOpt("bind_lease_seconds", default=60, min=5,
                help="A bind job claimed by a conductor that died is retried after this."),
+    cfg.IntOpt("bind_timeout", default=240, min=10,
+               help="Seconds after a bind was asked for during which an outage (Placement, "
+                    "the node's agent, the image service, the database unavailable) is "
+                    "waited out with capped backoff; then the bind ends BindFailed naming "
+                    "what was unavailable. Keep it below Nova's [DEFAULT] "
+                    "arq_binding_timeout (300 s by default), so that Nova hears the "
+                    "outcome before it gives up."),
     cfg.FloatOpt("bind_delay_for_tests", default=0.0, min=0.0,
                  help="Testing only: seconds each bind waits before its transaction, so that "
                       "a crash test can kill the conductor in the middle of a batch. Leave 0."),

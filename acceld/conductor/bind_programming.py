@@ -42,7 +42,12 @@ FUNCTION_KEY = "accel:function_id"
 
 
 class ProgrammingUnavailable(Exception):
-    """The agent could not be reached: retry the bind job later rather than fail the boot."""
+    """The agent (or the image service behind it) could not be reached: an outage the bind
+    waits out (acceld.conductor.bind_outages) rather than a failed boot."""
+
+    def __init__(self, message: str, hostname: str | None = None) -> None:
+        super().__init__(message)
+        self.hostname = hostname
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ class BindProgramming:
             return ProgramVerdict(*key, image_id=image, refusal=refused.reason)
         except ProgramError as exc:
             if exc.status == 503:
-                raise ProgrammingUnavailable(exc.message) from None
+                raise ProgrammingUnavailable(exc.message, arq.hostname) from None
             what = f"bitstream {bitstream}" if bitstream else f"function {function}"
             return ProgramVerdict(*key, image_id=None,
                                   refusal=f"programming {what} into {dep.name} failed: "

@@ -1,8 +1,12 @@
 """Bind jobs: the durable half of an asynchronous bind.
 
 The API inserts a job in the same transaction that moves its ARQ to
-BindStarted. A conductor claims a batch of jobs by writing a lease (a token
-unique to that claim, and an expiry); a conductor killed mid-batch leaves
+BindStarted. A conductor claims the due jobs of one instance by writing a
+lease (a token unique to that claim, and an expiry): instances are worked on
+concurrently, and one instance's events never wait for another's binds. On
+PostgreSQL and MariaDB the claim's reads lock with ``FOR UPDATE SKIP LOCKED``,
+so concurrent claims take different rows without waiting for each other
+(SQLite has one writer: claims are serialised). A conductor killed mid-claim leaves
 leases that expire, and any conductor then claims those jobs again. A job has
 two phases: ``pending`` (the bind itself) and ``notify`` (the bind resolved and
 committed, the Nova event still to send). The job row is deleted once Nova has
@@ -14,7 +18,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Iterable, Sequence
 
-from sqlalchemy import Connection, Row, delete, exists, insert, or_, select, update
+from sqlalchemy import (Connection, Row, case, delete, exists, func, insert, or_, select,
+                        update)
 
 from acceld.db.engine import Database
 from acceld.db.models import bind_jobs as jobs
@@ -42,15 +47,32 @@ def _claimable(now: dt.datetime):  # type: ignore[no-untyped-def]
 
 
 def claim(db: Database, phase: str, token: str, limit: int, lease_seconds: float) -> list[Row]:
-    """Lease up to ``limit`` claimable jobs of ``phase`` to ``token``; return them.
+    """Lease the claimable jobs of ``phase`` of one instance (the one whose job is oldest;
+    at most ``limit``) to ``token``; return them.
 
-    Portable: pick candidates, then one compare-and-set UPDATE that only takes rows still
-    claimable; the rows carrying ``token`` afterwards are this claim's.
+    Portable: pick candidates (locked and skipping rows another claim locked, where the
+    database can), then one compare-and-set UPDATE that only takes rows still claimable;
+    the rows carrying ``token`` afterwards are this claim's.
     """
     now = utcnow()
+    due = (jobs.c.phase == phase, _claimable(now))
+    # Only an instance's first due job can start a claim: two concurrent claims then lock
+    # the leads of two instances, never two jobs of one instance (each would take part
+    # of it, and two workers would wait on one slow instance).
+    peer = jobs.alias("peer")
+    lead = or_(jobs.c.instance_uuid.is_(None), jobs.c.id == select(func.min(peer.c.id)).where(
+        peer.c.instance_uuid == jobs.c.instance_uuid, peer.c.phase == phase,
+        or_(peer.c.lease_expires_at.is_(None), peer.c.lease_expires_at < now)
+    ).scalar_subquery())
     with db.write() as conn:
-        candidates = list(conn.execute(select(jobs.c.id).where(
-            jobs.c.phase == phase, _claimable(now)).order_by(jobs.c.id).limit(limit)).scalars())
+        first = conn.execute(_skip_locked(db, select(jobs.c.id, jobs.c.instance_uuid).where(
+            *due, lead).order_by(jobs.c.id).limit(1))).first()
+        if first is None:
+            return []
+        same = (jobs.c.id == first.id if first.instance_uuid is None
+                else jobs.c.instance_uuid == first.instance_uuid)
+        candidates = list(conn.execute(_skip_locked(db, select(jobs.c.id).where(
+            *due, same).order_by(jobs.c.id).limit(limit))).scalars())
         if not candidates:
             return []
         conn.execute(update(jobs).where(jobs.c.id.in_(candidates), jobs.c.phase == phase,
@@ -59,6 +81,12 @@ def claim(db: Database, phase: str, token: str, limit: int, lease_seconds: float
             attempts=jobs.c.attempts + 1, updated_at=now))
         return list(conn.execute(select(jobs).where(
             jobs.c.id.in_(candidates), jobs.c.lease_owner == token).order_by(jobs.c.id)).all())
+
+
+def _skip_locked(db: Database, query):  # type: ignore[no-untyped-def]
+    """``FOR UPDATE SKIP LOCKED`` on PostgreSQL and MariaDB; SQLite's BEGIN IMMEDIATE
+    already made this transaction the only writer."""
+    return query if db.is_sqlite else query.with_for_update(skip_locked=True)
 
 
 def renew(db: Database, tokens: Sequence[str], lease_seconds: float) -> int:
@@ -94,15 +122,23 @@ def finish(db: Database, job_ids: Sequence[int], token: str) -> int:
                                                jobs.c.lease_owner == token)).rowcount
 
 
-def retry_later(db: Database, job_ids: Sequence[int], token: str, delay: float) -> None:
-    """Give the lease up so that a later scan (any conductor) tries again after ``delay``."""
+def retry_later(db: Database, job_ids: Sequence[int], token: str, delay: float,
+                refund: bool = False) -> None:
+    """Give the lease up so that a later scan (any conductor) tries again after ``delay``.
+
+    ``refund``: the claim was not a try (an outage was waited out, the database went
+    away, the conductor is stopping), so it does not count against the attempt limit.
+    """
     if not job_ids:
         return
+    values = {"lease_owner": None,
+              "lease_expires_at": utcnow() + dt.timedelta(seconds=delay),
+              "updated_at": utcnow()}
+    if refund:
+        values["attempts"] = case((jobs.c.attempts > 0, jobs.c.attempts - 1), else_=0)
     with db.write() as conn:
         conn.execute(update(jobs).where(jobs.c.id.in_(list(job_ids)),
-                                        jobs.c.lease_owner == token).values(
-            lease_owner=None, lease_expires_at=utcnow() + dt.timedelta(seconds=delay),
-            updated_at=utcnow()))
+                                        jobs.c.lease_owner == token).values(values))
 
 
 def any_due(db: Database) -> bool:

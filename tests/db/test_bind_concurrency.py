@@ -1,0 +1,142 @@
+"""Each instance hears as soon as its own ARQs resolve (issue 11 item 5).
+
+A claim takes the due jobs of one instance, not a batch of unrelated ones;
+on PostgreSQL and MariaDB concurrent claims skip each other's rows (``FOR
+UPDATE SKIP LOCKED``) instead of waiting or colliding; and an instance's
+``accelerator-request-bound`` events go out when its ARQs resolve. Before: one
+worker claimed up to 16 jobs of any instances, bound them one after another
+and sent every event when the whole batch was done, so one slow mdev prepare
+or program held up every other instance's boot.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import event, update
+
+from acceld.conductor.binding import BindingComponent, BindWorker
+from acceld.db import bind_jobs as jobs_db
+from acceld.db.models import attach_handles
+from tests.conftest import make_conf
+from tests.support import inventory
+from tests.support.binds import RecordingNotifier, arq_state, request_binds
+
+
+def _two_instances(db, tmp_path, arqs_per_instance=2, hosts=("node-1", "node-2"), **conf):  # type: ignore[no-untyped-def]
+    cfg = make_conf(str(tmp_path), **conf)
+    targets = []
+    for host in hosts:
+        fpga = inventory.add_fpga(db, hostname=host, handles=arqs_per_instance)
+        targets.append((host, fpga["deployable"]["rp_uuid"]))
+    return cfg, request_binds(cfg, db, targets, arqs_per_instance)
+
+
+def test_a_claim_takes_one_instance_only(db, tmp_path):
+    conf, made = _two_instances(db, tmp_path)
+    first = jobs_db.claim(db, jobs_db.PENDING, "claim-a", 16, 60)
+    second = jobs_db.claim(db, jobs_db.PENDING, "claim-b", 16, 60)
+    assert {j.instance_uuid for j in first} == {made[0][0]}
+    assert len(first) == 2
+    assert {j.instance_uuid for j in second} == {made[1][0]}
+    assert jobs_db.claim(db, jobs_db.PENDING, "claim-c", 16, 60) == []
+
+
+def test_concurrent_claims_skip_locked_rows(db, tmp_path):
+    """Claim A is held after locking the first job it read, before it reads the rest of
+    that instance's jobs and commits; claim B, on another connection, takes the other
+    instance at once: it neither waits for A's locks nor takes the rest of A's instance."""
+    if db.is_sqlite:
+        pytest.skip("SQLite has one writer: claims are serialised by BEGIN IMMEDIATE")
+    conf, made = _two_instances(db, tmp_path)
+    paused, resume = threading.Event(), threading.Event()
+    holder: dict[str, object] = {}
+    locking_reads = []
+
+    def hold_after_read(conn, cursor, statement, *args):  # type: ignore[no-untyped-def]
+        if (threading.current_thread().name == "claim-a"
+                and "FOR UPDATE" in statement.upper()):
+            locking_reads.append(statement)
+            if len(locking_reads) == 2:  # the first read is done and holds its row
+                paused.set()
+                resume.wait(30)
+
+    def claim_a() -> None:
+        holder["a"] = jobs_db.claim(db, jobs_db.PENDING, "claim-a", 16, 60)
+
+    event.listen(db.engine, "before_cursor_execute", hold_after_read)
+    thread = threading.Thread(target=claim_a, name="claim-a")
+    thread.start()
+    try:
+        assert paused.wait(10)
+        got_b: list = []
+        b = threading.Thread(target=lambda: got_b.extend(
+            jobs_db.claim(db, jobs_db.PENDING, "claim-b", 16, 60)))
+        b.start()
+        b.join(10)
+        assert not b.is_alive(), "claim B waited for claim A's locks"
+    finally:
+        resume.set()
+        thread.join(10)
+        event.remove(db.engine, "before_cursor_execute", hold_after_read)
+    a_instances = {j.instance_uuid for j in holder["a"]}  # type: ignore[attr-defined]
+    b_instances = {j.instance_uuid for j in got_b}
+    assert len(a_instances) == 1 and len(b_instances) == 1
+    assert a_instances != b_instances
+    assert a_instances | b_instances == {made[0][0], made[1][0]}
+
+
+class BlockingAttach:
+    """The agents' prepare step, held on one host until the test releases it."""
+
+    def __init__(self, slow_host: str) -> None:
+        self.slow_host = slow_host
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def prepare(self, hostname: str, body: dict) -> dict:
+        if hostname == self.slow_host:
+            self.entered.set()
+            assert self.release.wait(60), "the test never released the slow prepare"
+        return {"attach_info": body["attach_info"]}
+
+
+def test_slow_prepare_of_one_instance_never_delays_another(db, tmp_path):
+    conf, made = _two_instances(db, tmp_path, conductor__bind_workers=2)
+    (slow_instance, slow_arqs), (fast_instance, fast_arqs) = made
+    with db.write() as conn:  # handles with a host step (mdev): prepared by the agent
+        conn.execute(update(attach_handles).values(attach_type="MDEV"))
+    component = BindingComponent(conf, db)
+    notifier = RecordingNotifier()
+    attach = BlockingAttach("node-1")
+    component.worker.notifier = notifier
+    component.worker.attach = attach  # type: ignore[assignment]
+    component.start()
+    try:
+        assert attach.entered.wait(20), "instance 1's prepare never started"
+        sent = notifier.wait_for(fast_instance, len(fast_arqs))
+        assert sorted((s.arq_uuid, s.status) for s in sent) == sorted(
+            (arq, "completed") for arq in fast_arqs)
+        assert notifier.for_instance(slow_instance) == []
+        assert {arq_state(db, a)[0] for a in slow_arqs} == {"BindStarted"}
+        attach.release.set()
+        sent = notifier.wait_for(slow_instance, len(slow_arqs))
+        assert sorted((s.arq_uuid, s.status) for s in sent) == sorted(
+            (arq, "completed") for arq in slow_arqs)
+    finally:
+        attach.release.set()
+        component.stop()
+    assert {arq_state(db, a)[0] for a in slow_arqs + fast_arqs} == {"Bound"}
+
+
+def test_events_go_out_per_instance(db, tmp_path):
+    conf, made = _two_instances(db, tmp_path)
+    notifier = RecordingNotifier()
+    worker = BindWorker(conf, db, notifier=notifier)
+    worker.run_once()  # one instance's claim: its events, and only its
+    assert notifier.posts == 1
+    assert {s.server_uuid for s in notifier.sent} == {made[0][0]}
+    worker.run_once()
+    assert notifier.posts == 2
+    assert len(notifier.sent) == 4

@@ -1,0 +1,147 @@
+"""Outages are waited out, not counted as failures (issue 11 item 4).
+
+Placement (or an agent, or the database) being unavailable during a bind
+does not use up the bind's attempt budget: the bind waits, with capped
+backoff, up to ``[conductor] bind_timeout`` after it was asked for, then ends
+BindFailed with a reason naming what was unavailable. Nova hears exactly one
+outcome either way, and the log has one WARNING when the outage starts and one
+when it ends, with no traceback. Before: 5 failed tries ended the bind with
+"the conductor died or failed each time" (and a traceback each), and an
+outage longer than that left it BindStarted forever.
+
+The outage is forced deterministically: a Placement client that refuses the
+next N calls, and the database refusing connections at the engine level
+(tests.support.db_outage). The deadline uses an injected clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from sqlalchemy import select
+
+from acceld.conductor.binding import MAX_BIND_ATTEMPTS, BindWorker
+from acceld.conductor.placement_checks import BindPlacementCheck
+from acceld.db.models import bind_jobs, utcnow
+from tests.conftest import make_conf
+from tests.support import inventory
+from tests.support.binds import (FlakyPlacement, RecordingNotifier, arq_state, make_jobs_due,
+                                 request_binds)
+from tests.support.db_outage import outage
+
+HOST = "outage-node"
+
+
+class Clock:
+    """utcnow, moved forward by the test."""
+
+    def __init__(self) -> None:
+        self.offset = dt.timedelta()
+
+    def __call__(self) -> dt.datetime:
+        return utcnow() + self.offset
+
+
+def _setup(db, tmp_path, failures):  # type: ignore[no-untyped-def]
+    conf = make_conf(str(tmp_path))
+    fpga = inventory.add_fpga(db, hostname=HOST, handles=2)
+    rp = fpga["deployable"]["rp_uuid"]
+    placement = FlakyPlacement(HOST, rp, failures)
+    notifier = RecordingNotifier()
+    clock = Clock()
+    worker = BindWorker(conf, db, notifier=notifier, clock=clock)
+    worker.placement = BindPlacementCheck(conf, client=placement)
+    [(instance, [arq])] = request_binds(conf, db, [(HOST, rp)])
+    return conf, worker, placement, notifier, clock, instance, arq
+
+
+def _messages(caplog, words: str) -> list[logging.LogRecord]:  # type: ignore[no-untyped-def]
+    return [r for r in caplog.records if words in r.getMessage()]
+
+
+def test_placement_outage_longer_than_the_attempt_budget_is_waited_out(db, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    failures = 3 * MAX_BIND_ATTEMPTS
+    conf, worker, placement, notifier, _, instance, arq = _setup(db, tmp_path, failures)
+    passes = 0
+    while arq_state(db, arq)[0] == "BindStarted" and passes < 4 * failures:
+        worker.run_once()
+        make_jobs_due(db)
+        passes += 1
+    assert placement.refused == failures
+    assert arq_state(db, arq) == ("Bound", None)
+    assert [(s.server_uuid, s.arq_uuid, s.status) for s in notifier.sent] == [
+        (instance, arq, "completed")]
+    outage_logs = _messages(caplog, "Placement is ")
+    assert [(r.levelname, "again" in r.getMessage()) for r in outage_logs] == [
+        ("WARNING", False), ("WARNING", True)], [r.getMessage() for r in outage_logs]
+    assert [r for r in caplog.records if r.exc_info] == []
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    with db.read() as conn:
+        assert conn.execute(select(bind_jobs.c.id)).all() == []
+
+
+def test_outage_past_bind_timeout_fails_the_bind_naming_placement(db, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    conf, worker, placement, notifier, clock, instance, arq = _setup(db, tmp_path, None)
+    timeout = conf.conductor.bind_timeout
+    assert 0 < timeout < 300  # below Nova's default arq_binding_timeout
+    for _ in range(2 * MAX_BIND_ATTEMPTS):  # more tries than the budget, within the deadline
+        worker.run_once()
+        make_jobs_due(db)
+    assert arq_state(db, arq) == ("BindStarted", None)
+    assert notifier.sent == []
+    clock.offset = dt.timedelta(seconds=timeout + 1)
+    worker.run_once()
+    state, reason = arq_state(db, arq)
+    assert state == "BindFailed"
+    assert "Placement" in reason and "bind_timeout" in reason and "unreachable" in reason
+    assert "conductor died" not in reason
+    worker.run_once()
+    assert [(s.server_uuid, s.arq_uuid, s.status) for s in notifier.sent] == [
+        (instance, arq, "failed")]
+    assert len(_messages(caplog, "Placement is unavailable")) == 1
+    assert [r for r in caplog.records if r.exc_info] == []
+
+
+def test_deadline_wait_is_capped_backoff_not_a_busy_loop(db, tmp_path):
+    conf, worker, placement, notifier, clock, instance, arq = _setup(db, tmp_path, None)
+    delays = []
+    for _ in range(8):
+        worker.run_once()
+        with db.read() as conn:
+            expires = conn.execute(select(bind_jobs.c.lease_expires_at)).scalar_one()
+        delays.append((expires - clock()).total_seconds())
+        make_jobs_due(db)
+    assert all(d > 0.5 for d in delays), delays  # never retried at once
+    assert max(delays) <= 30.5, delays  # capped
+    with db.read() as conn:
+        attempts = conn.execute(select(bind_jobs.c.attempts)).scalar_one()
+    assert attempts <= 1  # waiting is not trying: the attempt budget is untouched
+
+
+def test_database_outage_mid_bind_resumes_as_soon_as_it_is_back(db, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    conf, worker, placement, notifier, _, instance, arq = _setup(db, tmp_path, 0)
+    assert conf.conductor.bind_lease_seconds >= 60
+    checks = worker.placement.before
+
+    with outage(db) as down:
+        def database_goes_away(*args, **kwargs):  # type: ignore[no-untyped-def]
+            down.start()  # after the claim, before the bind transaction
+            return checks(*args, **kwargs)
+
+        worker.placement.before = database_goes_away
+        worker.run_once()
+        assert down.refused >= 1
+        worker.placement.before = checks
+        down.stop()
+    # The database is back: the claimed job is taken up now, not after its 60 s lease.
+    worker.run_once()
+    assert arq_state(db, arq) == ("Bound", None)
+    assert [(s.arq_uuid, s.status) for s in notifier.sent] == [(arq, "completed")]
+    logs = _messages(caplog, "The database is ")
+    assert [(r.levelname, "again" in r.getMessage()) for r in logs] == [
+        ("WARNING", False), ("WARNING", True)], [r.getMessage() for r in logs]
+    assert [r for r in caplog.records if r.exc_info] == []
