@@ -21,6 +21,7 @@ from acceld.clients.conductor import ConductorClient
 from acceld.conductor.programming import Programmer, ProgrammingComponent
 from acceld.db.models import agents, deployables
 from acceld.drivers.fake import FakeDriver
+from acceld.internal import auth
 from acceld.internal.server import InternalServer, build_app as internal_app
 from tests.helpers import ADMIN
 from tests.support import inventory
@@ -41,11 +42,13 @@ class Chain:
         self.fake = FakeDriver(conf, HOST)
         self.drivers = drivers if drivers is not None else {"fake": self.fake}
         self.agent_routes = Programming(conf, self.drivers.get, source)
-        self.agent = InternalServer(internal_app(SECRET, 60, self.agent_routes.routes()),
+        self.agent = InternalServer(internal_app(SECRET, 60, self.agent_routes.routes(),
+                                                 destination=auth.agent_destination(HOST)),
                                     "127.0.0.1", 0).start()
         self.component = ProgrammingComponent(conf, db)
         self.component.programmer = Programmer(conf, db, SECRET)
-        self.conductor = InternalServer(internal_app(SECRET, 60, self.component.routes()),
+        self.conductor = InternalServer(internal_app(SECRET, 60, self.component.routes(),
+                                                     destination=auth.CONDUCTOR),
                                         "127.0.0.1", 0).start()
         self.client = testing.TestClient(build_app(
             conf, db, ConductorClient(self.conductor.url, SECRET)))
