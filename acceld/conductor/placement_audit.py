@@ -160,12 +160,12 @@ def audit_host(sync: PlacementSync, hostname: str, result: AuditResult) -> None:
                             result)
         for provider in leftovers:
             _audit_leftover(sync, provider, hostname, provider.uuid in known, drift, done)
-    finally:
+    finally:  # keep what was written, even when Placement went away half-way
         if done:
             sync._record(done, [], hostname)
-        if drift:
-            result.repaired[hostname] = drift
-            LOG.info("Placement drift repaired on host %s: %s", hostname, "; ".join(drift))
+    if drift:  # (cut short, the host is audited again when Placement is back)
+        result.repaired[hostname] = drift
+        LOG.info("Placement drift repaired on host %s: %s", hostname, "; ".join(drift))
 
 
 def _audit_provider(sync: PlacementSync, want: DesiredProvider, provider: pl.Provider | None,
@@ -204,7 +204,6 @@ def _audit_provider(sync: PlacementSync, want: DesiredProvider, provider: pl.Pro
                              f"{_trait_text(traits, set(want.traits))}")
                 generation = client.set_traits(want.rp_uuid, want.traits, generation)
     except pl.PlacementUnavailable:
-        drift.extend(found)
         raise
     except pl.PlacementError as exc:
         LOG.error("Placement refused the repair of provider %s (%s); the next full sync "
