@@ -178,6 +178,15 @@ def _internal_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
 EXTRA_COMMANDS.append(_internal_commands)
 
 
+def _host_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
+    from acceld.services import host_cli  # host delete NAME [--force]
+
+    host_cli.register(sub, common)
+
+
+EXTRA_COMMANDS.append(_host_commands)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)

@@ -24,7 +24,8 @@ VERSIONS: list[tuple[str, str]] = [
     ("2.4", "acceld: ARQs show bind_failure_reason; devices show status_reason and acc_status; "
             "GET /hosts lists agents and their liveness."),
     ("2.5", "acceld: ARQ lists are paginated (limit, marker); a deployable program can be "
-            "started asynchronously (202) and followed on the deployable."),
+            "started asynchronously (202) and followed on the deployable; DELETE "
+            "/hosts/{hostname} retires a host."),
 ]
 
 

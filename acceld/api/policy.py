@@ -175,6 +175,9 @@ API_RULES = [
     # acceld's own (microversion 2.4).
     _op("acceld:host:get_all", _ADMIN, [("GET", "/v2/hosts")],
         "List agents and their liveness."),
+    # acceld 2.5.
+    _op("acceld:host:delete", _ADMIN, [("DELETE", "/v2/hosts/{hostname}")],
+        "Retire a host: remove its inventory, agent and Placement providers."),
 ]
 
 RULES = BASE_RULES + LEGACY_RULES + API_RULES

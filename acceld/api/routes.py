@@ -58,9 +58,9 @@ ROUTES: dict[str, dict[str, Handler]] = {
         "GET": attributes.show_attribute,
         "DELETE": attributes.delete_attribute,
     },
-    # acceld 2.4: node agents and their liveness (admin only; 404 below 2.4).
+    # acceld 2.4: node agents and their liveness (admin only; 404 below 2.4); 2.5: retire one.
     "/v2/hosts": {"GET": hosts.list_hosts},
-    "/v2/hosts/{hostname}": {"GET": hosts.show_host},
+    "/v2/hosts/{hostname}": {"GET": hosts.show_host, "DELETE": hosts.delete_host},
 }
 
 PREFIXES = ("", "/accelerator")

@@ -164,6 +164,9 @@ CASES: list[Case] = [
     # No agent reported in this world: the admin passes policy and learns the host is unknown.
     Case("/v2/hosts/{hostname}", "GET", "acceld:host:get_all", ADMIN_ONLY, 404,
          lambda w: "/no-such-host", headers={"OpenStack-API-Version": "accelerator 2.4"}),
+    # 2.5: retiring node1 (no agent, no ARQ bound there) removes its inventory.
+    Case("/v2/hosts/{hostname}", "DELETE", "acceld:host:delete", ADMIN_ONLY, 204,
+         lambda w: "/node1", headers={"OpenStack-API-Version": "accelerator 2.5"}),
     # ARQs: project data. Another project's ARQ is answered 404, never 403.
     Case(ARQ, "GET", "cyborg:arq:get_all", READER_OR_ADMIN, 200),
     Case(ARQ, "POST", "cyborg:arq:create", MEMBER_OR_SERVICE, 201,

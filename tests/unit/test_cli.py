@@ -89,3 +89,50 @@ def test_service_commands_exist(args):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(args)
     assert exit_info.value.code == 0
+
+
+def test_host_delete_retires_a_host(tmp_path):
+    """`acceld host delete`: refused while the agent is up, forced or once down it removes
+    the host; an unknown host says so. Exit statuses 1 (refused), 0 (done), 2 (unknown)."""
+    import datetime as dt
+
+    from sqlalchemy import func, insert, select, update
+
+    from acceld.db.models import agents, devices, placement_sync, utcnow
+    from tests.support.inventory import add_attach_handles, add_deployable, add_device
+
+    state = str(tmp_path / "state")
+    assert run_cli("db", "upgrade", "--state-path", state).returncode == 0
+    db = Database(f"sqlite:///{state}/acceld.sqlite")
+    with db.write() as conn:
+        conn.execute(insert(agents).values(hostname="cn-7", endpoint="cn-7:6668", state="up",
+                                           heartbeat_interval=10,
+                                           last_seen_at=utcnow() - dt.timedelta(seconds=5)))
+        for host in ("cn-7", "cn-8"):
+            dev = add_device(conn, hostname=host)
+            add_attach_handles(conn, add_deployable(conn, dev["id"], name=f"{host}_x")["id"], 3)
+
+    refused = run_cli("host", "delete", "cn-7", "--state-path", state)
+    assert refused.returncode == 1
+    assert "The agent of host cn-7 is up" in refused.stderr and "force" in refused.stderr
+
+    with db.write() as conn:
+        conn.execute(update(agents).values(state="down"))
+    done = run_cli("host", "delete", "cn-7", "--state-path", state)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Host cn-7 retired: agent record, 1 device(s), "
+                                  "1 deployable(s), 3 attach handle(s) and 0 queued "
+                                  "release(s) removed.\n1 Placement provider(s)"), done.stdout
+    with db.read() as conn:
+        assert conn.scalars(select(devices.c.hostname)).all() == ["cn-8"]
+        assert conn.execute(select(func.count()).select_from(agents)).scalar_one() == 0
+        assert conn.scalars(select(placement_sync.c.hostname).where(
+            placement_sync.c.dirty.is_(True))).all() == ["cn-7"]
+
+    with db.write() as conn:
+        conn.execute(placement_sync.delete())
+    unknown = run_cli("host", "delete", "cn-7", "--state-path", state)
+    assert unknown.returncode == 2 and "Host cn-7 is unknown" in unknown.stderr
+    forced = run_cli("host", "delete", "cn-8", "--force", "--state-path", state)
+    assert forced.returncode == 0 and "Host cn-8 retired: 1 device(s)" in forced.stdout
+    db.dispose()
