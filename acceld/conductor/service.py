@@ -97,8 +97,13 @@ class Conductor:
                     task.run()
                 else:
                     self._run_exclusive(task)
-            except Exception:  # noqa: BLE001 - a failing task must not stop the others
-                LOG.exception("Periodic task %s failed", task.name)
+            except Exception as exc:  # noqa: BLE001 - a failing task must not stop the others
+                outage = getattr(self.db, "outage", None)
+                if outage is not None and outage.is_outage(exc):
+                    # Logged once for the whole outage (and once when it ends), not per pass.
+                    outage.down(exc, "periodic tasks retry at their intervals")
+                else:
+                    LOG.exception("Periodic task %s failed", task.name)
             self._stop.wait(max(0.0, task.interval - (time.monotonic() - started)))
         if task.exclusive:
             self._give_back(task.name)

@@ -34,13 +34,14 @@ HOST = "outage-node"
 
 
 class Clock:
-    """utcnow, moved forward by the test."""
+    """utcnow (or ``base`` when set), moved forward by the test."""
 
     def __init__(self) -> None:
         self.offset = dt.timedelta()
+        self.base: dt.datetime | None = None
 
     def __call__(self) -> dt.datetime:
-        return utcnow() + self.offset
+        return (self.base or utcnow()) + self.offset
 
 
 def _setup(db, tmp_path, failures):  # type: ignore[no-untyped-def]
@@ -107,18 +108,23 @@ def test_outage_past_bind_timeout_fails_the_bind_naming_placement(db, tmp_path, 
 
 def test_deadline_wait_is_capped_backoff_not_a_busy_loop(db, tmp_path):
     conf, worker, placement, notifier, clock, instance, arq = _setup(db, tmp_path, None)
+    timeout = conf.conductor.bind_timeout
+    with db.read() as conn:
+        clock.base = conn.execute(select(bind_jobs.c.created_at)).scalar_one()
     delays = []
-    for _ in range(8):
+    for age in (0, 8, 40, 120, timeout - 5, timeout - 0.5):  # seconds since the bind was asked
+        clock.offset = dt.timedelta(seconds=age)
         worker.run_once()
         with db.read() as conn:
             expires = conn.execute(select(bind_jobs.c.lease_expires_at)).scalar_one()
-        delays.append((expires - clock()).total_seconds())
+        delays.append(round((expires - utcnow()).total_seconds()))
         make_jobs_due(db)
-    assert all(d > 0.5 for d in delays), delays  # never retried at once
-    assert max(delays) <= 30.5, delays  # capped
+    # A quarter of the bind's age, at least 1 s and at most 10 s, never past the deadline.
+    assert delays == [1, 2, 10, 10, 5, 0], delays
+    assert arq_state(db, arq)[0] == "BindStarted"
     with db.read() as conn:
         attempts = conn.execute(select(bind_jobs.c.attempts)).scalar_one()
-    assert attempts <= 1  # waiting is not trying: the attempt budget is untouched
+    assert attempts == 0  # waiting is not trying: the attempt budget is untouched
 
 
 def test_database_outage_mid_bind_resumes_as_soon_as_it_is_back(db, tmp_path, caplog):
