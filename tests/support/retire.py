@@ -84,9 +84,9 @@ class HostRig:
             done += count
         return done
 
-    def bind(self, host: str | None = None) -> tuple[str, str]:
+    def bind(self, host: str | None = None, instance: str | None = None) -> tuple[str, str]:
         """A Bound ARQ (its agent must be up to bind): (arq uuid, instance uuid)."""
-        made = self.start_bind(host=host)
+        made = self.start_bind(instance=instance, host=host)
         self.run_binds()
         assert self.arq(made[0])["state"] == "Bound", self.arq(made[0])
         return made
