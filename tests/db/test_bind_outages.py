@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
+
+import pytest
 
 from sqlalchemy import select
 
@@ -26,8 +29,8 @@ from acceld.conductor.placement_checks import BindPlacementCheck
 from acceld.db.models import bind_jobs, utcnow
 from tests.conftest import make_conf
 from tests.support import inventory
-from tests.support.binds import (FlakyPlacement, RecordingNotifier, arq_state, make_jobs_due,
-                                 request_binds)
+from tests.support.binds import (FlakyPlacement, FlakyProgrammer, RecordingNotifier, arq_state,
+                                 make_jobs_due, request_binds)
 from tests.support.db_outage import outage
 
 HOST = "outage-node"
@@ -127,6 +130,39 @@ def test_deadline_wait_is_capped_backoff_not_a_busy_loop(db, tmp_path):
     assert attempts == 0  # waiting is not trying: the attempt budget is untouched
 
 
+@pytest.mark.parametrize("message, what", [
+    ("Glance could not be reached: Unable to establish connection to http://127.0.0.1:1",
+     "The image service"),
+    ("The agent of host outage-node could not be reached: ConnectionError.",
+     "The agent of host outage-node"),
+])
+def test_program_outage_is_waited_out(db, tmp_path, caplog, message, what):
+    """The agent, or the image service it downloads from, is away while the bind's
+    profile asks for a bitstream: the bind waits, then programs and binds."""
+    caplog.set_level(logging.INFO)
+    conf = make_conf(str(tmp_path))
+    fpga = inventory.add_fpga(db, hostname=HOST, handles=1)
+    programmer = FlakyProgrammer(db, 2 * MAX_BIND_ATTEMPTS, message)
+    notifier = RecordingNotifier()
+    worker = BindWorker(conf, db, notifier=notifier)
+    worker.programming.programmer = programmer  # type: ignore[assignment]
+    image = str(uuid.uuid4())
+    [(instance, [arq])] = request_binds(conf, db, [(HOST, fpga["deployable"]["rp_uuid"])],
+                                        group={"accel:bitstream_id": image})
+    for _ in range(4 * MAX_BIND_ATTEMPTS):
+        if arq_state(db, arq)[0] != "BindStarted":
+            break
+        worker.run_once()
+        make_jobs_due(db)
+    assert arq_state(db, arq) == ("Bound", None)
+    assert programmer.programs == 1
+    assert [(s.arq_uuid, s.status) for s in notifier.sent] == [(arq, "completed")]
+    logs = _messages(caplog, f"{what} is ")
+    assert [(r.levelname, "again" in r.getMessage()) for r in logs] == [
+        ("WARNING", False), ("WARNING", True)], [r.getMessage() for r in logs]
+    assert [r for r in caplog.records if r.exc_info] == []
+
+
 def test_database_outage_mid_bind_resumes_as_soon_as_it_is_back(db, tmp_path, caplog):
     caplog.set_level(logging.INFO)
     conf, worker, placement, notifier, _, instance, arq = _setup(db, tmp_path, 0)
@@ -148,6 +184,35 @@ def test_database_outage_mid_bind_resumes_as_soon_as_it_is_back(db, tmp_path, ca
     assert arq_state(db, arq) == ("Bound", None)
     assert [(s.arq_uuid, s.status) for s in notifier.sent] == [(arq, "completed")]
     logs = _messages(caplog, "The database is ")
+    assert [(r.levelname, "again" in r.getMessage()) for r in logs] == [
+        ("WARNING", False), ("WARNING", True)], [r.getMessage() for r in logs]
+    assert [r for r in caplog.records if r.exc_info] == []
+
+
+def test_agent_outage_during_prepare_is_waited_out(db, tmp_path, caplog):
+    """The node's agent is away when an mdev handle must be prepared: the bind holds the
+    handle and waits; once the agent is back the handle is prepared and the ARQ Bound."""
+    from tests.unit.test_attach_handles import HOST as NODE, Node
+
+    caplog.set_level(logging.INFO)
+    node = Node(tmp_path, db)  # its agent is not started: connections are refused
+    notifier = RecordingNotifier()
+    worker = BindWorker(node.conf, db, notifier=notifier)
+    arq = node.start_bind()
+    try:
+        for _ in range(2 * MAX_BIND_ATTEMPTS):
+            worker.run_once()
+            make_jobs_due(db)
+        assert arq_state(db, arq) == ("BindStarted", None)
+        assert len(node.in_use()) == 1  # held while waiting
+        node.start_agent()
+        worker.run_once()
+    finally:
+        node.stop_agent()
+    assert arq_state(db, arq) == ("Bound", None)
+    assert len(node.prepared()) == 1
+    assert [(s.arq_uuid, s.status) for s in notifier.sent] == [(arq, "completed")]
+    logs = _messages(caplog, f"The agent of host {NODE} is ")
     assert [(r.levelname, "again" in r.getMessage()) for r in logs] == [
         ("WARNING", False), ("WARNING", True)], [r.getMessage() for r in logs]
     assert [r for r in caplog.records if r.exc_info] == []

@@ -14,6 +14,8 @@ from sqlalchemy import select, update
 from acceld.api.app import build_app
 from acceld.clients import nova
 from acceld.clients import placement as pl
+from acceld.conductor.programming import ProgramError
+from acceld.db.models import deployables
 from acceld.db.models import accelerator_requests, bind_jobs
 from tests.helpers import ADMIN, SERVICE
 
@@ -21,13 +23,14 @@ ARQS = "/accelerator/v2/accelerator_requests"
 
 
 def request_binds(conf, db, targets: list[tuple[str, str]], arqs_per_instance: int = 1,  # type: ignore[no-untyped-def]
-                  profile: str | None = None) -> list[tuple[str, list[str]]]:
-    """For each ``(hostname, rp_uuid)``: one instance with ``arqs_per_instance`` ARQs,
-    bind asked for (jobs pending). Returns ``[(instance_uuid, [arq uuid, ...]), ...]``."""
+                  group: dict[str, str] | None = None) -> list[tuple[str, list[str]]]:
+    """For each ``(hostname, rp_uuid)``: one instance with ``arqs_per_instance`` ARQs (of a
+    one-group profile, plus ``group``'s keys), bind asked for (jobs pending).
+    Returns ``[(instance_uuid, [arq uuid, ...]), ...]``."""
     client = testing.TestClient(build_app(conf, db))
-    name = profile or f"dp-{uuid.uuid4().hex[:8]}"
+    name = f"dp-{uuid.uuid4().hex[:8]}"
     assert client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
-        {"name": name, "groups": [{"resources:FPGA": str(arqs_per_instance)}]}]
+        {"name": name, "groups": [{"resources:FPGA": str(arqs_per_instance), **(group or {})}]}]
     ).status_code == 201
     made = []
     for hostname, rp_uuid in targets:
@@ -131,3 +134,26 @@ class FlakyPlacement:
     def consumer_allocations(self, consumer: str) -> dict[str, dict[str, int]]:
         self._call()
         return {self.rp_uuid: {"FPGA": 1}}
+
+
+class FlakyProgrammer:
+    """The conductor's programmer as binding uses it: the next ``failures`` programs answer
+    503 with ``message`` (what an agent says when it, or the image service behind it, is
+    away), then each program succeeds and is recorded as the real one records it."""
+
+    def __init__(self, db, failures: int, message: str) -> None:  # type: ignore[no-untyped-def]
+        self.db = db
+        self.failures = failures
+        self.message = message
+        self.programs = 0
+
+    def program(self, deployable_uuid: str, kind: str, *, image_id: str | None = None,
+                function_id: str | None = None, precheck=None) -> str:  # type: ignore[no-untyped-def]
+        if self.failures > 0:
+            self.failures -= 1
+            raise ProgramError(503, self.message)
+        self.programs += 1
+        with self.db.write() as conn:
+            conn.execute(update(deployables).where(deployables.c.uuid == deployable_uuid)
+                         .values(bitstream_id=image_id))
+        return str(image_id)
