@@ -19,12 +19,14 @@ from __future__ import annotations
 import threading
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from acceld.conductor.attach import AttachError
 from acceld.conductor.binding import BindWorker
 from acceld.conductor.handle_release import ReleaseWorker
-from acceld.db.models import bind_jobs
+from acceld.db import handle_releases
+from acceld.db.models import attach_handles, bind_jobs
+from tests.support.interleave import Background
 from tests.unit.test_attach_handles import Node, after_bind_timeout, mdev_uuid
 
 
@@ -201,4 +203,29 @@ def test_a_first_prepare_refused_by_the_driver_still_frees_at_once(node):
     node.write_spec(handles=1, fail=["prepare"])
     arq = node.arq(node.bind())
     assert arq["state"] == "BindFailed"
+    assert_clean(node)
+
+
+def test_release_finishing_while_the_prepare_is_reclaimed_never_deadlocks(node):
+    """The bind's reclaim holds the handle (its first lock) when the release worker finishes
+    the same handle. A finish that took the release row first and then waited for the
+    handle would close a lock cycle with the reclaim (handle, then release row): one of them
+    would die as a deadlock victim. Both lock the handle first, so the finish waits, then
+    finds its claim void (the release is re-armed) and frees nothing."""
+    arq_uuid = node.bind()
+    [held] = node.in_use()
+    node.unbind(arq_uuid)
+    [claimed] = handle_releases.claim(node.db, "release-claim", 1, 60)
+    with node.db.write() as conn:
+        conn.execute(select(attach_handles.c.id).where(
+            attach_handles.c.id == claimed.attach_handle_id).with_for_update())
+        finishing = Background(node.db, lambda: handle_releases.finish(
+            node.db, claimed.id, claimed.attach_handle_id, "release-claim"), "finish")
+        assert finishing.finished_or_blocked() == "blocked"
+        assert handle_releases.reclaim(conn, claimed.attach_handle_id) == "rearmed"
+    assert finishing.join() is False
+    [row] = node.queue()
+    assert row.lease_owner is None and row.lease_expires_at is None  # due again at once
+    assert node.in_use() == [held]
+    assert node.release_all() == 1
     assert_clean(node)
