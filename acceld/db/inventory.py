@@ -373,8 +373,19 @@ def _in_use_now(conn: Connection, device_id: int, dep_ids: list[int]) -> bool:
 
 def _remove_deployable(conn: Connection, row: Any, node: _Node, changes: Changes) -> None:
     if _in_use(node, [row.id]) or _in_use_now(conn, row.device_id, [row.id]):
-        LOG.warning("Deployable %s is no longer reported but one of its attach handles is in "
-                    "use; kept until released", row.name)
+        # Kept for its users, but its free handles are gone from the node: no new bind may
+        # take one. The device lock (taken again if the read alone decided) makes a bind that
+        # has not taken its handle yet wait, then find none.
+        conn.execute(select(devices.c.id).where(devices.c.id == row.device_id)
+                     .with_for_update())
+        freed = conn.execute(delete(attach_handles).where(
+            attach_handles.c.deployable_id == row.id,
+            attach_handles.c.in_use == false())).rowcount
+        changes.removed += freed
+        if freed:
+            LOG.warning("Deployable %s is no longer reported but one of its attach handles is "
+                        "in use; kept until released, its %d free handles removed", row.name,
+                        freed)
         return
     conn.execute(delete(attributes).where(attributes.c.deployable_id == row.id))
     conn.execute(delete(attach_handles).where(attach_handles.c.deployable_id == row.id))

@@ -193,6 +193,25 @@ def test_in_use_handle_that_disappears_is_kept(db, fake_conf):
     assert count(db, attach_handles, attach_handles.c.in_use.is_(True)) == 1
 
 
+def test_deployable_that_disappears_while_in_use_keeps_only_its_used_handles(db, fake_conf):
+    """Its device is still reported, so nothing refuses binds to it: its free handles go at
+    once (no new bind gets hardware the node no longer has); the rest once released."""
+    records = fake_records(fake_conf, handles=4)
+    reconcile(db, records)
+    _take_handle(db)
+    records[0].deployables = []
+    changes = reconcile(db, records)
+    assert changes.removed == 3
+    assert count(db, deployables) == 1
+    assert count(db, attach_handles) == 1
+    assert count(db, attach_handles, attach_handles.c.in_use.is_(True)) == 1
+    with db.write() as conn:
+        conn.execute(update(attach_handles).values(in_use=False))
+    reconcile(db, records)
+    assert count(db, deployables) == 0 and count(db, attach_handles) == 0
+    assert count(db, devices) == 1
+
+
 def test_hardware_not_ready_is_recorded_with_its_reason(db, fake_conf, tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps([{"type": "FPGA", "acc_status": "setup_required",
