@@ -10,7 +10,8 @@ Rows in use are never pulled from under an instance: a device that
 disappears while one of its attach handles is in use stays, ``maintaining``
 and ``vanished`` with a reason, until the handle is released; a later
 reconcile then removes it. The same holds for a deployable or a handle that
-disappears while in use.
+disappears while in use (a deployable kept so loses its free handles at once:
+no new bind may take hardware the node no longer has).
 
 The diff is computed from a read, and a bind on another connection may take
 a handle between that read and the writes (PostgreSQL and MariaDB run both at
