@@ -66,6 +66,7 @@ class Background:
         self.wants_write_lock = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(fn,), name=name, daemon=True)
         if db.is_sqlite:
+            self._patched_over = db.__dict__.get("write")  # another Background's, if any
             self._real_write = db.write
             db.write = self._write  # type: ignore[method-assign]
         self._thread.start()
@@ -110,7 +111,10 @@ class Background:
         if not self.done.wait(DEADLINE):
             raise AssertionError(f"{self._thread.name} did not finish within {DEADLINE} s")
         if self.db.is_sqlite:
-            del self.db.write  # the class's method again
+            if self._patched_over is None:
+                del self.db.write  # the class's method again
+            else:
+                self.db.write = self._patched_over  # type: ignore[method-assign]
         if self.error is not None:
             raise self.error
         return self.result
