@@ -16,6 +16,13 @@ This worker bounds both:
 
 Every read on the connection goes through :class:`DeadlineSocket`, which gives
 the underlying ``recv`` only the time left before the current deadline.
+
+gthread also closes a finished connection "gracefully" on its main thread:
+it half-closes and then waits up to 2 s for the client's FIN, during which the
+worker accepts and dispatches nothing. A client that never closes its end
+would stall the whole worker 2 s per connection; here that wait (the linger)
+happens in the selector instead, and a connection dropped for a deadline is
+closed at once.
 It relies on gunicorn 27's ``gthread`` internals (``TConn``, the pending-connection
 queue), hence the version pin in pyproject.toml.
 """
@@ -26,11 +33,14 @@ import errno
 import logging
 import selectors
 import socket
+import ssl
 import time
+from collections import deque
 from functools import partial
 from typing import Any
 
 import falcon
+from gunicorn import util
 from gunicorn.http.errors import NoMoreData
 from gunicorn.workers import gthread
 
@@ -39,6 +49,11 @@ LOG = logging.getLogger(__name__)
 # Where a connection stands: what its deadline is for.
 HEADERS = "headers"
 BODY = "body"
+
+# As gunicorn's close_graceful: how long a closed connection waits for the client's FIN,
+# and how much it reads meanwhile.
+LINGER_SECONDS = 2.0
+LINGER_MAX_BYTES = 65536
 
 
 class HeaderTimeout(NoMoreData):
@@ -87,10 +102,14 @@ class DeadlineConn(gthread.TConn):
     """A connection that knows which deadline its reads are under."""
 
     def __init__(self, cfg, sock, client, server, *, header_timeout: float,  # type: ignore[no-untyped-def]
-                 body_timeout: float) -> None:
+                 body_timeout: float, linger=None) -> None:
         super().__init__(cfg, sock, client, server)
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout
+        self.linger = linger  # takes over a graceful close, in the worker's selector
+        self.aborted = False  # dropped for a deadline: close at once, no linger
+        self.linger_until = 0.0
+        self.drained = 0
         self.phase = HEADERS
         self.timed_out = False  # the body deadline passed: close after the 408
         # A new connection's header deadline runs from the accept.
@@ -102,13 +121,24 @@ class DeadlineConn(gthread.TConn):
         if self.cfg.is_ssl:
             # The TLS handshake reads too: bound each of its reads by what is left.
             self.sock = _HandshakeSocket(self.sock, self)
-        super().init()
+        try:
+            super().init()
+        except (socket.timeout, TimeoutError):
+            raise self.expired() from None
         if self.cfg.is_ssl:
             self.sock.settimeout(None)
         if self.parser is not None and hasattr(self.parser, "unreader"):
             unreader = self.parser.unreader
             if hasattr(unreader, "sock"):
                 unreader.sock = DeadlineSocket(unreader.sock, self)
+
+    def close(self, graceful: bool = False) -> None:
+        if not graceful or self.aborted:
+            util.close(self.sock)
+        elif self.linger is not None:
+            self.linger(self)
+        else:
+            super().close(graceful=True)  # gunicorn's own: blocks while it lingers
 
     def start_headers(self) -> None:
         """A kept-alive connection's next request: a fresh header budget from now."""
@@ -129,6 +159,7 @@ class DeadlineConn(gthread.TConn):
             LOG.info("Closing the connection from %s: its request headers did not arrive "
                      "within %g s ([api] client_header_timeout).", _peer(self.client),
                      self.header_timeout)
+            self.aborted = True
             return HeaderTimeout()
         LOG.info("Answering 408 to %s: its request body did not arrive within %g s "
                  "([api] client_body_timeout).", _peer(self.client), self.body_timeout)
@@ -169,6 +200,10 @@ class DeadlineWorker(gthread.ThreadWorker):
     header_timeout: float = 10.0
     body_timeout: float = 30.0
 
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.lingering: deque[DeadlineConn] = deque()  # by linger_until (all wait as long)
+
     def accept(self, listener) -> None:  # type: ignore[no-untyped-def]
         """Accept, then wait in the selector (no thread) for the first request byte."""
         try:
@@ -179,11 +214,56 @@ class DeadlineWorker(gthread.ThreadWorker):
             return
         self.nr_conns += 1
         conn = DeadlineConn(self.cfg, client_sock, client_addr, listener.getsockname(),
-                            header_timeout=self.header_timeout, body_timeout=self.body_timeout)
+                            header_timeout=self.header_timeout, body_timeout=self.body_timeout,
+                            linger=self.linger)
         conn.timeout = conn.deadline  # murder_pending closes it if no byte came by then
         self.pending_conns.append(conn)
         self.poller.register(conn.sock, selectors.EVENT_READ,
                              partial(self.on_pending_socket_readable, conn))
+
+    def linger(self, conn: DeadlineConn) -> None:
+        """Half-close, then wait for the client's FIN in the selector (not blocking)."""
+        sock = conn.sock
+        try:
+            sock.shutdown(socket.SHUT_WR)
+            sock.setblocking(False)
+            conn.linger_until = time.monotonic() + LINGER_SECONDS
+            self.poller.register(sock, selectors.EVENT_READ,
+                                 partial(self._on_lingering_readable, conn))
+        except (OSError, ValueError):
+            util.close(sock)
+            return
+        self.lingering.append(conn)
+
+    def _on_lingering_readable(self, conn: DeadlineConn, _sock) -> None:  # type: ignore[no-untyped-def]
+        try:
+            data = conn.sock.recv(4096)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return
+        except OSError:
+            data = b""
+        conn.drained += len(data)
+        if not data or conn.drained >= LINGER_MAX_BYTES:
+            self._end_linger(conn)
+
+    def _end_linger(self, conn: DeadlineConn) -> None:
+        try:
+            self.poller.unregister(conn.sock)
+        except (OSError, KeyError, ValueError):
+            pass
+        try:
+            self.lingering.remove(conn)
+        except ValueError:
+            pass
+        util.close(conn.sock)
+
+    def murder_pending(self) -> None:
+        """gthread's sweep of connections waiting for a first byte, plus the lingering
+        ones whose time is up (the run loop calls this about once a second)."""
+        super().murder_pending()
+        now = time.monotonic()
+        while self.lingering and self.lingering[0].linger_until <= now:
+            self._end_linger(self.lingering[0])
 
     def handle(self, conn):  # type: ignore[no-untyped-def]
         if isinstance(conn, DeadlineConn):

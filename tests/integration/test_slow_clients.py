@@ -141,3 +141,25 @@ def test_kept_alive_connections_still_serve_requests(aio):
     with requests.Session() as session:
         for _ in range(3):
             assert session.get(aio.url, timeout=5).status_code == 200
+
+
+def test_clients_that_never_close_do_not_stall_the_workers(aio):
+    """Answered with Connection: close, a client that keeps its end open is waited for
+    (up to 2 s, as gunicorn does) without holding up the worker's other connections."""
+    host, port = _address(aio)
+    lingering = []
+    try:
+        for _ in range(6):
+            sock = _connect(aio)
+            sock.sendall(f"GET /accelerator/v2 HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                         "Connection: close\r\n\r\n".encode())
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += sock.recv(4096)
+            assert received.startswith(b"HTTP/1.1 200 ")
+            lingering.append(sock)  # read the answer, never close
+        for _ in range(3):
+            assert _timed_get(aio) < 1.0
+    finally:
+        for sock in lingering:
+            sock.close()
