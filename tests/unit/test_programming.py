@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from acceld.agent import images
 from acceld.agent.programming import Programming
@@ -288,3 +288,47 @@ def test_agent_refuses_malformed_requests(tmp_path, bitstreams, request_body, wo
 
 def test_image_source_is_chosen_by_config(tmp_path):
     assert isinstance(images.from_config(make_conf(str(tmp_path))), images.NoSource)
+
+
+# Microversion 2.5: programs started asynchronously (202) and followed on the deployable.
+
+V25 = {"OpenStack-API-Version": "accelerator 2.5"}
+
+
+def _patch_25(chain, body):  # type: ignore[no-untyped-def]
+    from tests.helpers import ADMIN
+
+    return chain.client.simulate_patch(
+        f"/accelerator/v2/deployables/{chain.dep['uuid']}/program", json=body,
+        headers={**ADMIN, **V25})
+
+
+def _program_status(chain) -> tuple:  # type: ignore[no-untyped-def]
+    with chain.db.read() as conn:
+        return tuple(conn.execute(select(deployables.c.program_status,
+                                         deployables.c.program_reason)
+                                  .where(deployables.c.id == chain.dep["id"])).one())
+
+
+def test_at_2_5_an_agent_that_is_down_is_503_at_once_and_nothing_starts(chain):
+    with chain.db.write() as conn:
+        conn.execute(update(agents).values(state="down"))
+    result = _patch_25(chain, upstream_body())
+    assert result.status_code == 503
+    assert "down" in fault(result)
+    assert _program_status(chain) == (None, None)
+
+
+def test_at_2_5_a_driver_failure_is_recorded_on_the_deployable(chain):
+    with chain.db.write() as conn:
+        conn.execute(update(deployables).where(deployables.c.id == chain.dep["id"])
+                     .values(name=f"{HOST}_Missing"))
+    result = _patch_25(chain, upstream_body())
+    assert result.status_code == 202, result.text
+    deadline = time.monotonic() + 10
+    while _program_status(chain)[0] == "PROGRAMMING":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    status, reason = _program_status(chain)
+    assert status == "FAILED" and reason.startswith("502: ") and "Missing" in reason
+    assert chain.bitstream() is None
