@@ -327,3 +327,32 @@ def test_disable_committed_while_the_host_step_runs_fails_the_bind(db, tmp_path,
         assert node.in_use() == [] and node.prepared() == set()
     finally:
         node.stop_agent()
+
+
+def test_bind_reaching_a_device_whose_disable_is_not_committed_waits_and_fails(rig,
+                                                                             monkeypatch):
+    """A disable has written the status (not committed) -> a bind runs -> the disable
+    commits. The bind waits for the device row, then sees the disable and refuses."""
+    from acceld.db import devices as devices_db
+
+    uuid = rig.start_bind()
+    real_set = devices_db.set_status
+    seen: dict[str, object] = {}
+
+    def set_then_bind(conn, device_id, status, reason):  # type: ignore[no-untyped-def]
+        changed = real_set(conn, device_id, status, reason)
+        binder = Background(rig.db, rig.run_binds, name="bind")
+        seen["bind"] = binder.finished_or_blocked()
+        seen["binder"] = binder
+        return changed
+
+    monkeypatch.setattr(devices_db, "set_status", set_then_bind)
+    rig.disable()
+    monkeypatch.setattr(devices_db, "set_status", real_set)
+    seen["binder"].join()  # type: ignore[attr-defined]
+    assert seen["bind"] == "blocked"
+    arq = rig.arq(uuid)
+    assert arq["state"] == "BindFailed", arq
+    assert "disabled" in arq["bind_failure_reason"]
+    assert rig.nova_heard(uuid) == ["failed"]
+    assert rig.handles_in_use() == 0
