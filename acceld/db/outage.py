@@ -59,6 +59,11 @@ def is_unavailable(exc: BaseException) -> bool:
                 current.connection_invalidated
                 or any(text in str(current.orig) for text in _TRANSIENT)):
             return True
+        # The driver's own error, unwrapped: SQLite's BEGIN IMMEDIATE is issued straight to
+        # the driver (acceld.db.engine), so its "database is locked" arrives as it is.
+        if (type(current).__name__ == "OperationalError" and not isinstance(current, DBAPIError)
+                and any(text in str(current) for text in _TRANSIENT)):
+            return True
         current = current.__cause__ or current.__context__
         seen += 1
     return False

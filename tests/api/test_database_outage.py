@@ -77,3 +77,29 @@ def test_other_database_errors_stay_500_with_their_traceback(conf, sqlite_db, ca
     client = testing.TestClient(build_app(conf, sqlite_db))
     assert client.simulate_get(LIST, headers=ADMIN).status_code == 500
     assert [r for r in caplog.records if r.exc_info]  # a bug: logged with its traceback
+
+
+def test_sqlite_locked_past_its_busy_timeout_is_503(conf, tmp_path, sqlite_template, caplog):
+    """Another process holds SQLite's write lock for longer than the busy timeout: the
+    write is refused with 503 (try again), not a 500 with a traceback."""
+    import shutil
+    import sqlite3
+
+    path = str(tmp_path / "locked.sqlite")
+    shutil.copy(sqlite_template, path)
+    db = Database(f"sqlite:///{path}", sqlite_busy_timeout_ms=50)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        client = testing.TestClient(build_app(conf, db))
+        holder.execute("BEGIN IMMEDIATE")
+        result = client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
+            {"name": "locked", "groups": [{"resources:FPGA": "1"}]}])
+        assert result.status_code == 503
+        assert result.headers["Retry-After"]
+        holder.execute("ROLLBACK")
+        assert client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
+            {"name": "locked", "groups": [{"resources:FPGA": "1"}]}]).status_code == 201
+    finally:
+        holder.close()
+        db.dispose()
+    assert [r for r in caplog.records if r.exc_info] == []
