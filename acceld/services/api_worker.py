@@ -82,14 +82,14 @@ class DeadlineSocket:
         conn = self._conn
         if conn.deadline is None:
             return self._sock.recv(size, *flags)
-        remaining = conn.deadline - time.monotonic()
-        if remaining <= 0:
-            raise conn.expired()
+        # Past the deadline, bytes already received are still taken (the application may
+        # have been slow to read them); only waiting for more is refused.
+        remaining = max(0.0, conn.deadline - time.monotonic())
         prior = self._sock.gettimeout()
         self._sock.settimeout(remaining)
         try:
             return self._sock.recv(size, *flags)
-        except (socket.timeout, TimeoutError):
+        except (socket.timeout, TimeoutError, BlockingIOError, ssl.SSLWantReadError):
             raise conn.expired() from None
         finally:
             self._sock.settimeout(prior)
