@@ -27,6 +27,7 @@ while Placement is unreachable. See docs/devices.md, "Retiring a host".
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -41,6 +42,8 @@ from acceld.db.models import (agents, attach_handles, attributes, controlpath_id
                               devices, handle_releases, placement_sync, utcnow)
 from acceld.db.models import bind_jobs as jobs
 from acceld.db.placement_flags import mark_dirty
+
+LOG = logging.getLogger(__name__)
 
 # ARQs in these states are bound (or being bound) there: they block an unforced retire.
 BLOCKING = (arq_db.BIND_STARTED, arq_db.BOUND)
@@ -93,11 +96,24 @@ def retire(db: Database, hostname: str, force: bool = False) -> Retired:
     for _ in range(MAX_TRIES):
         try:
             with db.write() as conn:
-                return _retire(conn, hostname, force)
+                out = _retire(conn, hostname, force)
         except _HolderAppeared:
             continue
+        _log(out)
+        return out
     raise HostInUse(f"Binds on host {hostname} kept taking its devices while it was being "
                     "retired; try again.")
+
+
+def _log(out: Retired) -> None:
+    LOG.warning("Host %s retired: agent record %s, %d device(s), %d deployable(s), %d attach "
+                "handle(s), %d queued release(s) removed; %d Placement provider(s) left to "
+                "the conductor's sync", out.hostname, "removed" if out.agent else "absent",
+                out.devices, out.deployables, out.attach_handles, out.handle_releases,
+                out.providers)
+    for arq, instance in out.failed_arqs:
+        LOG.warning("ARQ %s of instance %s is BindFailed: its host %s was retired", arq,
+                    instance, out.hostname)
 
 
 def _retire(conn: Connection, hostname: str, force: bool) -> Retired:

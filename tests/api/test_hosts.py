@@ -212,13 +212,17 @@ def test_delete_refused_while_arqs_are_bound_there_naming_them(db, tmp_path):
     assert rig.arq(bound)["state"] == "Bound" and rig.arq(binding)["state"] == "BindStarted"
 
 
-def test_forced_delete_fails_the_arqs_there_and_nova_hears_the_pending_one(db, tmp_path, nova):
+def test_forced_delete_fails_the_arqs_there_and_nova_hears_the_pending_one(db, tmp_path, nova,
+                                                                           caplog):
     rig = HostRig(db, tmp_path, nova=nova, agent_state="up")
     bound, vm1 = rig.bind()
     binding, vm2 = rig.start_bind()
     rig.set_agent("down")
 
-    assert rig.delete(force=True).status_code == 204
+    with caplog.at_level("WARNING", logger="acceld.db.host_retire"):
+        assert rig.delete(force=True).status_code == 204
+    assert f"Host {rig.host} retired: agent record removed, 1 device(s)" in caplog.text
+    assert f"ARQ {bound} of instance {vm1} is BindFailed" in caplog.text
 
     for uuid, vm in ((bound, vm1), (binding, vm2)):
         arq = rig.arq(uuid)

@@ -210,3 +210,24 @@ def test_hello_waiting_for_the_retire_registers_the_agent_anew(db, tmp_path, mon
     assert agent.state == "up" and agent.hardware_digest is None
     assert rig.counts()["devices"] == 0  # until the conductor pulls its report
 
+
+
+def test_binds_racing_every_try_end_in_a_conflict_not_a_loop(db, tmp_path, monkeypatch,
+                                                             caplog):
+    """Each try finds a handle holder it did not lock (as if a bind committed between its
+    reads every time): after MAX_TRIES it gives up with 409 and has changed nothing."""
+    rig = HostRig(db, tmp_path, agent_state="up")
+    rig.bind()
+    tries = []
+
+    def sees_nothing(conn, hostname):  # type: ignore[no-untyped-def]
+        tries.append(hostname)
+        return []
+
+    monkeypatch.setattr(host_retire, "lock_arqs", sees_nothing)
+    with pytest.raises(host_retire.HostInUse) as refused:
+        host_retire.retire(db, rig.host, force=True)
+    assert "try again" in refused.value.message
+    assert len(tries) == host_retire.MAX_TRIES
+    assert rig.counts()["devices"] == 1 and rig.counts()["agent"] == 1
+    assert "retired" not in caplog.text
