@@ -6,7 +6,8 @@ conductor, body ``{"driver_name", "deployable_name", "attach_type",
 ``prepare_attach_handle`` (e.g. create the vGPU mdev) or
 ``release_attach_handle`` (remove it). Both are idempotent in the drivers:
 preparing a prepared handle, or releasing a released one, succeeds. Steps on
-one handle are serialised here.
+one handle are serialised here, and recorded in the agent's host-step journal
+(acceld.agent.host_steps): before a prepare, until its release succeeded.
 
 Answers: 200 ``{"attach_type", "attach_info"}`` (prepare; the info as the
 driver returned it) or ``{"released": true}``; 400 for a malformed request or
@@ -21,11 +22,8 @@ import threading
 from typing import Any, Callable
 
 import falcon
-import requests
 
-from acceld.clients.conductor import conductor_url
-from acceld.clients.internal import InternalClient, InternalError, tls_verify
-from acceld.internal.auth import CONDUCTOR
+from acceld.agent.host_steps import HostStepJournal
 from acceld.drivers.base import ATTACH_TYPES, AttachHandle, Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
 
@@ -45,9 +43,11 @@ class AttachSteps:
     """Runs drivers' prepare/release steps. ``find_driver(name)`` returns a loaded driver or
     None."""
 
-    def __init__(self, find_driver: Callable[[str], Driver | None], hostname: str) -> None:
+    def __init__(self, find_driver: Callable[[str], Driver | None], hostname: str,
+                 journal: HostStepJournal | None = None) -> None:
         self.find_driver = find_driver
         self.hostname = hostname
+        self.journal = journal
         self._guard = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
 
@@ -66,11 +66,13 @@ class AttachSteps:
         with self._lock(key):
             try:
                 if step == "prepare":
-                    done = driver.prepare_attach_handle(handle)
+                    done = self._prepare(driver, driver_name, handle)
                     LOG.info("Prepared %s attach handle %s of %s (driver %s)",
                              handle.attach_type, handle.attach_info, deployable, driver_name)
                     return {"attach_type": done.attach_type, "attach_info": done.attach_info}
                 driver.release_attach_handle(handle)
+                if self.journal is not None:
+                    self.journal.forget(driver_name, handle)
                 LOG.info("Released %s attach handle %s of %s (driver %s)", handle.attach_type,
                          handle.attach_info, deployable, driver_name)
                 return {"released": True}
@@ -85,6 +87,24 @@ class AttachSteps:
                 raise AttachFailed(502, f"Driver {driver_name} failed unexpectedly to {step} "
                                         f"the attach handle of {deployable}: "
                                         f"{exc.__class__.__name__}: {exc}") from None
+
+    def _prepare(self, driver: Driver, driver_name: str, handle: AttachHandle) -> AttachHandle:
+        """The driver's prepare, journaled first: without the record, a step the driver
+        cannot mark as acceld's could never be found again as an orphan. A refused first
+        prepare leaves nothing, so its record goes; an earlier prepare's record stays."""
+        if self.journal is None:
+            return driver.prepare_attach_handle(handle)
+        try:
+            first = self.journal.record(driver_name, handle)
+        except OSError as exc:
+            raise DriverError(f"the agent could not record the host step in "
+                              f"{self.journal.directory}: {exc}") from None
+        try:
+            return driver.prepare_attach_handle(handle)
+        except (NotSupported, DriverError):
+            if first:
+                self.journal.forget(driver_name, handle)
+            raise
 
     def routes(self) -> dict:
         return {"/attach-handles/prepare": {"POST": self.on_prepare},
@@ -125,80 +145,8 @@ def _parse(request: Any) -> tuple[str, str, AttachHandle]:
 
 
 def agent_routes(agent: Any) -> dict:
-    """The agent's route factory (acceld.agent.service.ROUTE_FACTORIES): in-process drivers."""
-    return AttachSteps(agent.find_driver, agent.hostname).routes()
+    """The agent's route factory (acceld.agent.service.ROUTE_FACTORIES): in-process drivers,
+    their steps journaled under ``state_path`` (acceld.agent.host_steps)."""
+    return AttachSteps(agent.find_driver, agent.hostname,
+                       HostStepJournal.for_agent(agent.conf, agent.hostname)).routes()
 
-
-# Orphans: host-step resources that no handle in use accounts for.
-
-def host_steps(drivers: list[Driver]) -> list[dict[str, Any]]:
-    """Every host-step resource the in-process drivers made and that exists now
-    (:meth:`acceld.drivers.base.Driver.prepared_attach_handles`), in the report's shape."""
-    found: list[dict[str, Any]] = []
-    for driver in drivers:
-        try:
-            handles = driver.prepared_attach_handles()
-        except Exception as exc:  # noqa: BLE001 - one driver must not stop the others
-            LOG.warning("Driver %s could not list the attach handles it prepared: %s",
-                        driver.name, exc)
-            continue
-        found += [{"driver_name": driver.name, "attach_type": h.attach_type,
-                   "attach_info": dict(h.attach_info)} for h in handles]
-    return found
-
-
-class HostStepAudit:
-    """At start and every ``[agent] discovery_interval``: report the host-step resources
-    acceld made on this node to the conductor (``POST /attach-handles/host-steps``).
-
-    The agent does not decide what is an orphan: only the database knows which handles
-    are in use. The conductor queues a release for each reported resource whose handle is
-    free, and its release worker calls this agent's ``/attach-handles/release`` for it.
-    """
-
-    def __init__(self, agent: Any, client: Any) -> None:
-        self.agent = agent
-        self.client = client
-        self._last: tuple[int, int] | None = None
-
-    def once(self) -> dict[str, Any] | None:
-        """One report; the conductor's answer, or None when it could not be sent."""
-        steps = host_steps(self.agent.drivers)
-        if not steps:
-            return {"queued": [], "in_use": 0, "unknown": 0}  # nothing to ask about
-        try:
-            answer = self.client.call("POST", "/attach-handles/host-steps",
-                                      {"host_steps": steps}, timeout=60)
-        except (InternalError, requests.RequestException) as exc:
-            LOG.warning("Could not report this node's %d prepared attach handle(s) to the "
-                        "conductor (retried in %s s): %s", len(steps),
-                        self.agent.conf.agent.discovery_interval, exc)
-            return None
-        if isinstance(answer, dict) and answer.get("queued"):
-            LOG.warning("The conductor queued the release of %d orphaned attach handle(s) "
-                        "of this node (prepared here, used by no ARQ): %s",
-                        len(answer["queued"]), ", ".join(answer["queued"]))
-        return answer
-
-    def start(self, stop: threading.Event, interval: Callable[[], float]) -> threading.Thread:
-        def loop() -> None:
-            while True:
-                try:
-                    self.once()
-                except Exception:  # noqa: BLE001 - keep the loop alive
-                    LOG.exception("Host-step audit failed; retried at the next interval")
-                if stop.wait(interval()):
-                    return
-
-        thread = threading.Thread(target=loop, name="host-step-audit", daemon=True)
-        thread.start()
-        return thread
-
-
-def start_host_step_audit(agent: Any) -> threading.Thread:
-    """The agent's audit loop (called from :meth:`acceld.agent.service.Agent.start`)."""
-    client = InternalClient(conductor_url(agent.conf), agent.signer, timeout=60,
-                            verify=tls_verify(agent.conf), destination=CONDUCTOR)
-    audit = HostStepAudit(agent, client)
-    agent.host_step_audit = audit
-    return audit.start(agent._stop, lambda: agent.conf.agent.discovery_interval)

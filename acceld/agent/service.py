@@ -92,7 +92,7 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self.server: InternalServer | None = None
         self.hello: HelloLoop | None = None
-        self.host_step_audit: Any = None  # acceld.agent.attach.HostStepAudit, once started
+        self.host_step_audit: Any = None  # acceld.agent.host_steps.HostStepAudit, once started
 
     # What the routes and other components use
 
@@ -239,8 +239,8 @@ class Agent:
             self._stop, lambda: self.conf.agent.discovery_interval, self.discover,
             "discovery-loop"))
         # Host steps acceld made here that no ARQ uses (orphaned mdevs): reported to the
-        # conductor now and every discovery interval (acceld.agent.attach.HostStepAudit).
-        from acceld.agent.attach import start_host_step_audit
+        # conductor now and every discovery interval (acceld.agent.host_steps.HostStepAudit).
+        from acceld.agent.host_steps import start_host_step_audit
 
         self._threads.append(start_host_step_audit(self))
         LOG.info("Agent of host %s listening on %s with drivers %s", self.hostname,

@@ -17,7 +17,8 @@ import time
 import pytest
 from sqlalchemy import select, update
 
-from acceld.agent.attach import host_steps
+from acceld.agent.attach import AttachFailed, AttachSteps
+from acceld.agent.host_steps import HostStepJournal, host_steps
 from acceld.agent.service import Agent
 from acceld.clients.internal import InternalClient, InternalError
 from acceld.conductor.agents import AgentsComponent
@@ -245,3 +246,78 @@ def test_report_route_takes_only_a_node_key_and_a_well_formed_body(cluster):
     answer = other.call("POST", path, {"host_steps": [
         {"driver_name": "fake", "attach_type": "MDEV", "attach_info": infos[0]}]})
     assert answer == {"queued": [], "in_use": 0, "unknown": 1} and queued(db) == []
+
+
+# --- The agent's journal: acceld's own steps, even those a driver cannot mark -------------
+
+def _fake_steps(tmp_path, fail: list[str] | None = None):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps([{"type": "FPGA", "attach_type": "MDEV", "attach_handles": 1,
+                                 "fail_attach": fail or []}]))
+    fake = FakeDriver(make_conf(str(tmp_path), fake_driver__spec_file=str(spec)), HOST)
+    [handle] = fake.discover()[0].deployables[0].attach_handles
+    journal = HostStepJournal(str(tmp_path / "journal"))
+    body = {"driver_name": "fake", "deployable_name": "FakeDevice", "attach_type": "MDEV",
+            "attach_info": handle.attach_info}
+    return AttachSteps({"fake": fake}.get, HOST, journal), journal, spec, body, handle
+
+
+def test_journal_holds_a_step_from_before_its_prepare_until_its_release(tmp_path):
+    steps, journal, spec, body, handle = _fake_steps(tmp_path)
+    steps.run("prepare", body)
+    assert journal.entries() == [("fake", handle)]
+    steps.run("prepare", body)  # idempotent: one record
+    assert journal.entries() == [("fake", handle)]
+    steps.run("release", body)
+    assert journal.entries() == []
+
+
+def test_journal_forgets_a_refused_first_prepare_but_not_an_earlier_success(tmp_path):
+    steps, journal, spec, body, handle = _fake_steps(tmp_path, fail=["prepare"])
+    with pytest.raises(AttachFailed):
+        steps.run("prepare", body)
+    assert journal.entries() == []  # the driver's refused prepare left nothing
+    spec.write_text(json.dumps([{"type": "FPGA", "attach_type": "MDEV", "attach_handles": 1}]))
+    steps.run("prepare", body)
+    spec.write_text(json.dumps([{"type": "FPGA", "attach_type": "MDEV", "attach_handles": 1,
+                                 "fail_attach": ["prepare", "release"]}]))
+    with pytest.raises(AttachFailed):
+        steps.run("prepare", body)  # a retry fails, the first one's mdev is still there
+    with pytest.raises(AttachFailed):
+        steps.run("release", body)
+    assert journal.entries() == [("fake", handle)]
+
+
+def test_a_prepare_that_cannot_be_journaled_is_not_run(tmp_path):
+    steps, journal, spec, body, handle = _fake_steps(tmp_path)
+    (tmp_path / "journal").write_text("not a directory")
+    with pytest.raises(AttachFailed) as refused:
+        steps.run("prepare", body)
+    assert refused.value.status == 502 and "could not record the host step" in \
+        refused.value.message
+    assert steps.find_driver("fake").attach_state() == {}
+
+
+def test_vfio_vgpu_types_are_known_as_acceld_s_from_the_journal_only(tmp_path):
+    tree = SysfsTree(tmp_path / "sys")
+    tree.add_pci("0000:41:00.0", "0x10de", "0x2335", "0x030200", driver="nvidia")
+    vfs = [f"0000:41:00.{i}" for i in range(4, 7)]
+    tree.add_vfs("0000:41:00.0", vfs, "0x2335", driver="nvidia", total=16)
+    types = {1414: "NVIDIA H200X-1-18C", 1428: "NVIDIA H200X-141C"}
+    tree.add_nvidia_vfio(vfs[0], types)
+    tree.add_nvidia_vfio(vfs[1], types)
+    tree.add_nvidia_vfio(vfs[2], {}, current=1428)  # set by someone else: never reported
+    drv = nvidia_driver(tmp_path, tree, use_nvml=False, enabled_vgpu_types=["NVIDIA H200X-1-18C"])
+    handle = drv.discover()[0].deployables[0].attach_handles[0]
+    journal = HostStepJournal(str(tmp_path / "journal"))
+    steps = AttachSteps({drv.name: drv}.get, "node1", journal)
+    body = {"driver_name": drv.name, "deployable_name": "x", "attach_type": "PCI",
+            "attach_info": handle.attach_info}
+    steps.run("prepare", body)
+    current = tree.device_dir(vfs[0]) / "nvidia" / "current_vgpu_type"
+    assert current.read_text() == "1414"
+    assert drv.prepared_attach_handles() == []  # a VF's vGPU type carries no mark
+    assert host_steps([drv], journal) == [{"driver_name": drv.name, "attach_type": "PCI",
+                                           "attach_info": handle.attach_info}]
+    steps.run("release", body)
+    assert current.read_text() == "0" and host_steps([drv], journal) == []
