@@ -162,13 +162,17 @@ class GlanceSource:
         if resp.status_code in (401, 403):
             raise ImageError(502, f"Glance refused the agent's credentials for image "
                                   f"{image_id} ({resp.status_code}); check [glance].")
-        raise ImageError(502, f"Glance answered {resp.status_code} for image {image_id}.")
+        # 5xx: Glance is there but unavailable (restarting, overloaded): like unreachable,
+        # 503, so that a bind waits for it instead of failing.
+        raise ImageError(503 if resp.status_code >= 500 else 502,
+                         f"Glance answered {resp.status_code} for image {image_id}.")
 
     def find_by_function(self, function_id: str) -> str:
         resp = self._get("/v2/images", params={FUNCTION_ID_PROPERTY: function_id})
         if resp.status_code != 200:
-            raise ImageError(502, f"Glance answered {resp.status_code} listing images with "
-                                  f"{FUNCTION_ID_PROPERTY}={function_id}.")
+            raise ImageError(503 if resp.status_code >= 500 else 502,
+                             f"Glance answered {resp.status_code} listing images with "
+                             f"{FUNCTION_ID_PROPERTY}={function_id}.")
         try:
             images = resp.json()["images"]
             ids = [img["id"] for img in images

@@ -23,6 +23,7 @@ class FakeGlanceImages:
         self.images: dict[str, tuple[bytes | None, dict[str, str]]] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.corrupt: set[str] = set()
+        self.failing: int | None = None  # a status every request gets (Glance in trouble)
 
     def add(self, image_id: str, data: bytes | None, **properties: str) -> None:
         self.images[image_id] = (data, properties)
@@ -48,6 +49,9 @@ class GlanceServer:
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 parts = urlsplit(self.path)
                 store.requests.append(("GET", self.path, dict(self.headers)))
+                if store.failing is not None:
+                    self._send(store.failing, b'{"message": "unavailable"}')
+                    return
                 segments = parts.path.strip("/").split("/")
                 if segments[:2] == ["v2", "images"] and len(segments) == 4 \
                         and segments[3] == "file":

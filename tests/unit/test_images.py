@@ -88,6 +88,21 @@ def test_glance_failures(tmp_path, glance, case, status, words):
     assert words in info.value.message
 
 
+@pytest.mark.parametrize("status", [500, 503])
+def test_glance_answering_5xx_is_503(tmp_path, glance, status):
+    """Glance there but unavailable is an outage a bind waits out (503), not a failure."""
+    glance.store.add(IMAGE, b"data", **{"accel:function_id": "fn"})
+    glance.store.failing = status
+    source = glance_source(tmp_path, glance.url)
+    with pytest.raises(images.ImageError) as info:
+        with source.open(IMAGE):
+            pass
+    assert info.value.status == 503 and "Glance" in info.value.message
+    with pytest.raises(images.ImageError) as info:
+        source.find_by_function("fn")
+    assert info.value.status == 503
+
+
 def test_glance_unreachable_is_503(tmp_path, glance):
     url = glance.url
     glance.stop()
