@@ -1,7 +1,10 @@
 """/v2/devices: the inventory's physical accelerators; operators enable and disable them.
 
 Disabling stores ``maintaining`` (upstream's word; the seed's ``disabled``):
-binding then refuses the device, ARQs already bound to it stay bound, and the
+binding then refuses the device (a bind in flight too: it locks the device row
+and checks again before taking a handle, acceld.conductor.bind_target.lock_device,
+so the ``UPDATE`` here either commits first or waits for that bind), ARQs
+already bound to it stay bound, and the
 device's Placement providers are flagged for the sync to reserve their
 inventory (acceld.db.placement_flags.mark_dirty); enabling frees it.
 """
