@@ -128,8 +128,7 @@ class HandleReleaseComponent:
                                                     f"{error.message}")
         steps = [(s["driver_name"], s["attach_type"], s["attach_info"])
                  for s in body["host_steps"]]
-        with self.db.write() as conn:
-            outcome = handle_releases.queue_orphans(conn, hostname, steps)
+        outcome = handle_releases.queue_orphans(self.db, hostname, steps)
         if outcome["queued"]:
             LOG.warning("Host %s has %d orphaned attach handle(s) (prepared there, held by no "
                         "ARQ): %s; their release is queued", hostname, len(outcome["queued"]),

@@ -130,41 +130,49 @@ def reclaim(conn: Connection, handle_id: int) -> str:
     return "queued"
 
 
-def queue_orphans(conn: Connection, hostname: str,
+def queue_orphans(db: Database, hostname: str,
                   steps: Sequence[tuple[str, str, dict[str, str]]]) -> dict[str, list[str]]:
     """Decide, against the database, which host-step resources an agent reported are
     orphans, and queue their release. ``steps`` are (driver_name, attach_type,
     attach_info) of resources acceld made on ``hostname`` that exist there now.
 
     A resource is an orphan when its attach handle is free: no Bound or BindStarted ARQ
-    holds it and no release is queued (an ``in_use`` handle is exactly one of those). An
-    orphan's handle is taken (``in_use = true WHERE in_use = false``, so a bind taking it
-    at the same moment wins or loses cleanly) and queued, in the caller's transaction; the
-    release worker then has the agent remove the resource and frees the handle. A resource
-    no handle of the host names is left alone (``unknown``): nothing proves it unused.
+    holds it and no release is queued (an ``in_use`` handle is exactly one of those). A
+    read finds the candidates (handles free when read; in steady state there are none and
+    the report costs one SELECT, no write transaction). Then, in one write transaction,
+    each candidate is taken with ``in_use = true WHERE in_use = false``, so that a bind
+    that took it after the read keeps it, and queued; the release worker then has the agent
+    remove the resource and frees the handle. The read only ever skips (a handle in use when
+    read waits for the next report); the compare-and-set alone releases. A resource no
+    handle of the host names is left alone (``unknown``): nothing proves it unused.
     Returns handle uuids per outcome: ``queued``, ``in_use``, and ``unknown`` (as
     ``driver/type/info``)."""
     outcome: dict[str, list[str]] = {"queued": [], "in_use": [], "unknown": []}
     if not steps:
         return outcome
-    # What the handles were when read does not decide anything: the compare-and-set does.
-    known = host_handles(conn, hostname, sorted({t for _, t, _ in steps}))
-    found: dict[int, Row] = {}
+    with db.read() as conn:
+        known = host_handles(conn, hostname, sorted({t for _, t, _ in steps}))
+    free: dict[int, Row] = {}
     for driver_name, attach_type, info in steps:
         row = known.get((driver_name, attach_type, _canonical(info)))
         if row is None or not needs_attach_step(attach_type, info):
             outcome["unknown"].append(f"{driver_name}/{attach_type}/{_canonical(info)}")
-        else:
-            found[row.id] = row
-    for row in (found[i] for i in sorted(found)):  # handles locked in id order, as elsewhere
-        taken = conn.execute(update(handles).where(
-            handles.c.id == row.id, handles.c.in_use.is_(False)).values(
-            in_use=True, updated_at=utcnow())).rowcount
-        if taken != 1:
+        elif row.in_use:
             outcome["in_use"].append(row.uuid)
-            continue
-        give_back(conn, [row.id])
-        outcome["queued"].append(row.uuid)
+        else:
+            free[row.id] = row
+    if not free:
+        return outcome
+    with db.write() as conn:
+        for row in (free[i] for i in sorted(free)):  # handles locked in id order
+            taken = conn.execute(update(handles).where(
+                handles.c.id == row.id, handles.c.in_use.is_(False)).values(
+                in_use=True, updated_at=utcnow())).rowcount
+            if taken != 1:  # a bind took it after the read: its ARQ accounts for it
+                outcome["in_use"].append(row.uuid)
+                continue
+            give_back(conn, [row.id])
+            outcome["queued"].append(row.uuid)
     return outcome
 
 
@@ -172,7 +180,7 @@ def host_handles(conn: Connection, hostname: str, types: list[str]) -> dict[tupl
     """The host's handles of these attach types by (driver, type, canonical info)."""
     rows = conn.execute(select(
         handles.c.id, handles.c.uuid, handles.c.attach_type, handles.c.attach_info,
-        deployables.c.driver_name).select_from(
+        handles.c.in_use, deployables.c.driver_name).select_from(
         handles.join(deployables, deployables.c.id == handles.c.deployable_id)
         .join(devices, devices.c.id == deployables.c.device_id)).where(
         devices.c.hostname == hostname, handles.c.attach_type.in_(types))).all()

@@ -31,7 +31,7 @@ from acceld.drivers.fake import FakeDriver
 from acceld.internal import auth
 from acceld.internal.auth import CONDUCTOR
 from acceld.services.secrets import ensure_secret_file, internal_secret
-from tests.conftest import make_conf
+from tests.conftest import count_queries, make_conf
 from tests.support.sysfs_fixtures import SysfsTree
 from tests.unit.test_attach_handles import HOST, Node, mdev_uuid
 from tests.unit.test_driver_nvidia_gpu import driver as nvidia_driver
@@ -92,10 +92,8 @@ def test_free_handles_are_queued_used_and_unknown_ones_left_alone(node):
     [used] = node.prepared()
     orphan = leak(node)
     stranger = foreign(node)
-    with node.db.write() as conn:
-        outcome = handle_releases.queue_orphans(conn, HOST, [
-            (s["driver_name"], s["attach_type"], s["attach_info"])
-            for s in host_steps([node.fake])])
+    outcome = handle_releases.queue_orphans(node.db, HOST, [
+        (s["driver_name"], s["attach_type"], s["attach_info"]) for s in host_steps([node.fake])])
     assert len(outcome["queued"]) == 1 and len(outcome["in_use"]) == 1
     assert len(outcome["unknown"]) == 1
     assert node.release_all() == 1
@@ -105,13 +103,26 @@ def test_free_handles_are_queued_used_and_unknown_ones_left_alone(node):
     assert node.arq(bound)["state"] == "Bound"
 
 
+def test_a_report_of_handles_in_use_costs_one_select(node):
+    """The steady state (every reported mdev belongs to a bound VM), on every node and
+    discovery interval: one read, no write transaction, nothing queued."""
+    for _ in range(2):
+        assert node.arq(node.bind())["state"] == "Bound"
+    steps = [(s["driver_name"], s["attach_type"], s["attach_info"])
+             for s in host_steps([node.fake])]
+    assert len(steps) == 2
+    with count_queries(node.db) as statements:
+        outcome = handle_releases.queue_orphans(node.db, HOST, steps)
+    assert outcome == {"queued": [], "in_use": outcome["in_use"], "unknown": []}
+    assert len(outcome["in_use"]) == 2
+    assert len(statements) == 1 and statements[0].lstrip().upper().startswith("SELECT"), \
+        statements
+
+
 def test_a_bind_taking_the_handle_after_the_read_wins(node, request):
-    """The report was read, then a bind took the orphan's handle and committed, before the
-    conductor queued it: the compare-and-set sees the handle in use and queues nothing
-    (the bind's prepare reuses the mdev). SQLite cannot interleave here: the report's
-    transaction holds the write lock from BEGIN IMMEDIATE."""
-    if node.db.engine.dialect.name == "sqlite":
-        pytest.skip("SQLite serialises the report and the bind (BEGIN IMMEDIATE)")
+    """The report was read (the handle free), then a bind took the orphan's handle and
+    committed, before the conductor queued it: the compare-and-set sees the handle in use
+    and queues nothing (the bind's prepare reuses the mdev)."""
     orphan = leak(node)
     real = handle_releases.host_handles
     taken: list[str] = []
@@ -123,10 +134,8 @@ def test_a_bind_taking_the_handle_after_the_read_wins(node, request):
 
     handle_releases.host_handles = read_then_bind
     request.addfinalizer(lambda: setattr(handle_releases, "host_handles", real))
-    with node.db.write() as conn:
-        outcome = handle_releases.queue_orphans(conn, HOST, [
-            (s["driver_name"], s["attach_type"], s["attach_info"])
-            for s in host_steps([node.fake])])
+    outcome = handle_releases.queue_orphans(node.db, HOST, [
+        (s["driver_name"], s["attach_type"], s["attach_info"]) for s in host_steps([node.fake])])
     assert node.arq(taken[0])["state"] == "Bound"
     assert outcome["queued"] == [] and len(outcome["in_use"]) == 1
     assert node.queue() == [] and orphan in node.prepared()
