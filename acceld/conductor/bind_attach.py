@@ -142,8 +142,8 @@ def settle(db: Database, ticket: Ticket, job_id: int, token: str,
             return False
         assert arq is not None
         # Disabled (or lost) while the host step ran: not Bound (acceld.conductor.bind_target).
-        refusal = None if error else bind_target.device_refusal(conn, ticket.handle_id,
-                                                                 ticket.hostname)
+        refusal = None if error is not None else bind_target.device_refusal(
+            conn, ticket.handle_id, ticket.hostname)
         if refusal is not None:
             arq_db.release_handles(conn, [ticket.handle_id])  # prepared: undo on the host
             arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,
