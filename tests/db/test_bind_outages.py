@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import uuid
 
 import pytest
@@ -217,3 +218,42 @@ def test_agent_outage_during_prepare_is_waited_out(db, tmp_path, caplog):
     assert [(r.levelname, "again" in r.getMessage()) for r in logs] == [
         ("WARNING", False), ("WARNING", True)], [r.getMessage() for r in logs]
     assert [r for r in caplog.records if r.exc_info] == []
+
+
+def test_running_conductor_resumes_its_claims_when_the_database_is_back(db, tmp_path):
+    """The component's worker thread loses the database mid-bind; once it answers again,
+    the periodic bind-scan wakes the worker, which gives its claim back and binds, well
+    within the 60 s lease that the claim would otherwise have waited out."""
+    from acceld.conductor.binding import BindingComponent
+
+    conf = make_conf(str(tmp_path), conductor__bind_workers=1)
+    fpga = inventory.add_fpga(db, hostname=HOST, handles=1)
+    component = BindingComponent(conf, db)
+    notifier = RecordingNotifier()
+    component.worker.notifier = notifier
+    checks = component.worker.placement.before
+    lost = threading.Event()
+
+    with outage(db) as down:
+        def database_goes_away(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if not lost.is_set():
+                down.start()
+                lost.set()
+            return checks(*args, **kwargs)
+
+        component.worker.placement.before = database_goes_away
+        [(instance, [arq])] = request_binds(conf, db, [(HOST, fpga["deployable"]["rp_uuid"])])
+        component.start()
+        try:
+            assert lost.wait(20)
+            deadline = utcnow() + dt.timedelta(seconds=20)
+            while not component.worker.has_stranded() and utcnow() < deadline:
+                lost.wait(0.05)  # the worker's pass is ending: it records the claim
+            assert component.worker.has_stranded()
+            down.stop()
+            component.scan()  # what the periodic bind-scan does every bind_poll_interval
+            sent = notifier.wait_for(instance, 1, timeout=20)
+        finally:
+            component.stop()
+    assert [(s.arq_uuid, s.status) for s in sent] == [(arq, "completed")]
+    assert arq_state(db, arq) == ("Bound", None)
