@@ -11,8 +11,11 @@ runs before the bind's write transaction (:meth:`BindProgramming.before`), and
 the transaction then checks that the deployable still holds that image
 (:meth:`BindProgramming.enforce`). A deployable that already holds the image
 is not programmed again; one that holds another image while some of its
-attach handles are in use is not reprogrammed under its users (the bind fails
-with the reason). Both are decided again once the per-deployable program
+attach handles are in use (or being taken) is not reprogrammed under its users
+(the bind fails with the reason). The image is checked again in the bind
+transaction under the deployable's row lock, which a program's hold needs
+exclusively: a bind whose image was replaced, or that meets another program
+in progress, ends BindFailed saying so (acceld.conductor.bind_target.lock_deployable). Both are decided again once the per-deployable program
 lease is held (binds of one deployable wait for each other there, and the
 first may have programmed and bound meanwhile), and the lease is held from
 that check until the program is recorded. An unreachable agent leaves the
@@ -33,7 +36,7 @@ from acceld.conductor.bind_target import BindRefused
 from acceld.conductor.programming import Programmer, ProgramError
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
-from acceld.db.models import attach_handles, deployables, device_profiles
+from acceld.db.models import attach_handles, deployables, device_profiles, devices
 
 LOG = logging.getLogger(__name__)
 
@@ -157,8 +160,17 @@ class BindProgramming:
                 check(conn, probe)
             raise RuntimeError(f"device of ARQ {arq.uuid} became usable while the bind was "
                                "prepared; the bind is retried to program it")
-        held = conn.execute(select(deployables.c.bitstream_id).where(
-            deployables.c.rp_uuid == arq.device_rp_uuid)).scalar()
+        # Locked (device, then deployable: the order take_handle keeps) so that the image
+        # checked is the one the device holds when the bind commits; refused while another
+        # program runs (bind_target.lock_deployable).
+        dep = conn.execute(select(
+            deployables.c.id, deployables.c.name, devices.c.uuid, devices.c.hostname)
+            .join(devices, devices.c.id == deployables.c.device_id)
+            .where(deployables.c.rp_uuid == arq.device_rp_uuid)).first()
+        if dep is None:
+            return  # the checks refuse it with their reason
+        bind_target.lock_device(conn, dep.uuid, dep.id, dep.hostname)
+        held = bind_target.lock_deployable(conn, dep.id, dep.name).bitstream_id
         if held != verdict.image_id:
             raise BindRefused(f"the deployable of provider {arq.device_rp_uuid} was "
                               f"reprogrammed with {held} while binding needed "

@@ -18,6 +18,8 @@ from typing import Any, Callable
 import orjson
 from sqlalchemy import Connection, Row, false, select, update
 
+from acceld.db import deployables as dep_db
+from acceld.db.clock import db_now
 from acceld.db.models import attach_handles, attributes, deployables, devices, utcnow
 
 LOG = logging.getLogger(__name__)
@@ -127,6 +129,28 @@ def lock_device(conn: Connection, device_uuid: str, deployable_id: int, hostname
     _refuse_unusable(device_uuid, hostname, device.status, device.acc_status, device.vanished)
 
 
+def lock_deployable(conn: Connection, deployable_id: int, name: str) -> Row:
+    """Lock the deployable row (shared), after its device's; BindRefused while a program
+    rewrites it. Its row as committed now (``bitstream_id`` cannot change until the bind
+    commits).
+
+    A program marks the row under an exclusive lock once it saw no handle in use and
+    clears the mark with its result (acceld.conductor.programming), so a bind either
+    committed its handle before that check (and the program is refused with 409) or sees
+    the mark here: no bind takes a handle while the device is being programmed.
+    """
+    row = conn.execute(select(
+        deployables.c.bitstream_id, deployables.c.programming_owner,
+        deployables.c.programming_until).where(
+        deployables.c.id == deployable_id).with_for_update(read=True)).first()
+    if row is None:
+        raise BindRefused(f"deployable {name} was removed while the bind was in progress")
+    if row.programming_owner is not None and dep_db.programming_now(row, db_now(conn)):
+        raise BindRefused(f"deployable {name} is being programmed by another request; no bind "
+                          "takes its handles until that program ends (ask again once it has)")
+    return row
+
+
 def check_profile_group(conn: Connection, target: BindTarget) -> None:
     """The deployable's resource class and traits (attributes ``rc``, ``trait*``) satisfy the
     ARQ's profile group (``resources:RC``, ``trait:T = required|forbidden``)."""
@@ -182,10 +206,12 @@ def take_handle(conn: Connection, target: BindTarget) -> None:
     Portable compare-and-set: ``UPDATE ... SET in_use = true WHERE id = :id AND in_use =
     false``; a rowcount of 1 means this transaction won the handle (MySQL reports matched
     rows, which the ``in_use = false`` condition makes the same). A loser tries the next.
-    The device is locked and checked again first (:func:`lock_device`).
+    The device and then the deployable are locked and checked again first
+    (:func:`lock_device`, :func:`lock_deployable`).
     """
     dep = target.deployable
     lock_device(conn, dep.device_uuid, dep.id, dep.hostname)
+    lock_deployable(conn, dep.id, dep.name)
     for _ in range(_ROUNDS):
         candidates = conn.execute(select(
             attach_handles.c.id, attach_handles.c.uuid, attach_handles.c.attach_type,

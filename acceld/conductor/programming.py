@@ -18,6 +18,12 @@ program on one of ``[conductor] program_workers`` threads; the client follows
 the deployable. A program left PROGRAMMING by a conductor that stopped is
 failed by a periodic sweep once no live program could still be running.
 
+A program never runs under an instance: under the lease it locks the
+deployable row, answers 409 naming the ARQs while any of its attach handles is
+in use or being taken, and marks the deployable as being programmed until the
+result is recorded; binds refuse its handles meanwhile
+(acceld.conductor.bind_target.lock_deployable).
+
 Binding calls :meth:`Programmer.program` directly (profile groups with
 ``accel:bitstream_id`` or ``accel:function_id``), with a ``precheck`` that
 re-reads the deployable under the lease: it skips an image already held and
@@ -42,6 +48,7 @@ from acceld.clients.agent import AgentCallError, AgentCaller, AgentUnavailable
 from acceld.conductor.service import PeriodicTask
 from acceld.db import deployables as dep_db
 from acceld.db import leases
+from acceld.db.clock import db_now
 from acceld.db.engine import Database
 from acceld.db.models import utcnow
 from acceld.internal.server import json_body, respond
@@ -85,6 +92,11 @@ class Programmer:
         lease may be stale (another bind programmed meanwhile). It returns False when
         no program is needed (``image_id`` is returned unwritten) and may raise to
         refuse; the lease stays held from that check to the recorded result.
+
+        The check runs in the write transaction that marks the deployable as being
+        programmed (:meth:`_hold`): 409 naming the ARQs while any attach handle of it is in
+        use or being taken, and no bind takes one of its handles until the mark is cleared
+        with the result (or lapses after a crash).
         """
         if precheck is not None and image_id is None:
             raise ValueError("precheck needs image_id")
@@ -101,24 +113,52 @@ class Programmer:
             request["image_id"] = image_id
         else:
             request["function_id"] = function_id
-        with self._lease(target.uuid, target.name):
-            if precheck is not None:
-                with self.db.read() as conn:
-                    if not precheck(conn, target.id):
-                        return str(image_id)
-            answer = self._call_agent(url, target.hostname, request)
-            written = answer.get("image_id") if isinstance(answer, dict) else None
-            if not isinstance(written, str):
-                raise ProgramError(502, f"The agent of host {target.hostname} answered "
-                                        "without the image id it programmed.")
-            if kind == "bitstream":
-                with self.db.write() as conn:
-                    if not dep_db.record_bitstream(conn, target.id, written):
-                        raise ProgramError(404, f"Deployable {deployable_uuid} was removed "
-                                                "while it was being programmed.")
+        with self._lease(target.uuid, target.name) as lease:
+            with self.db.write() as conn:
+                if not self._hold(conn, target, lease, precheck):
+                    return str(image_id)
+            try:
+                answer = self._call_agent(url, target.hostname, request)
+                written = answer.get("image_id") if isinstance(answer, dict) else None
+                if not isinstance(written, str):
+                    raise ProgramError(502, f"The agent of host {target.hostname} answered "
+                                            "without the image id it programmed.")
+            except BaseException:
+                self._unhold(target.id, lease.owner)
+                raise
+            with self.db.write() as conn:
+                found = dep_db.end_programming(conn, target.id, lease.owner,
+                                               written if kind == "bitstream" else None)
+            if not found:
+                raise ProgramError(404, f"Deployable {deployable_uuid} was removed "
+                                        "while it was being programmed.")
         LOG.info("Programmed %s %s into deployable %s on %s", kind, written, target.name,
                  target.hostname)
         return written
+
+    def _hold(self, conn: Connection, target: Any, lease: "_ProgramLease",
+              precheck: Callable[[Connection, int], bool] | None) -> bool:
+        """Under the deployable's row lock: run ``precheck``, refuse (409) while any of its
+        attach handles is in use or being taken, and mark it as being programmed, so that
+        no bind takes a handle until the program ends. False: no program is needed."""
+        row = dep_db.lock_for_program(conn, target.id)
+        if row is None:
+            raise ProgramError(404, f"Deployable {target.uuid} could not be found.")
+        if precheck is not None and not precheck(conn, target.id):
+            return False
+        refuse_if_held(conn, target.id, target.name)
+        until = db_now(conn) + dt.timedelta(seconds=lease.timeout + 30)
+        dep_db.begin_programming(conn, target.id, lease.owner, until)
+        return True
+
+    def _unhold(self, deployable_id: int, owner: str) -> None:
+        """A failed program gives the deployable back to binds (its mark would lapse)."""
+        try:
+            with self.db.write() as conn:
+                dep_db.end_programming(conn, deployable_id, owner, None)
+        except Exception:  # noqa: BLE001 - never mask the program's own error
+            LOG.exception("Could not clear the programming mark of deployable id %s",
+                          deployable_id)
 
     def resolve_function(self, deployable_uuid: str, function_id: str) -> str:
         """The image id ``function_id`` stands for, asked of the deployable's agent (the
@@ -163,6 +203,16 @@ class Programmer:
     def _lease(self, deployable_uuid: str, name: str):  # type: ignore[no-untyped-def]
         return _ProgramLease(self.db, deployable_uuid, name,
                              float(self.conf.conductor.program_timeout))
+
+
+def refuse_if_held(conn: Connection, deployable_id: int, name: str) -> None:
+    """ProgramError 409 naming the ARQs that hold the deployable (a handle in use or being
+    taken): a program never runs under an instance."""
+    held = dep_db.holders(conn, deployable_id)
+    if held:
+        raise ProgramError(409, f"Deployable {name} is in use by {dep_db.describe_holders(held)}; "
+                                "it is not programmed while any of its attach handles is in "
+                                "use or being taken. Unbind them first.")
 
 
 class _ProgramLease:
@@ -221,6 +271,8 @@ class ProgrammingComponent:
         image_id, function_id = body.get("image_id"), body.get("function_id")
         try:
             target, _url = self.programmer.locate(uuid)  # 404 / 503 before anything starts
+            with self.db.read() as conn:  # 409 before anything starts (checked again later)
+                refuse_if_held(conn, target.id, target.name)
             request_id = self._start(target.id)
             if run_async:
                 self._submit(uuid, target.id, request_id, kind, image_id, function_id)

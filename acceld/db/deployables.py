@@ -7,9 +7,10 @@ from typing import Sequence
 
 import datetime as dt
 
-from sqlalchemy import Connection, Row, Select, select, update
+from sqlalchemy import Connection, Row, Select, select, true, update
 
-from acceld.db.models import attributes, deployables, devices, utcnow
+from acceld.db.models import (accelerator_requests, attach_handles, attributes, deployables,
+                              devices, utcnow)
 
 _COLUMNS = (deployables.c.id, deployables.c.uuid, deployables.c.parent_id,
             deployables.c.root_id, deployables.c.name, deployables.c.num_accelerators,
@@ -113,3 +114,83 @@ def fail_stale_programs(conn: Connection, started_before: dt.datetime, reason: s
         update(deployables).where(deployables.c.program_status == PROGRAMMING,
                                   deployables.c.program_started_at < started_before)
         .values(program_status=FAILED, program_reason=reason, **_KEEP_UPDATED_AT)).rowcount
+
+
+# While a program rewrites a deployable, no bind takes its handles; while one of its handles is
+# in use or being taken, it is not programmed. Both sides meet on the deployable row: a program
+# marks it (programming_owner/until) under an exclusive lock after seeing no handle in use; a
+# bind locks it shared before taking a handle and refuses while the mark holds.
+# docs/architecture.md, "Programming and binds".
+
+
+def lock_for_program(conn: Connection, deployable_id: int) -> Row | None:
+    """Lock the device row (shared), then the deployable row (exclusive), the bind's order;
+    the deployable as committed now, or None if it is gone.
+
+    A bind that is taking one of its handles holds the deployable row shared until it
+    commits, so this waits for it and the handles read afterwards are committed ones.
+    """
+    device_id = conn.execute(select(deployables.c.device_id).where(
+        deployables.c.id == deployable_id)).scalar()
+    if device_id is None:
+        return None
+    conn.execute(select(devices.c.id).where(devices.c.id == device_id)
+                 .with_for_update(read=True))
+    return conn.execute(select(deployables.c.id, deployables.c.name,
+                               deployables.c.bitstream_id).where(
+        deployables.c.id == deployable_id).with_for_update()).first()
+
+
+def holders(conn: Connection, deployable_id: int) -> list[Row]:
+    """The deployable's attach handles in use, each with the ARQ holding it (None for a
+    handle whose release is still queued): (handle_uuid, arq_uuid, instance_uuid, state)."""
+    return conn.execute(
+        select(attach_handles.c.uuid.label("handle_uuid"),
+               accelerator_requests.c.uuid.label("arq_uuid"),
+               accelerator_requests.c.instance_uuid, accelerator_requests.c.state)
+        .select_from(attach_handles.outerjoin(
+            accelerator_requests,
+            accelerator_requests.c.attach_handle_id == attach_handles.c.id))
+        .where(attach_handles.c.deployable_id == deployable_id,
+               attach_handles.c.in_use == true())
+        .order_by(attach_handles.c.id)).all()
+
+
+def describe_holders(rows: Sequence[Row]) -> str:
+    """'ARQ <uuid> (instance <uuid>, Bound), ...' for a 409 or a bind's failure reason."""
+    parts = [f"ARQ {r.arq_uuid} (instance {r.instance_uuid}, {r.state})" if r.arq_uuid
+             else f"attach handle {r.handle_uuid} (its release is still pending)"
+             for r in rows]
+    return ", ".join(parts)
+
+
+def begin_programming(conn: Connection, deployable_id: int, owner: str,
+                      until: dt.datetime) -> None:
+    """Mark the deployable as being programmed by ``owner`` (under lock_for_program's lock)."""
+    conn.execute(update(deployables).where(deployables.c.id == deployable_id)
+                 .values(programming_owner=owner, programming_until=until,
+                         **_KEEP_UPDATED_AT))
+
+
+def end_programming(conn: Connection, deployable_id: int, owner: str,
+                    bitstream_id: str | None) -> bool:
+    """Record the bitstream written (when given) and clear ``owner``'s mark; False if the
+    deployable is gone."""
+    if bitstream_id is not None and not record_bitstream(conn, deployable_id, bitstream_id):
+        return False
+    conn.execute(update(deployables).where(
+        deployables.c.id == deployable_id, deployables.c.programming_owner == owner)
+        .values(programming_owner=None, programming_until=None, **_KEEP_UPDATED_AT))
+    return bitstream_id is not None or _exists(conn, deployable_id)
+
+
+def _exists(conn: Connection, deployable_id: int) -> bool:
+    return conn.execute(select(deployables.c.id).where(
+        deployables.c.id == deployable_id)).first() is not None
+
+
+def programming_now(row: Row, now: dt.datetime) -> bool:
+    """Whether a deployable row (with programming_owner/until) is being programmed at ``now``
+    (the database's clock)."""
+    return row.programming_owner is not None and row.programming_until is not None \
+        and row.programming_until > now

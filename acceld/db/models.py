@@ -99,6 +99,11 @@ class Deployable(TimestampMixin, Base):
     program_reason: Mapped[str | None] = mapped_column(Text)
     program_request_id: Mapped[str | None] = mapped_column(String(36))
     program_started_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    # Set while a program (a bind's or the API's) is rewriting the device: who runs it and
+    # until when it counts (a crashed holder's lapses). No bind takes a handle meanwhile
+    # (acceld.conductor.bind_target.lock_deployable; docs/architecture.md).
+    programming_owner: Mapped[str | None] = mapped_column(String(64))
+    programming_until: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     __table_args__ = (
         Index("ix_deployables_device_id", "device_id"),
         Index("ix_deployables_rp_uuid", "rp_uuid"),
