@@ -20,17 +20,21 @@ first (one write lock); on PostgreSQL and MariaDB the row locks decide.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import threading
 import uuid
 
 import pytest
+from sqlalchemy import update as sa_update
 
 from acceld.conductor import bind_target, programming
 from acceld.conductor.bind_programming import BindProgramming
 from acceld.conductor.binding import BindWorker
 from acceld.conductor.programming import Programmer, ProgramError
 from acceld.db import bind_jobs
+from acceld.db.clock import db_now
+from acceld.db.models import deployables
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE, version
 from tests.support.interleave import DEADLINE, Background
@@ -320,3 +324,31 @@ def test_binds_go_on_once_the_program_ended(chain):
     arq = request_bind(chain, {"accel:bitstream_id": IMAGE})
     BindWorker(chain.conf, chain.db).run_once()
     assert show(chain, arq)["state"] == "Bound"
+
+
+def test_a_failed_program_gives_the_deployable_back(chain):
+    """A program the agent fails clears its mark: the next bind is not refused for it."""
+    refused = direct_program_of(chain, str(uuid.uuid4()))  # no such image on the node
+    assert refused.status_code == 400 and "not found" in refused.text, refused.text
+    arq = request_bind(chain, {})
+    BindWorker(chain.conf, chain.db).run_once()
+    assert show(chain, arq)["state"] == "Bound", show(chain, arq)
+
+
+@pytest.mark.parametrize("seconds_left, state", [(-1, "Bound"), (300, "BindFailed")])
+def test_a_crashed_programs_mark_lapses(chain, seconds_left, state):
+    """A conductor that died mid-program leaves its mark; binds are refused until it lapses
+    (by the database's clock), then go on."""
+    with chain.db.write() as conn:
+        until = db_now(conn) + dt.timedelta(seconds=seconds_left)
+        conn.execute(sa_update(deployables).values(programming_owner="dead-conductor",
+                                                   programming_until=until))
+    arq = request_bind(chain, {})
+    BindWorker(chain.conf, chain.db).run_once()
+    assert show(chain, arq)["state"] == state
+
+
+def direct_program_of(chain: Chain, image: str):  # type: ignore[no-untyped-def]
+    return chain.client.simulate_patch(
+        f"/accelerator/v2/deployables/{chain.dep['uuid']}/program", headers=ADMIN,
+        json=[{"path": "/program", "op": "replace", "value": [{"image_uuid": image}]}])
