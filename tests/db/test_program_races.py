@@ -352,3 +352,22 @@ def direct_program_of(chain: Chain, image: str):  # type: ignore[no-untyped-def]
     return chain.client.simulate_patch(
         f"/accelerator/v2/deployables/{chain.dep['uuid']}/program", headers=ADMIN,
         json=[{"path": "/program", "op": "replace", "value": [{"image_uuid": image}]}])
+
+
+def test_an_async_program_overtaken_by_a_bind_fails_naming_it(chain):
+    """From 2.5 the in-use check answers before the 202; a bind that takes a handle after the
+    202 and before the program starts fails the program (FAILED, the 409 as its reason)."""
+    request_id = chain.component._start(chain.dep["id"])  # the 202 was answered
+    arq = request_bind(chain, {})
+    BindWorker(chain.conf, chain.db).run_once()
+    assert show(chain, arq)["state"] == "Bound"
+    with pytest.raises(ProgramError) as refused:
+        chain.component._run(chain.dep["uuid"], chain.dep["id"], request_id, "bitstream",
+                             IMAGE, None)
+    assert refused.value.status == 409
+    deployable = chain.client.simulate_get(f"/accelerator/v2/deployables/{chain.dep['uuid']}",
+                                           headers={**ADMIN, **version("2.5")}).json
+    assert deployable["program_status"] == "FAILED"
+    assert deployable["program_reason"].startswith("409: ") and arq in deployable[
+        "program_reason"]
+    assert chain.fake.programmed("FakeDevice") == {}
