@@ -1,0 +1,500 @@
+"""Chaos: binds keep arriving while a conductor, Placement and an agent die, and a device
+is disabled; at the end every ARQ, Nova event, handle and Placement provider is right.
+
+Real processes on loopback (issue 11 item 12): two ``acceld conductor`` processes, two
+``acceld agent`` processes with the fake driver (several devices each), a real Placement
+(tests.support.placement), a recording Nova (tests.support.nova) and the public API in
+process, all on one PostgreSQL database the test creates. The test plays Nova: for each
+instance it creates an ARQ, claims the device in Placement, asks the bind and, once Nova
+heard the outcome, unbinds or deletes it and gives the allocation back.
+
+The chaos steps happen at fixed points of that loop, never at random times:
+
+1. after the warm-up binds, six binds are asked at once, with ``cond-b`` frozen (SIGSTOP)
+   so that ``cond-a`` (which the API wakes) claims them, and ``cond-a`` is killed with
+   SIGKILL while it holds some (frozen first and looked at, so that the kill lands on
+   pending claims and not between Nova's receipt of an event and its job's deletion, where
+   delivery is at least once: docs/arqs.md); ``cond-b`` is thawed and takes the dead one's
+   claims over once their lease lapses while binds go on, then ``cond-a`` is started again;
+2. Placement is stopped (SIGTERM by PID) for OUTAGE seconds (30, the issue's figure),
+   while binds keep arriving (instances Placement had allocated before it went away);
+   it is started again on the same port and database;
+3. agent ``chaos-2`` is killed with SIGKILL; once its host is marked down, the binds
+   asked for it (allocated before the kill) must fail naming that; it is started again
+   and binds on it succeed once it reports;
+4. a device is disabled through the API: a bind asked right before may go either way,
+   binds asked after the disable answered must fail naming the disable.
+
+Every ARQ ends ``Bound`` or ``BindFailed`` with the reason its step explains (no other
+failure is accepted), Nova hears exactly one event per ARQ with the matching status, no
+handle is shared, the handles in use are exactly the Bound ARQs', and Placement holds what
+the database says (providers, inventories, reserved, traits). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from falcon import testing
+from sqlalchemy import select
+
+from acceld.api.app import build_app
+from acceld.db.engine import Database
+from acceld.db.models import accelerator_requests as arq_table
+from acceld.db.models import attach_handles, bind_jobs, deployables, devices, handle_releases
+from acceld.services.secrets import ensure_secret_file
+from tests.conftest import make_conf
+from tests.helpers import ADMIN, SERVICE, version
+from tests.support.chaos import AcceldProcess, kill_holding_claims, wait_until, write_conf
+from tests.support.databases import private_database
+from tests.support.net import free_port
+from tests.support.nova import RecordingNova
+from tests.support.placement import PlacementServer, assert_placement_matches_db, ensure_venv
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ARQS = "/accelerator/v2/accelerator_requests"
+READ = {**ADMIN, **version("2.4")}  # 2.4 shows bind_failure_reason
+HOSTS = ("chaos-1", "chaos-2")
+# chaos-1: three FPGAs, chaos-2: two; four handles (Placement units) each.
+DEVICES = {"chaos-1": ["FpgaA", "FpgaB", "FpgaC"], "chaos-2": ["FpgaD", "FpgaE"]}
+HANDLES = 4
+PROFILE = "chaos-fpga"
+OUTAGE = 30.0  # seconds Placement is away (issue 11 item 12)
+LEASE = 5  # [conductor] bind_lease_seconds: how long a killed conductor's claims wait
+BIND_TIMEOUT = 90  # [conductor] bind_timeout: well above OUTAGE
+HEARTBEAT = 1
+DOWN_AFTER = 4  # heartbeats: margin for cond-b's short freeze in step 1
+LIVE = 6  # instances kept bound at once outside the chaos steps
+SETTLE = 60.0  # the most the end may take to settle after the last step
+
+# Why a bind may fail, by the step that asked it.
+AGENT_DOWN = "the agent of host chaos-2 is down"
+DISABLED = "device {device} is disabled"
+
+
+@dataclass
+class Device:
+    host: str
+    name: str
+    uuid: str
+    rp_uuid: str
+
+
+@dataclass
+class Instance:
+    """One instance the test (as Nova) scheduled, with one ARQ, and what may become of it."""
+
+    uuid: str
+    arq: str
+    device: Device
+    step: str
+    allowed: set[str]  # "Bound", or the start of an acceptable bind_failure_reason
+    asked_at: float = 0.0
+    state: str | None = None
+    reason: str | None = None
+    retired: bool = False
+
+
+@pytest.fixture
+def chaos_db_url(tmp_path) -> Iterator[str]:
+    with private_database("postgresql", tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def nova() -> Iterator[RecordingNova]:
+    server = RecordingNova().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def chaos_placement(tmp_path) -> Iterator[PlacementServer]:
+    """Placement of this test alone: it is stopped and started again in the middle."""
+    ensure_venv()
+    server = PlacementServer(tmp_path / "placement").start()
+    yield server
+    server.stop()
+
+
+class Cloud:
+    """The services of the test and what the test, as Nova, did with them."""
+
+    def __init__(self, tmp_path: Path, db_url: str, placement: PlacementServer,
+                 nova: RecordingNova) -> None:
+        self.dir = tmp_path
+        self.placement = placement
+        self.nova = nova
+        self.state = tmp_path / "state"
+        ensure_secret_file(str(self.state))
+        self.db = Database(db_url)
+        ports = {name: free_port() for name in ("cond-a", "cond-b", *HOSTS)}
+        self.ports = ports
+        # Agents report to cond-b; the API wakes cond-a (and falls back on the conductors'
+        # polling while cond-a is dead). Both work the same bind jobs.
+        conductor_url = f"http://127.0.0.1:{ports['cond-b']}"
+        api_conductor_url = f"http://127.0.0.1:{ports['cond-a']}"
+        common: dict[str, dict[str, object]] = {
+            "DEFAULT": {"state_path": self.state},
+            "database": {"connection": db_url},
+            "conductor": {"url": conductor_url, "bind_poll_interval": 0.2,
+                          "bind_workers": 2, "bind_lease_seconds": LEASE,
+                          "bind_timeout": BIND_TIMEOUT, "agent_check_interval": 0.25,
+                          "agent_down_intervals": DOWN_AFTER},
+            "agent": {"heartbeat_interval": HEARTBEAT, "discovery_interval": 2,
+                      "enabled_drivers": "fake"},
+            "nova": {"auth_type": "none", "endpoint_override": nova.url,
+                     "retry_initial_delay": 0.05},
+        }
+        placement_section = dict(line.split(" = ", 1) for line in
+                                 placement.config_lines().splitlines()[1:])
+        placement_section.update({"sync_interval": 0.3, "full_sync_interval": 5,
+                                  "retry_max_delay": 2, "audit_interval": 5})
+        self.processes: dict[str, AcceldProcess] = {}
+        for name in ("cond-a", "cond-b"):
+            sections = {k: dict(v) for k, v in common.items()}
+            sections["conductor"]["port"] = ports[name]
+            # cond-a lingers before each bind transaction, so that a kill finds it
+            # holding claims (tests.support.chaos.kill_holding_claims).
+            if name == "cond-a":
+                sections["conductor"]["bind_delay_for_tests"] = 0.5
+            sections["placement"] = placement_section
+            conf = write_conf(tmp_path / f"{name}.conf", sections)
+            self.processes[name] = AcceldProcess(
+                name, ["conductor", "--config-file", conf, "--port", str(ports[name])],
+                tmp_path, ports[name])
+        for host in HOSTS:
+            spec = tmp_path / f"{host}.json"
+            spec.write_text(json.dumps([{"type": "FPGA", "name": name,
+                                         "attach_handles": HANDLES}
+                                        for name in DEVICES[host]]))
+            sections = {k: dict(v) for k, v in common.items()}
+            sections["DEFAULT"]["host"] = host
+            sections["agent"]["port"] = ports[host]
+            sections["fake_driver"] = {"spec_file": spec,
+                                       "state_dir": tmp_path / f"{host}-fake"}
+            conf = write_conf(tmp_path / f"{host}.conf", sections)
+            self.processes[host] = AcceldProcess(host, ["agent", "--config-file", conf],
+                                                 tmp_path, ports[host])
+        self.api = testing.TestClient(build_app(make_conf(
+            str(self.state), database__connection=db_url,
+            conductor__url=api_conductor_url),
+            self.db))
+        self.devices: dict[str, Device] = {}
+        self.instances: list[Instance] = []
+        self.disabled: set[str] = set()
+
+    # -- what the operator and Nova see ---------------------------------------------------
+
+    def explain(self) -> str:
+        """Logs and states for a failure message."""
+        parts = [f"---- {name} ----\n{proc.log(3000)}" for name, proc in
+                 self.processes.items()]
+        parts.append("---- placement ----\n" + self.placement.log_tail(1500))
+        parts.append("---- instances ----\n" + "\n".join(
+            f"{i.step} {i.arq} {i.device.name} {i.state} {i.reason}" for i in self.instances))
+        return "\n".join(parts)
+
+    def host_states(self) -> dict[str, str]:
+        result = self.api.simulate_get("/accelerator/v2/hosts", headers=READ)
+        assert result.status_code == 200, result.text
+        return {h["hostname"]: h["state"] for h in result.json["hosts"]}
+
+    def read_devices(self) -> dict[str, Device]:
+        with self.db.read() as conn:
+            rows = conn.execute(select(
+                devices.c.hostname, devices.c.uuid, deployables.c.name,
+                deployables.c.rp_uuid).select_from(deployables.join(
+                    devices, devices.c.id == deployables.c.device_id))).all()
+        return {row.name.split("_", 1)[1]: Device(row.hostname, row.name.split("_", 1)[1],
+                                                  row.uuid, row.rp_uuid)
+                for row in rows if row.rp_uuid}
+
+    def reserved(self, device: Device) -> int | None:
+        inv = self.placement.get(f"/resource_providers/{device.rp_uuid}/inventories")
+        if inv.status_code != 200:
+            return None
+        return inv.json()["inventories"].get("FPGA", {}).get("reserved")
+
+    def arq(self, arq: str) -> dict:
+        result = self.api.simulate_get(f"{ARQS}/{arq}", headers=READ)
+        assert result.status_code == 200, result.text
+        return result.json
+
+    # -- Nova's part -------------------------------------------------------------------------
+
+    def live(self) -> list[Instance]:
+        return [i for i in self.instances if not i.retired]
+
+    def pick(self, host: str | None = None, exclude: set[str] = frozenset()) -> Device:
+        """The usable device with the most free units (by name on ties): deterministic."""
+        used: dict[str, int] = {}
+        for inst in self.live():
+            used[inst.device.name] = used.get(inst.device.name, 0) + 1
+        usable = [d for d in self.devices.values() if d.name not in self.disabled
+                  and d.name not in exclude and (host is None or d.host == host)]
+        best = max(usable, key=lambda d: (HANDLES - used.get(d.name, 0), -ord(d.name[-1])))
+        assert HANDLES - used.get(best.name, 0) > 0, f"no free unit on {host or 'any host'}"
+        return best
+
+    def schedule(self, device: Device, step: str, allowed: set[str]) -> Instance:
+        """What Nova's scheduler and conductor do before a bind: an ARQ and an allocation."""
+        created = self.api.simulate_post(ARQS, json={"device_profile_name": PROFILE},
+                                         headers=SERVICE)
+        assert created.status_code == 201, created.text
+        (arq,) = created.json["arqs"]
+        instance = Instance(str(uuid.uuid4()), arq["uuid"], device, step, allowed)
+        resp = self.placement.put(f"/allocations/{instance.uuid}", {
+            "allocations": {device.rp_uuid: {"resources": {"FPGA": 1}}},
+            "project_id": "chaos-project", "user_id": "chaos-user",
+            "consumer_generation": None, "consumer_type": "INSTANCE"})
+        assert resp.status_code == 204, resp.text
+        self.instances.append(instance)
+        return instance
+
+    def bind(self, *instances: Instance) -> None:
+        """One PATCH asking the binds of ``instances``."""
+        body = {i.arq: [
+            {"op": "add", "path": "/hostname", "value": i.device.host},
+            {"op": "add", "path": "/device_rp_uuid", "value": i.device.rp_uuid},
+            {"op": "add", "path": "/instance_uuid", "value": i.uuid}] for i in instances}
+        now = time.monotonic()
+        for inst in instances:
+            inst.asked_at = now
+        resp = self.api.simulate_patch(ARQS, json=body, headers=SERVICE)
+        assert resp.status_code == 202, resp.text
+
+    def boot(self, step: str, host: str | None = None) -> Instance:
+        """Schedule and bind one instance that must end Bound."""
+        instance = self.schedule(self.pick(host), step, {"Bound"})
+        self.bind(instance)
+        return instance
+
+    def heard(self, instance: Instance) -> bool:
+        return any(e.get("tag") == instance.arq for e in self.nova.events())
+
+    def resolve(self, instance: Instance, timeout: float) -> None:
+        """Wait for Nova to hear the instance's outcome, and record it (once)."""
+        if instance.state is not None:
+            return
+        wait_until(lambda: self.heard(instance), timeout,
+                   f"Nova's event for {instance.step} ARQ {instance.arq}", self.explain)
+        arq = self.arq(instance.arq)
+        instance.state, instance.reason = arq["state"], arq.get("bind_failure_reason")
+
+    def retire(self, instance: Instance) -> None:
+        """As Nova deleting the instance once it heard: unbind (every other one) then
+        delete the ARQ, and give the allocation back."""
+        self.resolve(instance, 30)
+        if len([i for i in self.instances if i.retired]) % 2 == 0:
+            resp = self.api.simulate_patch(ARQS, headers=SERVICE, json={instance.arq: [
+                {"op": "remove", "path": p}
+                for p in ("/hostname", "/device_rp_uuid", "/instance_uuid")]})
+            assert resp.status_code == 202, resp.text
+        resp = self.api.simulate_delete(ARQS, params={"arqs": instance.arq},
+                                        headers=SERVICE)
+        assert resp.status_code == 204, resp.text
+        resp = self.placement.delete(f"/allocations/{instance.uuid}")
+        assert resp.status_code == 204, resp.text
+        instance.retired = True
+
+    def make_room(self, keep: int) -> None:
+        """Retire the oldest live instances until at most ``keep`` are left."""
+        while len(self.live()) > keep:
+            self.retire(self.live()[0])
+
+    def steady(self, count: int, step: str, host: str | None = None) -> None:
+        """``count`` ordinary boots, retiring the oldest beyond LIVE."""
+        for _ in range(count):
+            self.make_room(LIVE - 1)
+            self.boot(step, host)
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for host in HOSTS:
+            self.placement.create_compute_node(host)
+        for name in ("cond-b", "cond-a", *HOSTS):
+            self.processes[name].launch()
+        for name in ("cond-b", "cond-a", *HOSTS):
+            self.processes[name].wait_ready()
+        resp = self.api.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN,
+                                      json=[{"name": PROFILE,
+                                             "groups": [{"resources:FPGA": "1"}]}])
+        assert resp.status_code == 201, resp.text
+        wanted = {n for names in DEVICES.values() for n in names}
+        self.devices = wait_until(lambda: (lambda d: d if set(d) == wanted else None)(
+            self.read_devices()), 30, "every device in the database", self.explain)
+        wait_until(lambda: all(self.reserved(d) == 0 for d in self.devices.values()), 30,
+                   "every device provider in Placement", self.explain)
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.processes.values())):
+            proc.stop()
+        self.db.dispose()
+
+
+@pytest.fixture
+def cloud(tmp_path, chaos_db_url, chaos_placement, nova) -> Iterator[Cloud]:
+    cloud = Cloud(tmp_path, chaos_db_url, chaos_placement, nova)
+    try:
+        cloud.start()
+        yield cloud
+    finally:
+        cloud.stop()
+
+
+def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None:
+    started = time.monotonic()
+    figures: dict[str, float] = {}
+
+    # Warm-up: ordinary binds on both hosts, through both conductors.
+    cloud.steady(6, "warm-up")
+
+    # 1. cond-a killed -9 while it holds claims of six binds asked at once. cond-b is frozen
+    # meanwhile, so that the claims are cond-a's (woken by the API) whatever the timing.
+    cloud.make_room(2)
+    batch = [cloud.schedule(cloud.pick(), "conductor-kill", {"Bound"}) for _ in range(6)]
+    cloud.processes["cond-b"].freeze()
+    try:
+        cloud.bind(*batch)
+        died_with = kill_holding_claims(cloud.processes["cond-a"], cloud.db, timeout=20)
+    finally:
+        cloud.processes["cond-b"].thaw()
+    assert died_with >= 1
+    cloud.steady(3, "conductor-down")
+    for inst in batch:  # its claims are taken over once their lease lapsed
+        cloud.resolve(inst, LEASE + 30)
+    cloud.processes["cond-a"].start()
+    cloud.steady(3, "conductor-back")
+
+    # 2. Placement away for OUTAGE seconds while binds keep arriving.
+    cloud.make_room(3)
+    waiting = [cloud.schedule(cloud.pick(), "placement-outage", {"Bound"}) for _ in range(6)]
+    cloud.placement.stop()
+    stopped = time.monotonic()
+    for index, inst in enumerate(waiting):
+        while time.monotonic() < stopped + index * OUTAGE / len(waiting):
+            time.sleep(0.1)
+        cloud.bind(inst)
+    while time.monotonic() < stopped + OUTAGE:
+        # Nothing resolves while Placement is away: every bind waits.
+        assert not any(cloud.heard(i) for i in waiting), cloud.explain()
+        time.sleep(0.2)
+    cloud.placement.start()
+    figures["placement_outage_s"] = time.monotonic() - stopped
+    for inst in waiting:
+        cloud.resolve(inst, 30)
+    figures["placement_back_to_all_bound_s"] = time.monotonic() - stopped - \
+        figures["placement_outage_s"]
+
+    # 3. Agent chaos-2 killed -9: binds asked once its host is down fail naming that.
+    cloud.make_room(3)
+    orphans = [cloud.schedule(cloud.pick("chaos-2"), "agent-down", {AGENT_DOWN})
+               for _ in range(2)]
+    cloud.processes["chaos-2"].kill9()
+    wait_until(lambda: cloud.host_states()["chaos-2"] == "down",
+               HEARTBEAT * DOWN_AFTER + 10, "chaos-2 marked down", cloud.explain)
+    cloud.bind(*orphans)
+    cloud.steady(2, "agent-down-elsewhere", host="chaos-1")
+    for inst in orphans:
+        cloud.resolve(inst, 30)
+    cloud.processes["chaos-2"].start()
+    wait_until(lambda: cloud.host_states()["chaos-2"] == "up", 20, "chaos-2 back up",
+               cloud.explain)
+    # Its devices are offered again once the sync has lifted the down host's reservation.
+    wait_until(lambda: all(cloud.reserved(d) == 0 for d in cloud.devices.values()
+                           if d.host == "chaos-2"), 20, "chaos-2's devices unreserved",
+               cloud.explain)
+    cloud.steady(2, "agent-back", host="chaos-2")
+
+    # 4. A device disabled through the API while binds on it arrive.
+    cloud.make_room(2)
+    target = cloud.pick("chaos-1")
+    disabled_reason = DISABLED.format(device=target.uuid)
+    racer = cloud.schedule(target, "disable-race", {"Bound", disabled_reason})
+    late = [cloud.schedule(target, "after-disable", {disabled_reason}) for _ in range(2)]
+    cloud.bind(racer)
+    resp = cloud.api.simulate_post(f"/accelerator/v2/devices/{target.uuid}/disable",
+                                   headers=ADMIN)
+    assert resp.status_code == 200, resp.text
+    cloud.disabled.add(target.name)
+    cloud.bind(*late)
+    cloud.steady(3, "after-disable-elsewhere")
+
+    # The end: every ARQ resolved, Nova heard each once, nothing queued.
+    settle_from = time.monotonic()
+    for inst in cloud.instances:
+        if not inst.retired:
+            cloud.resolve(inst, SETTLE)
+
+    def quiet() -> bool:
+        with cloud.db.read() as conn:
+            return not conn.execute(select(bind_jobs.c.id)).first() and \
+                not conn.execute(select(handle_releases.c.id)).first()
+
+    wait_until(quiet, SETTLE, "no bind job or handle release left", cloud.explain)
+    figures["settle_s"] = time.monotonic() - settle_from
+
+    # Every ARQ ended as its step explains, with a true reason.
+    wrong = []
+    for inst in cloud.instances:
+        outcome = "Bound" if inst.state == "Bound" else inst.reason or ""
+        if inst.state not in ("Bound", "BindFailed") or not any(
+                outcome.startswith(allowed) for allowed in inst.allowed):
+            wrong.append((inst.step, inst.arq, inst.device.name, inst.state, inst.reason))
+    assert wrong == [], f"{wrong}\n{cloud.explain()}"
+    assert all(i.state == "BindFailed" for i in orphans + late)
+    # Exactly one Nova event per ARQ, its status the outcome's.
+    events = cloud.nova.events()
+    by_tag: dict[str, list[dict]] = {}
+    for event in events:
+        by_tag.setdefault(event["tag"], []).append(event)
+    assert set(by_tag) == {i.arq for i in cloud.instances}
+    for inst in cloud.instances:
+        assert by_tag[inst.arq] == [{
+            "name": "accelerator-request-bound", "server_uuid": inst.uuid, "tag": inst.arq,
+            "status": "completed" if inst.state == "Bound" else "failed"}], by_tag[inst.arq]
+
+    # The ARQs still there are as recorded; no handle shared, none leaked.
+    live = {i.arq: i for i in cloud.live()}
+    with cloud.db.read() as conn:
+        rows = conn.execute(select(
+            arq_table.c.uuid, arq_table.c.state, arq_table.c.attach_handle_id,
+            arq_table.c.device_rp_uuid)).all()
+        handles = {row.id: row for row in conn.execute(select(
+            attach_handles.c.id, attach_handles.c.in_use, deployables.c.rp_uuid).select_from(
+            attach_handles.join(deployables,
+                                deployables.c.id == attach_handles.c.deployable_id)))}
+    assert {row.uuid: row.state for row in rows} == {a: i.state for a, i in live.items()}
+    bound = [row for row in rows if row.state == "Bound"]
+    assert all(row.attach_handle_id in handles for row in bound)
+    assert all(handles[row.attach_handle_id].rp_uuid == row.device_rp_uuid for row in bound)
+    assert len({row.attach_handle_id for row in bound}) == len(bound)
+    assert {h for h, row in handles.items() if row.in_use} == {
+        row.attach_handle_id for row in bound}
+    assert all(row.attach_handle_id is None for row in rows if row.state != "Bound")
+
+    # Placement holds what the database says (the sync and its audit run every few s).
+    for host in HOSTS:
+        wait_until(lambda: assert_placement_matches_db(cloud.placement, cloud.db, host)
+                   is None, 30, f"Placement to match the database for {host}", cloud.explain)
+    assert cloud.reserved(target) == HANDLES  # the disabled device is fully reserved
+
+    # No service logged a traceback through all of it.
+    for name, proc in cloud.processes.items():
+        assert "Traceback" not in proc.log_path.read_text(errors="replace"), proc.log()
+
+    figures["total_s"] = time.monotonic() - started
+    print(f"\nchaos: {len(cloud.instances)} binds, "
+          f"{sum(i.state == 'Bound' for i in cloud.instances)} Bound, "
+          f"{sum(i.state == 'BindFailed' for i in cloud.instances)} BindFailed, "
+          f"cond-a died holding {died_with} claims; "
+          + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()))

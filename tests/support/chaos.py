@@ -1,0 +1,165 @@
+"""Support for the chaos test: acceld services as real processes, stopped and killed by PID.
+
+:class:`AcceldProcess` runs one ``acceld conductor`` or ``acceld agent`` with its log in a
+file; it can be killed with SIGKILL (a crash), frozen with SIGSTOP and thawed, and stopped
+gracefully. :func:`kill_holding_claims` kills a conductor at a point that is decided, not
+hoped for: frozen while it holds bind claims and no Nova event of its own is in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from sqlalchemy import select
+
+from acceld.db.engine import Database
+from acceld.db.models import bind_jobs
+
+
+class AcceldProcess:
+    """One acceld service process (its own session), its output in ``<dir>/<name>.log``."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: Path, port: int) -> None:
+        self.name = name
+        self.argv = [sys.executable, "-m", "acceld.cli", *argv]
+        self.log_path = Path(log_dir) / f"{name}.log"
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, f"{self.name} was never started"
+        return self.proc.pid
+
+    def start(self, timeout: float = 45.0) -> "AcceldProcess":
+        """Start it and return once its internal port accepts connections."""
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> "AcceldProcess":
+        """Start it without waiting (start several, then :meth:`wait_ready` each)."""
+        with open(self.log_path, "ab") as log:
+            log.write(f"==== start {time.strftime('%H:%M:%S')} ====\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log,
+                                         start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = 45.0) -> "AcceldProcess":
+        """Return once its internal port accepts connections; AssertionError with its log
+        if it exits or does not within ``timeout`` s."""
+        assert self.proc is not None, f"{self.name} was never launched"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"{self.name} exited:\n{self.log()}"
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"{self.name} did not start within {timeout} s:\n{self.log()}")
+
+    def kill9(self) -> None:
+        """SIGKILL: no cleanup runs, leases and claims are left as they were."""
+        os.kill(self.pid, signal.SIGKILL)
+        assert self.proc is not None
+        self.proc.wait(10)
+
+    def freeze(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it lingers; nothing if it is not running."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGCONT)  # a frozen process cannot act on SIGTERM
+        os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def log(self, chars: int = 6000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+def write_conf(path: Path, sections: dict[str, dict[str, object]]) -> str:
+    """An oslo.config file from ``{section: {option: value}}``; returns its path."""
+    lines: list[str] = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {value}" for key, value in values.items()]
+        lines.append("")
+    Path(path).write_text("\n".join(lines))
+    return str(path)
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str,
+               explain: Callable[[], str] = lambda: "") -> Any:
+    """Poll ``check`` every 0.1 s until it returns something true (returned) or raises
+    nothing; AssertionError naming ``what`` and the last result after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = check()
+        except AssertionError as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}: "
+                                 f"{last!r}\n{explain()}")
+        time.sleep(0.1)
+
+
+def claims_of(db: Database, pid: int) -> dict[str, int]:
+    """The bind jobs a conductor process holds, by phase (``pending``, ``notify``).
+
+    A bind worker's lease token starts with ``<hostname[:30]>-<pid>-``
+    (acceld.conductor.binding.BindWorker.owner).
+    """
+    prefix = f"{socket.gethostname()[:30]}-{pid}-"
+    with db.read() as conn:
+        rows = conn.execute(select(bind_jobs.c.phase, bind_jobs.c.lease_owner).where(
+            bind_jobs.c.lease_owner.like(prefix + "%"))).all()
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.phase] = counts.get(row.phase, 0) + 1
+    return counts
+
+
+def kill_holding_claims(conductor: AcceldProcess, db: Database, timeout: float) -> int:
+    """SIGKILL ``conductor`` while it holds pending bind claims and no notification.
+
+    The conductor is frozen (SIGSTOP) and its claims read: a claim in phase ``notify``
+    may have an event already taken by Nova, and killing then would make Nova hear that
+    ARQ twice (delivery is at least once, docs/arqs.md). So it is killed only when it
+    holds pending binds and no notification; otherwise it is thawed and looked at again.
+    Returns how many pending claims died with it.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        conductor.freeze()
+        claims = claims_of(db, conductor.pid)
+        if claims.get("pending") and not claims.get("notify"):
+            conductor.kill9()
+            return claims["pending"]
+        conductor.thaw()
+        time.sleep(0.01)
+    raise AssertionError(f"{conductor.name} never held bind claims without a notification "
+                         f"within {timeout} s:\n{conductor.log()}")
