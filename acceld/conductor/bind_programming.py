@@ -12,14 +12,15 @@ the transaction then checks that the deployable still holds that image
 (:meth:`BindProgramming.enforce`). A deployable that already holds the image
 is not programmed again; one that holds another image while some of its
 attach handles are in use (or being taken) is not reprogrammed under its users
-(the bind fails with the reason). The image is checked again in the bind
-transaction under the deployable's row lock, which a program's hold needs
-exclusively: a bind whose image was replaced, or that meets another program
-in progress, ends BindFailed saying so (acceld.conductor.bind_target.lock_deployable). Both are decided again once the per-deployable program
-lease is held (binds of one deployable wait for each other there, and the
-first may have programmed and bound meanwhile), and the lease is held from
-that check until the program is recorded. An unreachable agent leaves the
-bind job to be retried.
+(the bind fails with the reason). Both are decided again once the
+per-deployable program lease is held (binds of one deployable wait for each
+other there, and the first may have programmed and bound meanwhile), under the
+deployable's row lock, and the lease is held from that check until the program
+is recorded. The image is checked once more in the bind transaction under the
+same row lock (shared), which a program's hold needs exclusively: a bind whose
+image was replaced, or that meets another program in progress, ends BindFailed
+saying so (acceld.conductor.bind_target.lock_deployable). An unreachable agent
+leaves the bind job to be retried.
 """
 
 from __future__ import annotations

@@ -252,7 +252,8 @@ PROGRAM_FORMS = [
     ("upstream", "2.4"), ("upstream", "2.5"), ("seed-bitstream", None), ("seed-firmware", None)]
 
 
-def direct_program(chain: Chain, form: str, microversion: str | None):  # type: ignore[no-untyped-def]
+def direct_program(chain: Chain, form: str,  # type: ignore[no-untyped-def]
+                   microversion: str | None):
     uuid_ = chain.dep["uuid"]
     headers = {**ADMIN, **(version(microversion) if microversion else {})}
     if form == "upstream":
