@@ -34,7 +34,7 @@ from acceld.conductor.binding import BindWorker
 from acceld.conductor.programming import Programmer, ProgramError
 from acceld.db import bind_jobs
 from acceld.db.clock import db_now
-from acceld.db.models import deployables
+from acceld.db.models import attach_handles, deployables
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE, version
 from tests.support.interleave import DEADLINE, Background
@@ -371,4 +371,14 @@ def test_an_async_program_overtaken_by_a_bind_fails_naming_it(chain):
     assert deployable["program_status"] == "FAILED"
     assert deployable["program_reason"].startswith("409: ") and arq in deployable[
         "program_reason"]
+    assert chain.fake.programmed("FakeDevice") == {}
+
+
+def test_a_handle_whose_release_is_pending_also_holds_the_deployable(chain):
+    """A handle still in use with no ARQ (its release queued) is named in the 409."""
+    with chain.db.write() as conn:
+        conn.execute(sa_update(attach_handles).values(in_use=True))
+    answer = direct_program_of(chain, IMAGE)
+    assert answer.status_code == 409
+    assert "release is still pending" in answer.text
     assert chain.fake.programmed("FakeDevice") == {}
