@@ -20,14 +20,16 @@ The chaos steps happen at fixed points of that loop, never at random times:
    while binds keep arriving (instances Placement had allocated before it went away);
    it is started again on the same port and database;
 3. agent ``chaos-2`` is killed with SIGKILL; once its host is marked down, the binds
-   asked for it (allocated before the kill) must fail naming that; it is started again
-   and binds on it succeed once it reports;
+   asked for it (allocated before the kill) must fail naming that, and an instance with an
+   mdev (a host step) is deleted: its handle stays in use, its release queued, until the
+   agent is started again and has removed the mdev; binds on it succeed once it reports;
 4. a device is disabled through the API: a bind asked right before may go either way,
    binds asked after the disable answered must fail naming the disable.
 
 Every ARQ ends ``Bound`` or ``BindFailed`` with the reason its step explains (no other
 failure is accepted), Nova hears exactly one event per ARQ with the matching status, no
-handle is shared, the handles in use are exactly the Bound ARQs', and Placement holds what
+handle is shared, the handles in use are exactly the Bound ARQs' (and the mdevs on the
+node exactly the Bound ARQs' mdevs), and Placement holds what
 the database says (providers, inventories, reserved, traits). Every wait is bounded.
 """
 
@@ -62,10 +64,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ARQS = "/accelerator/v2/accelerator_requests"
 READ = {**ADMIN, **version("2.4")}  # 2.4 shows bind_failure_reason
 HOSTS = ("chaos-1", "chaos-2")
-# chaos-1: three FPGAs, chaos-2: two; four handles (Placement units) each.
-DEVICES = {"chaos-1": ["FpgaA", "FpgaB", "FpgaC"], "chaos-2": ["FpgaD", "FpgaE"]}
+# chaos-1: three FPGAs; chaos-2: two FPGAs and a vGPU-style device whose handles are mdevs
+# the agent prepares on bind and removes after unbind (a host step). Four handles
+# (Placement units) each.
+DEVICES = {"chaos-1": {"FpgaA": "FPGA", "FpgaB": "FPGA", "FpgaC": "FPGA"},
+           "chaos-2": {"FpgaD": "FPGA", "FpgaE": "FPGA", "VgpuF": "GPU"}}
+RESOURCE_CLASS = {"FPGA": "FPGA", "GPU": "PGPU"}  # acceld.drivers.fake.TYPES
 HANDLES = 4
-PROFILE = "chaos-fpga"
+PROFILES = {"FPGA": "chaos-fpga", "PGPU": "chaos-vgpu"}  # by resource class
 OUTAGE = 30.0  # seconds Placement is away (issue 11 item 12)
 LEASE = 5  # [conductor] bind_lease_seconds: how long a killed conductor's claims wait
 BIND_TIMEOUT = 90  # [conductor] bind_timeout: well above OUTAGE
@@ -85,6 +91,7 @@ class Device:
     name: str
     uuid: str
     rp_uuid: str
+    rc: str  # its resource class
 
 
 @dataclass
@@ -172,9 +179,10 @@ class Cloud:
                 tmp_path, ports[name])
         for host in HOSTS:
             spec = tmp_path / f"{host}.json"
-            spec.write_text(json.dumps([{"type": "FPGA", "name": name,
-                                         "attach_handles": HANDLES}
-                                        for name in DEVICES[host]]))
+            spec.write_text(json.dumps([
+                {"type": kind, "name": name, "attach_handles": HANDLES,
+                 "attach_type": "MDEV" if kind == "GPU" else "TEST_PCI"}
+                for name, kind in DEVICES[host].items()]))
             sections = {k: dict(v) for k, v in common.items()}
             sections["DEFAULT"]["host"] = host
             sections["agent"]["port"] = ports[host]
@@ -213,15 +221,18 @@ class Cloud:
                 devices.c.hostname, devices.c.uuid, deployables.c.name,
                 deployables.c.rp_uuid).select_from(deployables.join(
                     devices, devices.c.id == deployables.c.device_id))).all()
-        return {row.name.split("_", 1)[1]: Device(row.hostname, row.name.split("_", 1)[1],
-                                                  row.uuid, row.rp_uuid)
-                for row in rows if row.rp_uuid}
+        found = {}
+        for row in rows:
+            host, name = row.name.split("_", 1)
+            found[name] = Device(host, name, row.uuid, row.rp_uuid,
+                                 RESOURCE_CLASS[DEVICES[host][name]])
+        return found
 
     def reserved(self, device: Device) -> int | None:
         inv = self.placement.get(f"/resource_providers/{device.rp_uuid}/inventories")
         if inv.status_code != 200:
             return None
-        return inv.json()["inventories"].get("FPGA", {}).get("reserved")
+        return inv.json()["inventories"].get(device.rc, {}).get("reserved")
 
     def arq(self, arq: str) -> dict:
         result = self.api.simulate_get(f"{ARQS}/{arq}", headers=READ)
@@ -229,6 +240,20 @@ class Cloud:
         return result.json
 
     # -- Nova's part -------------------------------------------------------------------------
+
+    def handle_of(self, instance: Instance) -> int:
+        with self.db.read() as conn:
+            handle = conn.execute(select(arq_table.c.attach_handle_id).where(
+                arq_table.c.uuid == instance.arq)).scalar_one()
+        assert handle is not None, instance
+        return handle
+
+    def prepared_mdevs(self, host: str) -> set[str]:
+        """The mdevs the fake driver of ``host`` created and did not remove."""
+        path = self.dir / f"{host}-fake" / "attach_handles.json"
+        if not path.exists():
+            return set()
+        return set(json.loads(path.read_text()).get("prepared", {}))
 
     def live(self) -> list[Instance]:
         return [i for i in self.instances if not i.retired]
@@ -246,13 +271,14 @@ class Cloud:
 
     def schedule(self, device: Device, step: str, allowed: set[str]) -> Instance:
         """What Nova's scheduler and conductor do before a bind: an ARQ and an allocation."""
-        created = self.api.simulate_post(ARQS, json={"device_profile_name": PROFILE},
+        created = self.api.simulate_post(ARQS, json={
+            "device_profile_name": PROFILES[device.rc]},
                                          headers=SERVICE)
         assert created.status_code == 201, created.text
         (arq,) = created.json["arqs"]
         instance = Instance(str(uuid.uuid4()), arq["uuid"], device, step, allowed)
         resp = self.placement.put(f"/allocations/{instance.uuid}", {
-            "allocations": {device.rp_uuid: {"resources": {"FPGA": 1}}},
+            "allocations": {device.rp_uuid: {"resources": {device.rc: 1}}},
             "project_id": "chaos-project", "user_id": "chaos-user",
             "consumer_generation": None, "consumer_type": "INSTANCE"})
         assert resp.status_code == 204, resp.text
@@ -325,10 +351,11 @@ class Cloud:
             self.processes[name].launch()
         for name in ("cond-b", "cond-a", *HOSTS):
             self.processes[name].wait_ready()
-        resp = self.api.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN,
-                                      json=[{"name": PROFILE,
-                                             "groups": [{"resources:FPGA": "1"}]}])
-        assert resp.status_code == 201, resp.text
+        for rc, name in PROFILES.items():  # one profile per request
+            resp = self.api.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN,
+                                          json=[{"name": name,
+                                                 "groups": [{f"resources:{rc}": "1"}]}])
+            assert resp.status_code == 201, resp.text
         wanted = {n for names in DEVICES.values() for n in names}
         self.devices = wait_until(lambda: (lambda d: d if set(d) == wanted else None)(
             self.read_devices()), 30, "every device in the database", self.explain)
@@ -395,17 +422,28 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
     figures["placement_back_to_all_bound_s"] = time.monotonic() - stopped - \
         figures["placement_outage_s"]
 
-    # 3. Agent chaos-2 killed -9: binds asked once its host is down fail naming that.
+    # 3. Agent chaos-2 killed -9: binds asked once its host is down fail naming that; an
+    # mdev given back meanwhile keeps its handle in use until the agent has removed it.
     cloud.make_room(3)
+    vgpu = cloud.schedule(cloud.devices["VgpuF"], "vgpu-retired-while-agent-down", {"Bound"})
+    cloud.bind(vgpu)
+    cloud.resolve(vgpu, 30)
     orphans = [cloud.schedule(cloud.pick("chaos-2"), "agent-down", {AGENT_DOWN})
                for _ in range(2)]
     cloud.processes["chaos-2"].kill9()
     wait_until(lambda: cloud.host_states()["chaos-2"] == "down",
                HEARTBEAT * DOWN_AFTER + 10, "chaos-2 marked down", cloud.explain)
+    mdev_handle = cloud.handle_of(vgpu)
+    cloud.retire(vgpu)
     cloud.bind(*orphans)
     cloud.steady(2, "agent-down-elsewhere", host="chaos-1")
     for inst in orphans:
         cloud.resolve(inst, 30)
+    with cloud.db.read() as conn:  # the agent is still dead: nothing could remove the mdev
+        assert conn.execute(select(attach_handles.c.in_use).where(
+            attach_handles.c.id == mdev_handle)).scalar_one() is True
+        assert conn.execute(select(handle_releases.c.id).where(
+            handle_releases.c.attach_handle_id == mdev_handle)).first() is not None
     cloud.processes["chaos-2"].start()
     wait_until(lambda: cloud.host_states()["chaos-2"] == "up", 20, "chaos-2 back up",
                cloud.explain)
@@ -481,6 +519,13 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
     assert {h for h, row in handles.items() if row.in_use} == {
         row.attach_handle_id for row in bound}
     assert all(row.attach_handle_id is None for row in rows if row.state != "Bound")
+    # On the node too: the mdevs that exist are exactly the Bound ARQs' (none leaked).
+    with cloud.db.read() as conn:
+        mdevs = {json.loads(info)["uuid"] for info in conn.execute(
+            select(attach_handles.c.attach_info).where(
+                attach_handles.c.attach_type == "MDEV",
+                attach_handles.c.id.in_([row.attach_handle_id for row in bound]))).scalars()}
+    assert cloud.prepared_mdevs("chaos-2") == mdevs
 
     # Placement holds what the database says (the sync and its audit run every few s).
     for host in HOSTS:
