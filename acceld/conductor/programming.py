@@ -60,12 +60,14 @@ _LEASE_POLL = 0.2
 
 
 class ProgramError(Exception):
-    """A program request failed; ``status`` is what the API answers, ``message`` why."""
+    """A program request failed; ``status`` is what the API answers, ``message`` why;
+    ``timed_out``: the agent did not answer in time (it may still be writing the device)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, timed_out: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.timed_out = timed_out
 
 
 def local_name(stored_name: str, hostname: str) -> str:
@@ -123,6 +125,14 @@ class Programmer:
                 if not isinstance(written, str):
                     raise ProgramError(502, f"The agent of host {target.hostname} answered "
                                             "without the image id it programmed.")
+            except ProgramError as exc:
+                if exc.timed_out:
+                    # The agent may still be writing the device: binds stay out for one
+                    # more program_timeout (+ 30 s), then the mark lapses.
+                    self._unhold(target.id, lease.owner, keep_for=lease.timeout + 30)
+                else:
+                    self._unhold(target.id, lease.owner)
+                raise
             except BaseException:
                 self._unhold(target.id, lease.owner)
                 raise
@@ -151,11 +161,17 @@ class Programmer:
         dep_db.begin_programming(conn, target.id, lease.owner, until)
         return True
 
-    def _unhold(self, deployable_id: int, owner: str) -> None:
-        """A failed program gives the deployable back to binds (its mark would lapse)."""
+    def _unhold(self, deployable_id: int, owner: str, keep_for: float | None = None) -> None:
+        """A failed program gives the deployable back to binds (its mark would lapse);
+        ``keep_for``: not yet, only after that many more seconds (a timed-out program)."""
         try:
             with self.db.write() as conn:
-                dep_db.end_programming(conn, deployable_id, owner, None)
+                if keep_for is None:
+                    dep_db.end_programming(conn, deployable_id, owner, None)
+                else:
+                    dep_db.extend_programming(
+                        conn, deployable_id, owner,
+                        db_now(conn) + dt.timedelta(seconds=keep_for))
         except Exception:  # noqa: BLE001 - never mask the program's own error
             LOG.exception("Could not clear the programming mark of deployable id %s",
                           deployable_id)
@@ -198,7 +214,8 @@ class Programmer:
                                 f"within {timeout:.0f} s ([conductor] program_timeout); "
                                 "the device state is unknown.")
         except AgentCallError as exc:
-            raise ProgramError(exc.status, exc.message) from None
+            raise ProgramError(exc.status, exc.message,
+                               timed_out=bool(getattr(exc, "timed_out", False))) from None
 
     def _lease(self, deployable_uuid: str, name: str):  # type: ignore[no-untyped-def]
         return _ProgramLease(self.db, deployable_uuid, name,

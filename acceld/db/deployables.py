@@ -184,6 +184,14 @@ def end_programming(conn: Connection, deployable_id: int, owner: str,
     return bitstream_id is not None or _exists(conn, deployable_id)
 
 
+def extend_programming(conn: Connection, deployable_id: int, owner: str,
+                       until: dt.datetime) -> None:
+    """Keep ``owner``'s mark until ``until``: its program's outcome is unknown (timed out)."""
+    conn.execute(update(deployables).where(
+        deployables.c.id == deployable_id, deployables.c.programming_owner == owner)
+        .values(programming_until=until, **_KEEP_UPDATED_AT))
+
+
 def _exists(conn: Connection, deployable_id: int) -> bool:
     return conn.execute(select(deployables.c.id).where(
         deployables.c.id == deployable_id)).first() is not None

@@ -382,3 +382,29 @@ def test_a_handle_whose_release_is_pending_also_holds_the_deployable(chain):
     assert answer.status_code == 409
     assert "release is still pending" in answer.text
     assert chain.fake.programmed("FakeDevice") == {}
+
+
+def test_a_timed_out_program_keeps_binds_out(chain, monkeypatch):
+    """The agent did not answer within program_timeout and may still be writing the device:
+    the mark stays (for one more program_timeout + 30 s), so binds are still refused."""
+    chain.conf.set_override("program_timeout", 1, group="conductor")
+    writing, done = threading.Event(), threading.Event()
+    original = chain.fake.program
+
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        writing.set()
+        assert done.wait(DEADLINE)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(chain.fake, "program", slow)
+    try:
+        answer = direct_program_of(chain, IMAGE)
+        assert writing.is_set()
+        assert answer.status_code == 502 and "did not finish" in answer.text, answer.text
+        arq = request_bind(chain, {})
+        BindWorker(chain.conf, chain.db).run_once()
+        refused = show(chain, arq)
+    finally:
+        done.set()
+    assert refused["state"] == "BindFailed"
+    assert "being programmed" in refused["bind_failure_reason"]
