@@ -59,11 +59,14 @@ def claim(db: Database, phase: str, token: str, limit: int, lease_seconds: float
     # Only an instance's first due job can start a claim: two concurrent claims then lock
     # the leads of two instances, never two jobs of one instance (each would take part
     # of it, and two workers would wait on one slow instance).
+    # One uncorrelated GROUP BY over the due jobs (a correlated subquery per row cost a
+    # second per claim with 2000 jobs pending).
     peer = jobs.alias("peer")
-    lead = or_(jobs.c.instance_uuid.is_(None), jobs.c.id == select(func.min(peer.c.id)).where(
-        peer.c.instance_uuid == jobs.c.instance_uuid, peer.c.phase == phase,
+    leads = select(func.min(peer.c.id)).where(
+        peer.c.phase == phase, peer.c.instance_uuid.is_not(None),
         or_(peer.c.lease_expires_at.is_(None), peer.c.lease_expires_at < now)
-    ).scalar_subquery())
+    ).group_by(peer.c.instance_uuid)
+    lead = or_(jobs.c.instance_uuid.is_(None), jobs.c.id.in_(leads))
     with db.write() as conn:
         first = conn.execute(_skip_locked(db, select(jobs.c.id, jobs.c.instance_uuid).where(
             *due, lead).order_by(jobs.c.id).limit(1))).first()
