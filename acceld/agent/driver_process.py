@@ -25,7 +25,8 @@ from acceld.clients.internal import scheme
 from acceld.drivers import loader
 from acceld.drivers.base import Driver
 from acceld.internal.server import Handler, InternalServer, advertised_endpoint, respond, serve
-from acceld.services.lifecycle import repeat_until_stopped, run_until_signalled, start_stamp
+from acceld.services.lifecycle import (catch_hup_early, repeat_until_stopped,
+                                      run_until_signalled, start_stamp)
 from acceld.internal.auth import NodeKeys, Signer, agent_destination, driver_destination
 from acceld.services.secrets import own_node_key
 
@@ -135,6 +136,7 @@ ROUTE_FACTORIES: list[Callable[[DriverProcess], Routes]] = []
 
 
 def run(conf: cfg.ConfigOpts, name: str) -> None:
+    catch_hup_early()
     process = DriverProcess(conf, name).start()
     print(f"acceld driver {name}: {process.server.url}", flush=True)  # type: ignore[union-attr]
     process.wait()

@@ -35,7 +35,8 @@ from acceld.drivers import loader
 from acceld.drivers.base import Driver
 from acceld.internal.server import (Handler, InternalServer, advertised_endpoint, json_body,
                                     respond, serve)
-from acceld.services.lifecycle import repeat_until_stopped, run_until_signalled, start_stamp
+from acceld.services.lifecycle import (catch_hup_early, repeat_until_stopped,
+                                      run_until_signalled, start_stamp)
 from acceld.internal.auth import (CONDUCTOR, NodeKeys, Signer, agent_destination,
                                   driver_destination)
 from acceld.services.secrets import own_node_key
@@ -284,4 +285,5 @@ ROUTE_FACTORIES.append(_attach_handles)
 
 
 def run(conf: cfg.ConfigOpts) -> None:
+    catch_hup_early()
     Agent(conf).start().wait()

@@ -189,7 +189,9 @@ def build(conf: cfg.ConfigOpts, db: Database) -> Conductor:
 def run(conf: cfg.ConfigOpts) -> None:
     from acceld.db import migrate
     from acceld.db.engine import from_config
+    from acceld.services.lifecycle import catch_hup_early
 
+    catch_hup_early()
     db = from_config(conf)
     if migrate.current_revision(db) != migrate.head_revision():
         raise SystemExit("The database schema is not current: run `acceld db upgrade`.")

@@ -77,6 +77,7 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool
 
 
 def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
+    lifecycle.catch_hup_early()  # logrotate may send it while the services start
     state_path = ensure_state_dir(os.path.abspath(conf.state_path))
     if not conf.internal.shared_secret:
         ensure_secret_file(state_path)
@@ -94,15 +95,8 @@ def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
         nonlocal stopping
         stopping = True
 
-    hup = False
-
-    def on_hup(*_args) -> None:  # type: ignore[no-untyped-def]
-        nonlocal hup
-        hup = True
-
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGHUP, on_hup)  # logrotate: handled in the loop below
     starting: list[tuple[Service, subprocess.Popen]] = []
 
     def ready() -> bool:
@@ -127,8 +121,7 @@ def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
         if not ready():
             return 1
         while not stopping:
-            if hup:
-                hup = False
+            if lifecycle.take_hup():  # logrotate: every service reopens its log too
                 _forward_hup(procs)
                 lifecycle.reload(conf)
             for proc in procs:

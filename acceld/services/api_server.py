@@ -75,4 +75,7 @@ class _Gunicorn(BaseApplication):
 def run(conf: cfg.ConfigOpts) -> None:
     """Serve; InsecureNoauth (before anything listens) for noauth beyond loopback."""
     noauth_guard.check(conf)
+    from acceld.services.lifecycle import catch_hup_early
+
+    catch_hup_early()  # until gunicorn's master installs its own SIGHUP handler
     _Gunicorn(conf).run()

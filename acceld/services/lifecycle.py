@@ -51,19 +51,37 @@ def start_stamp() -> int:
     return stamp
 
 
+# Set by SIGHUP; handled by run_until_signalled's loop (one flag per process).
+_hup = threading.Event()
+
+
+def catch_hup_early() -> None:
+    """Called first by each service's run(): from here on SIGHUP no longer ends the
+    process (its default action); one that arrives while the service starts is handled
+    when run_until_signalled begins."""
+    signal.signal(signal.SIGHUP, lambda *_: _hup.set())
+
+
+def take_hup() -> bool:
+    """Whether a SIGHUP arrived since the last call (for loops of their own: `acceld all`)."""
+    if _hup.is_set():
+        _hup.clear()
+        return True
+    return False
+
+
 def run_until_signalled(stop_event: threading.Event, stop: Callable[[], None],
                         poll: float = 0.5, conf: cfg.ConfigOpts | None = None) -> None:
     """Block until SIGTERM or SIGINT (or ``stop_event`` set by anyone), then ``stop()``;
     on SIGHUP :func:`reload` ``conf`` (in this thread, not in the signal handler)."""
-    hup = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
     signal.signal(signal.SIGINT, lambda *_: stop_event.set())
-    signal.signal(signal.SIGHUP, lambda *_: hup.set())
-    while not stop_event.wait(poll):
-        if hup.is_set():
-            hup.clear()
-            if conf is not None:
-                reload(conf)
+    catch_hup_early()
+    while True:
+        if take_hup() and conf is not None:
+            reload(conf)
+        if stop_event.wait(poll):
+            break
     stop()
 
 
