@@ -103,7 +103,6 @@ class Instance:
     device: Device
     step: str
     allowed: set[str]  # "Bound", or the start of an acceptable bind_failure_reason
-    asked_at: float = 0.0
     state: str | None = None
     reason: str | None = None
     retired: bool = False
@@ -291,9 +290,6 @@ class Cloud:
             {"op": "add", "path": "/hostname", "value": i.device.host},
             {"op": "add", "path": "/device_rp_uuid", "value": i.device.rp_uuid},
             {"op": "add", "path": "/instance_uuid", "value": i.uuid}] for i in instances}
-        now = time.monotonic()
-        for inst in instances:
-            inst.asked_at = now
         resp = self.api.simulate_patch(ARQS, json=body, headers=SERVICE)
         assert resp.status_code == 202, resp.text
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from sqlalchemy import select
 
 from acceld.db.engine import Database
-from acceld.db.models import bind_jobs
+from acceld.db.models import bind_jobs, handle_releases
 
 
 class AcceldProcess:
@@ -128,35 +128,40 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str,
 
 
 def claims_of(db: Database, pid: int) -> dict[str, int]:
-    """The bind jobs a conductor process holds, by phase (``pending``, ``notify``).
+    """What a conductor process holds: bind jobs by phase (``pending``, ``notify``) and
+    handle releases (``release``).
 
-    A bind worker's lease token starts with ``<hostname[:30]>-<pid>-``
-    (acceld.conductor.binding.BindWorker.owner).
+    The lease tokens of its bind and release workers start with ``<hostname[:30]>-<pid>-``
+    (acceld.conductor.binding.BindWorker.owner, acceld.conductor.handle_release).
     """
-    prefix = f"{socket.gethostname()[:30]}-{pid}-"
+    prefix = f"{socket.gethostname()[:30]}-{pid}-%"
     with db.read() as conn:
-        rows = conn.execute(select(bind_jobs.c.phase, bind_jobs.c.lease_owner).where(
-            bind_jobs.c.lease_owner.like(prefix + "%"))).all()
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.phase] = counts.get(row.phase, 0) + 1
+        phases = conn.execute(select(bind_jobs.c.phase).where(
+            bind_jobs.c.lease_owner.like(prefix))).scalars().all()
+        releases = conn.execute(select(handle_releases.c.id).where(
+            handle_releases.c.lease_owner.like(prefix))).scalars().all()
+    counts: dict[str, int] = {"release": len(releases)} if releases else {}
+    for phase in phases:
+        counts[phase] = counts.get(phase, 0) + 1
     return counts
 
 
 def kill_holding_claims(conductor: AcceldProcess, db: Database, timeout: float) -> int:
-    """SIGKILL ``conductor`` while it holds pending bind claims and no notification.
+    """SIGKILL ``conductor`` while it holds pending bind claims and nothing else.
 
     The conductor is frozen (SIGSTOP) and its claims read: a claim in phase ``notify``
     may have an event already taken by Nova, and killing then would make Nova hear that
-    ARQ twice (delivery is at least once, docs/arqs.md). So it is killed only when it
-    holds pending binds and no notification; otherwise it is thawed and looked at again.
-    Returns how many pending claims died with it.
+    ARQ twice (delivery is at least once, docs/arqs.md); a handle release it holds would
+    keep its handle in use until that claim's long lease lapses (attach_timeout times the
+    batch). So it is killed only when it holds pending binds and neither of those;
+    otherwise it is thawed and looked at again. Returns how many pending claims died
+    with it.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         conductor.freeze()
         claims = claims_of(db, conductor.pid)
-        if claims.get("pending") and not claims.get("notify"):
+        if claims.get("pending") and not claims.get("notify") and not claims.get("release"):
             conductor.kill9()
             return claims["pending"]
         conductor.thaw()
