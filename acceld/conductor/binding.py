@@ -79,6 +79,8 @@ class BindWorker:
         # Called after each claim that took jobs: the component wakes another worker, so a
         # single wake-up spreads over as many workers as there are instances due.
         self.on_claimed: Callable[[], None] = lambda: None
+        # Job id -> the outage its program step waited on (the agent or the image service).
+        self._program_blocked: dict[int, str] = {}
         self.notifier = notifier if notifier is not None else nova.NovaNotifier(conf)
         # Placement's view of each target, checked before the transaction (network calls).
         self.placement = placement_checks.BindPlacementCheck(conf)
@@ -199,9 +201,9 @@ class BindWorker:
                 self.outages.up(bind_outages.PLACEMENT)
             programmed = self.programming.before(
                 self.db, job.arq_id, placement_refused=bool(verdict and verdict.refusal))
-            if programmed is not None:
-                self.outages.up(bind_outages.agent(programmed.hostname))
-                self.outages.up(bind_outages.IMAGE_SERVICE)
+            blocked = self._program_blocked.pop(job.id, None)
+            if blocked is not None:  # the step this job waited on went through
+                self.outages.up(blocked)
             with self.db.write() as conn:
                 arq = arq_db.lock_one_by_id(conn, job.arq_id)
                 if arq is None or not bind_jobs.lock_owned(conn, job.id, token):
@@ -222,6 +224,10 @@ class BindWorker:
         except Exception as exc:  # noqa: BLE001 - an outage, or a bug: sorted here
             outage = bind_outages.classify(exc)
             if outage is not None:
+                if isinstance(exc, bind_programming.ProgrammingUnavailable):
+                    # Only a try that programs again tells that this one is back: most
+                    # binds never reach the agent or the image service for a program.
+                    self._program_blocked[job.id] = outage.what
                 return self._wait_out(job, token, outage)
             if self.db.outage.is_outage(exc):
                 raise _DatabaseAway from exc
@@ -242,6 +248,7 @@ class BindWorker:
         if not deadline.passed(now):
             bind_jobs.retry_later(self.db, [job.id], token, deadline.backoff(now), refund=True)
             return False
+        self._program_blocked.pop(job.id, None)
         return self._fail(job, token, bind_outages.reason(outage, timeout))
 
     def _fail(self, job, token: str, reason: str) -> bool:  # type: ignore[no-untyped-def]

@@ -257,3 +257,39 @@ def test_running_conductor_resumes_its_claims_when_the_database_is_back(db, tmp_
             component.stop()
     assert [(s.arq_uuid, s.status) for s in sent] == [(arq, "completed")]
     assert arq_state(db, arq) == ("Bound", None)
+
+
+def test_binds_that_program_nothing_do_not_end_an_image_service_outage(db, tmp_path, caplog):
+    """While the image service is away, binds of deployables that already hold their
+    image keep completing; they never reach it, so they neither end its outage in the
+    log nor start it again: one WARNING each way for the whole outage."""
+    caplog.set_level(logging.INFO)
+    conf = make_conf(str(tmp_path))
+    held = str(uuid.uuid4())
+    wanted = str(uuid.uuid4())
+    waiting = inventory.add_fpga(db, hostname="node-needs", handles=1)
+    ready = inventory.add_fpga(db, hostname="node-holds", handles=3, bitstream_id=held)
+    programmer = FlakyProgrammer(db, 4, "Glance could not be reached: connection refused")
+    notifier = RecordingNotifier()
+    worker = BindWorker(conf, db, notifier=notifier)
+    worker.programming.programmer = programmer  # type: ignore[assignment]
+    [(_, [blocked])] = request_binds(conf, db, [("node-needs", waiting["deployable"]["rp_uuid"])],
+                                     group={"accel:bitstream_id": wanted})
+    quick = []
+    for _ in range(3):
+        quick += request_binds(conf, db, [("node-holds", ready["deployable"]["rp_uuid"])],
+                               group={"accel:bitstream_id": held})
+        while worker.run_once():
+            pass
+        make_jobs_due(db)
+    assert {arq_state(db, arq)[0] for _, arqs in quick for arq in arqs} == {"Bound"}
+    assert arq_state(db, blocked)[0] == "BindStarted"
+    while arq_state(db, blocked)[0] == "BindStarted" and programmer.failures >= 0:
+        worker.run_once()
+        make_jobs_due(db)
+        if programmer.programs:
+            break
+    assert arq_state(db, blocked) == ("Bound", None)
+    logs = _messages(caplog, "The image service is ")
+    assert [(r.levelname, "again" in r.getMessage()) for r in logs] == [
+        ("WARNING", False), ("WARNING", True)], [r.getMessage() for r in logs]
