@@ -12,13 +12,14 @@ or program held up every other instance's boot.
 from __future__ import annotations
 
 import threading
+import uuid
 
 import pytest
 from sqlalchemy import event, update
 
 from acceld.conductor.binding import BindingComponent, BindWorker
 from acceld.db import bind_jobs as jobs_db
-from acceld.db.models import attach_handles
+from acceld.db.models import attach_handles, deployables
 from tests.conftest import make_conf
 from tests.support import inventory
 from tests.support.binds import RecordingNotifier, arq_state, request_binds
@@ -140,3 +141,53 @@ def test_events_go_out_per_instance(db, tmp_path):
     worker.run_once()
     assert notifier.posts == 2
     assert len(notifier.sent) == 4
+
+
+class BlockingProgrammer:
+    """Programs a deployable (recording its bitstream as the real programmer does); the
+    slow deployable's program is held until the test releases it."""
+
+    def __init__(self, db, slow_deployable: str) -> None:  # type: ignore[no-untyped-def]
+        self.db = db
+        self.slow = slow_deployable
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def program(self, deployable_uuid: str, kind: str, *, image_id=None, function_id=None,  # type: ignore[no-untyped-def]
+                precheck=None) -> str:
+        if deployable_uuid == self.slow:
+            self.entered.set()
+            assert self.release.wait(60), "the test never released the slow program"
+        with self.db.write() as conn:
+            conn.execute(update(deployables).where(deployables.c.uuid == deployable_uuid)
+                         .values(bitstream_id=image_id))
+        return str(image_id)
+
+
+def test_slow_program_of_one_instance_never_delays_another(db, tmp_path):
+    conf = make_conf(str(tmp_path), conductor__bind_workers=2)
+    slow = inventory.add_fpga(db, hostname="node-1", handles=1)
+    fast = inventory.add_fpga(db, hostname="node-2", handles=1)
+    group = {"accel:bitstream_id": str(uuid.uuid4())}
+    [(slow_instance, [slow_arq])] = request_binds(
+        conf, db, [("node-1", slow["deployable"]["rp_uuid"])], group=group)
+    [(fast_instance, [fast_arq])] = request_binds(
+        conf, db, [("node-2", fast["deployable"]["rp_uuid"])], group=group)
+    component = BindingComponent(conf, db)
+    notifier = RecordingNotifier()
+    programmer = BlockingProgrammer(db, slow["deployable"]["uuid"])
+    component.worker.notifier = notifier
+    component.worker.programming.programmer = programmer  # type: ignore[assignment]
+    component.start()
+    try:
+        assert programmer.entered.wait(20), "instance 1's program never started"
+        assert [(s.arq_uuid, s.status) for s in notifier.wait_for(fast_instance, 1)] == [
+            (fast_arq, "completed")]
+        assert notifier.for_instance(slow_instance) == []
+        assert arq_state(db, slow_arq)[0] == "BindStarted"
+        programmer.release.set()
+        assert [(s.arq_uuid, s.status) for s in notifier.wait_for(slow_instance, 1)] == [
+            (slow_arq, "completed")]
+    finally:
+        programmer.release.set()
+        component.stop()
