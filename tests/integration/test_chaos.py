@@ -529,9 +529,19 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
                    is None, 30, f"Placement to match the database for {host}", cloud.explain)
     assert cloud.reserved(target) == HANDLES  # the disabled device is fully reserved
 
-    # No service logged a traceback through all of it.
+    # No service logged a traceback through all of it, and each conductor process that met
+    # the Placement outage in a bind logged it once when it started and once when it ended.
     for name, proc in cloud.processes.items():
         assert "Traceback" not in proc.log_path.read_text(errors="replace"), proc.log()
+    outage_logs: dict[str, list[str]] = {}
+    for name in ("cond-a", "cond-b"):
+        for line in cloud.processes[name].log_path.read_text(errors="replace").splitlines():
+            if "acceld.conductor.binding: Placement is " in line:
+                pid = line.split()[2]
+                outage_logs.setdefault(pid, []).append(
+                    "again" if "available again" in line else "start")
+    assert outage_logs and all(v == ["start", "again"] for v in outage_logs.values()), \
+        outage_logs
 
     figures["total_s"] = time.monotonic() - started
     print(f"\nchaos: {len(cloud.instances)} binds, "

@@ -71,8 +71,14 @@ class AcceldProcess:
         assert self.proc is not None
         self.proc.wait(10)
 
-    def freeze(self) -> None:
+    def freeze(self, timeout: float = 5.0) -> None:
+        """SIGSTOP, returning once every thread of it is stopped (Linux /proc): a thread
+        running on another CPU goes on for a moment after the signal is sent."""
         os.kill(self.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while not _all_threads_stopped(self.pid):
+            assert time.monotonic() < deadline, f"{self.name} did not stop"
+            time.sleep(0.001)
 
     def thaw(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
@@ -94,6 +100,17 @@ class AcceldProcess:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
             return ""
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+            return False
+    return True
 
 
 def write_conf(path: Path, sections: dict[str, dict[str, object]]) -> str:
