@@ -78,9 +78,11 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool
 
 def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
     lifecycle.catch_hup_early()  # logrotate may send it while the services start
-    state_path = ensure_state_dir(os.path.abspath(conf.state_path))
-    if not conf.internal.shared_secret:
-        ensure_secret_file(state_path)
+    state_path = os.path.abspath(conf.state_path)
+    if conf.internal.shared_secret:
+        ensure_state_dir(state_path)
+    else:
+        ensure_secret_file(state_path)  # makes (or checks) the private directory too
     db = from_config(conf)
     migrate.upgrade(db)
     db.dispose()

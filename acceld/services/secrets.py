@@ -29,8 +29,9 @@ def ensure_state_dir(state_path: str) -> str:
         os.makedirs(state_path, mode=0o700, exist_ok=True)
         os.chmod(state_path, 0o700)  # makedirs' mode is masked by the umask
     elif os.stat(state_path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        LOG.warning("State directory %s is open to other users (mode %o); it holds the "
-                    "internal secret: chmod 700 it", state_path,
+        # Worded without "secret:" so the log redaction leaves the advice readable.
+        LOG.warning("State directory %s is open to other users (mode %o) and holds the "
+                    "internal secret file; run chmod 700 on it", state_path,
                     os.stat(state_path).st_mode & 0o777)
     return state_path
 
