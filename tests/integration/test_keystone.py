@@ -6,21 +6,12 @@ process with ``auth_strategy = keystone`` serve the whole module.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 import requests
 
-from acceld.db import migrate
-from acceld.db.engine import Database
 from tests.support import inventory, keystone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -38,38 +29,8 @@ def ks(tmp_path_factory) -> Iterator[keystone.Keystone]:
 @pytest.fixture(scope="module")
 def api(ks, tmp_path_factory) -> Iterator[dict]:
     """`acceld api` on the port the catalog names, validating tokens with Keystone."""
-    state = tmp_path_factory.mktemp("acceld")
-    db_url = f"sqlite:///{state}/acceld.sqlite"
-    conf = state / "acceld.conf"
-    conf.write_text(
-        f"[DEFAULT]\nauth_strategy = keystone\nstate_path = {state}\ndebug = true\n"
-        f"log_file = {state}/api.log\n"
-        f"[database]\nconnection = {db_url}\n"
-        f"[internal]\nshared_secret = internal-secret-for-the-keystone-tests\n"
-        f"[api]\nhost_ip = 127.0.0.1\nport = {ks.api_port}\n"
-        + ks.authtoken_section())
-    db = Database(db_url)
-    migrate.upgrade(db)
-    acceld = Path(sys.executable).with_name("acceld")
-    with open(state / "stderr.log", "wb") as err:
-        proc = subprocess.Popen([str(acceld), "api", "--config-file", str(conf)],
-                                stdout=err, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{ks.api_port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (state / "stderr.log").read_text()[-3000:]
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(base + "/accelerator/v2", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "acceld api did not start"
-            time.sleep(0.1)
-        yield {"base": base, "db": db, "state": state, "tokens": set()}
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        db.dispose()
+    with keystone.acceld_api(ks, tmp_path_factory.mktemp("acceld")) as client:
+        yield {**client, "tokens": set()}
 
 
 def _call(api: dict, ks: keystone.Keystone, method: str, path: str, user: str | None = None,

@@ -8,21 +8,12 @@ them as the ``cyborg`` service user, holding the system-scoped reader role oslo.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 import requests
 from sqlalchemy import func, select
 
-from acceld.db import migrate
-from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests
 from tests.support import keystone
 
@@ -78,49 +69,18 @@ def limits(ks) -> dict:
 
 @pytest.fixture(scope="module")
 def api(ks, limits, tmp_path_factory) -> Iterator[dict]:
-    state = tmp_path_factory.mktemp("acceld")
-    db_url = f"sqlite:///{state}/acceld.sqlite"
-    conf = state / "acceld.conf"
-    conf.write_text(
-        f"[DEFAULT]\nauth_strategy = keystone\nstate_path = {state}\n"
-        f"log_file = {state}/api.log\n"
-        f"[database]\nconnection = {db_url}\n"
-        f"[internal]\nshared_secret = {'unified-limits-internal-secret-' * 2}\n"
-        f"[api]\nhost_ip = 127.0.0.1\nport = {ks.api_port}\n"
-        f"[quota]\ndriver = unified_limits\n"
-        f"[oslo_limit]\nauth_url = {ks.url}/v3\nauth_type = password\nusername = cyborg\n"
-        f"password = {keystone.PASSWORD}\nuser_domain_id = default\nsystem_scope = all\n"
-        f"endpoint_service_type = accelerator\nendpoint_region_name = {keystone.REGION}\n"
-        f"endpoint_interface = public\n"
-        + ks.authtoken_section())
-    db = Database(db_url)
-    migrate.upgrade(db)
-    acceld = Path(sys.executable).with_name("acceld")
-    with open(state / "stderr.log", "wb") as err:
-        proc = subprocess.Popen([str(acceld), "api", "--config-file", str(conf)],
-                                stdout=err, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{ks.api_port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (state / "stderr.log").read_text()[-3000:]
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(base + "/accelerator/v2", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "acceld api did not start"
-            time.sleep(0.1)
-        client = {"base": base, "db": db, "state": state}
+    extra = (f"[quota]\ndriver = unified_limits\n"
+             f"[oslo_limit]\nauth_url = {ks.url}/v3\nauth_type = password\nusername = cyborg\n"
+             f"password = {keystone.PASSWORD}\nuser_domain_id = default\nsystem_scope = all\n"
+             f"endpoint_service_type = accelerator\nendpoint_region_name = {keystone.REGION}\n"
+             f"endpoint_interface = public\n")
+    with keystone.acceld_api(ks, tmp_path_factory.mktemp("acceld"), extra) as client:
         for name, groups in (("one", [{"resources:FPGA": "1"}]),
                              ("three", [{"resources:FPGA": "1"}, {"resources:PGPU": "2"}])):
             made = _call(client, ks, "POST", "/v2/device_profiles", "admin",
                          json=[{"name": name, "groups": groups}])
             assert made.status_code == 201, made.text
         yield client
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        db.dispose()
 
 
 def _call(api: dict, ks: keystone.Keystone, method: str, path: str, user: str,

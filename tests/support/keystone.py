@@ -329,6 +329,45 @@ class Keystone:
         _stop(self.proc)
 
 
+@contextlib.contextmanager
+def acceld_api(ks: Keystone, state: Path, extra_conf: str = "") -> Iterator[dict]:
+    """`acceld api` with ``auth_strategy = keystone`` on the port the catalog names.
+
+    Yields ``{"base", "db", "state"}``; the process is stopped by its PID's group."""
+    from acceld.db import migrate
+    from acceld.db.engine import Database
+
+    db_url = f"sqlite:///{state}/acceld.sqlite"
+    conf = state / "acceld.conf"
+    conf.write_text(
+        f"[DEFAULT]\nauth_strategy = keystone\nstate_path = {state}\ndebug = true\n"
+        f"log_file = {state}/api.log\n"
+        f"[database]\nconnection = {db_url}\n"
+        f"[internal]\nshared_secret = internal-secret-for-the-keystone-tests\n"
+        f"[api]\nhost_ip = 127.0.0.1\nport = {ks.api_port}\n"
+        + extra_conf + ks.authtoken_section())
+    db = Database(db_url)
+    migrate.upgrade(db)
+    acceld = Path(sys.executable).with_name("acceld")
+    with open(state / "stderr.log", "wb") as err:
+        proc = subprocess.Popen([str(acceld), "api", "--config-file", str(conf)],
+                                stdout=err, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{ks.api_port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (state / "stderr.log").read_text()[-3000:]
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(base + "/accelerator/v2", timeout=2).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "acceld api did not start"
+            time.sleep(0.1)
+        yield {"base": base, "db": db, "state": state}
+    finally:
+        _stop(proc)
+        db.dispose()
+
+
 def start(directory: Path) -> Keystone:
     """Copy the template into ``directory`` and serve it; the caller stops it."""
     ensure_template()
