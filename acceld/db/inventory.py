@@ -22,7 +22,8 @@ handle is deleted only ``WHERE in_use = false``. A bind locks the device row
 (``FOR SHARE``) before it takes a handle (acceld.conductor.bind_target), so
 either the bind commits first and the removal sees the handle in use, or the
 removal commits first and the bind finds no device. Locks follow one order,
-device then handles, in both.
+device (through its ``uuid`` index, then the row: MariaDB locks index entries) then
+handles, in both.
 """
 
 from __future__ import annotations
@@ -364,7 +365,7 @@ def _in_use_now(conn: Connection, device_id: int, dep_ids: list[int]) -> bool:
     """Lock the device row, then its deployables' handles, and say whether one is in use as
     committed now. The diff's read may be older than a bind that took a handle since; from
     here on no bind can take one (it needs the device row) until this transaction ends."""
-    conn.execute(select(devices.c.id).where(devices.c.id == device_id).with_for_update())
+    _lock_device(conn, device_id)
     if not dep_ids:
         return False
     return any(conn.execute(select(attach_handles.c.in_use).where(
@@ -372,13 +373,27 @@ def _in_use_now(conn: Connection, device_id: int, dep_ids: list[int]) -> bool:
         .with_for_update()).scalars())
 
 
+def _lock_device(conn: Connection, device_id: int) -> None:
+    """Lock the device row exclusively through its ``uuid`` index, the way a bind reaches it.
+
+    MariaDB locks index entries: a bind's shared lock goes through the ``uuid`` index entry
+    and then the row (acceld.conductor.bind_target.lock_device). Locked through the primary
+    key only, a removal would meet a bind that holds the ``uuid`` entry and waits for the
+    row when its DELETE needs that entry: a deadlock (1213). Locking the entry first makes
+    the later of the two wait for the earlier, as on PostgreSQL (acceld.db.host_retire
+    does the same)."""
+    uuid = conn.execute(select(devices.c.uuid).where(devices.c.id == device_id)).scalar()
+    if uuid is not None:
+        conn.execute(select(devices.c.id).where(devices.c.uuid == uuid).with_for_update())
+    conn.execute(select(devices.c.id).where(devices.c.id == device_id).with_for_update())
+
+
 def _remove_deployable(conn: Connection, row: Any, node: _Node, changes: Changes) -> None:
     if _in_use(node, [row.id]) or _in_use_now(conn, row.device_id, [row.id]):
         # Kept for its users, but its free handles are gone from the node: no new bind may
         # take one. The device lock (taken again if the read alone decided) makes a bind that
         # has not taken its handle yet wait, then find none.
-        conn.execute(select(devices.c.id).where(devices.c.id == row.device_id)
-                     .with_for_update())
+        _lock_device(conn, row.device_id)
         freed = conn.execute(delete(attach_handles).where(
             attach_handles.c.deployable_id == row.id,
             attach_handles.c.in_use == false())).rowcount
