@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from falcon import testing
 from sqlalchemy import func, select
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-import pytest
 import requests
 from sqlalchemy import insert, select
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, update
 
 from acceld.clients import placement as pl
 from acceld.conductor.placement_sync import HELD, PlacementSync
 from acceld.db.engine import Database
-from acceld.db.models import attributes, devices, placement_sync
+from acceld.db.models import attributes, devices
 from acceld.db.placement_flags import mark_dirty
 from tests.conftest import make_conf
 from tests.integration.test_placement_sync import add_accelerator, allocate, sync_rows
