@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import uuid
 
 import falcon
@@ -10,6 +11,7 @@ import falcon
 from acceld.api import context, errors, microversion
 
 REQUEST_ID_HEADER = "X-OpenStack-Request-Id"
+_PADDED_SEGMENT = re.compile(r"(?:^|/)\s|\s(?:/|\Z)")
 _V2_PREFIXES = ("/v2", "/accelerator/v2")
 
 
@@ -54,6 +56,11 @@ class RequestPlumbing:
         if "\x00" in path:
             # Path segments reach queries as text (names, hostnames); PostgreSQL refuses NUL.
             raise errors.BadRequest("The request path holds a NUL character.")
+        if _PADDED_SEGMENT.search(path):
+            # No uuid, name or hostname starts or ends with white space, and MariaDB compares
+            # with PAD SPACE ('node1 ' = 'node1'): such a segment names nothing.
+            raise errors.NotFound(f"No resource is named {path!r}: a path segment starts or "
+                                  "ends with white space.")
         length = req.content_length
         if length is not None and length > self.max_body:
             raise errors.PayloadTooLarge(

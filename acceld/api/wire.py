@@ -149,9 +149,10 @@ def timestamp(value) -> str | None:  # type: ignore[no-untyped-def]
 
 
 def canonical_uuid(value: str) -> str:
-    """Stored uuids are lower-case with dashes. A value that is no uuid is returned as
-    given: it matches nothing, so the caller answers 404 with the value the client sent."""
+    """Stored uuids are lower-case with dashes. A value that is no uuid becomes "", which
+    matches no row, so the caller answers 404 with the value the client sent. (Not the value
+    itself: MariaDB compares with PAD SPACE, so '<uuid> ' would find '<uuid>'.)"""
     try:
         return str(uuidlib.UUID(value))
     except ValueError:
-        return value
+        return ""

@@ -128,10 +128,10 @@ def _program(req: falcon.Request, uuid: str, kind: str, image_id: str, *,
     """Ask the conductor to program (or, ``run_async``, to start programming); map its
     answer to the client's error, if any."""
     api = req.context.api
-    uuid = wire.canonical_uuid(uuid)
+    given, uuid = uuid, wire.canonical_uuid(uuid)
     with api.db.read() as conn:
         if db.program_target(conn, uuid) is None:
-            raise _not_found(uuid)
+            raise _not_found(given)
     if api.conductor is None:
         raise errors.ServiceUnavailable(
             "Programming needs the conductor, and this API server has no internal secret to "
