@@ -1,6 +1,7 @@
 """Binding waits out outages instead of counting them as failed tries.
 
-Placement, a node's agent or the image service being unavailable says nothing
+Placement, a node's agent (unreachable, or marked down by the liveness sweep) or
+the image service being unavailable says nothing
 about the bind itself, so a bind that meets one gives its claim back without
 using an attempt (``bind_jobs.retry_later(refund=True)``) and is tried again
 after a capped backoff, until ``[conductor] bind_timeout`` seconds after it was
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from acceld.clients import placement as pl
 from acceld.conductor.bind_programming import ProgrammingUnavailable
+from acceld.conductor.bind_target import AgentDown
 
 PLACEMENT = "Placement"
 IMAGE_SERVICE = "The image service"
@@ -46,6 +48,8 @@ def classify(exc: BaseException, hostname: str | None = None) -> Unavailable | N
     """The outage ``exc`` reports, or None when it is not one."""
     if isinstance(exc, Unavailable):
         return exc
+    if isinstance(exc, AgentDown):
+        return Unavailable(agent(exc.hostname), exc.detail)
     if isinstance(exc, pl.PlacementUnavailable):
         return Unavailable(PLACEMENT, str(exc))
     if isinstance(exc, ProgrammingUnavailable):

@@ -2,7 +2,8 @@
 
 :func:`check_and_take` runs :data:`CHECKS` in order, inside the bind's write
 transaction, then takes one free attach handle atomically. A check that fails
-raises :class:`BindRefused` with a reason an administrator can act on; that
+raises :class:`BindRefused` with a reason an administrator can act on (or
+:class:`AgentDown`, an outage the bind waits out); that
 reason becomes the ARQ's ``bind_failure_reason`` and a log line. To add a check
 (agent liveness, the Placement allocation, FPGA programming), write a function
 ``(conn, target) -> None`` that raises ``BindRefused`` and insert it into
@@ -62,6 +63,7 @@ class BindTarget:
     resource_class: str | None = None
     traits: set[str] = field(default_factory=set)
     handle: Row | None = None  # the attach handle taken, once taken
+    agent_up: bool = False  # check_agent_up saw the host's agent up
 
 
 def find_deployable(conn: Connection, target: BindTarget) -> None:
@@ -84,13 +86,25 @@ def check_host(conn: Connection, target: BindTarget) -> None:
                           f"{dep.hostname}, not on {target.hostname}")
 
 
+class AgentDown(Exception):
+    """The host's agent is marked down: an outage the bind waits out up to ``[conductor]
+    bind_timeout`` (acceld.conductor.bind_outages), not a refusal."""
+
+    def __init__(self, hostname: str) -> None:
+        self.hostname = hostname
+        self.detail = ("it is marked down (no heartbeat); its devices are not bound until "
+                       "it reports again")
+        super().__init__(f"the agent of host {hostname} is down")
+
+
 def check_agent_up(conn: Connection, target: BindTarget) -> None:
-    """No bind on a node whose agent is marked down (acceld.conductor.agents)."""
+    """No bind on a node whose agent is marked down (acceld.conductor.agents); the bind
+    waits for it (:class:`AgentDown`)."""
     from acceld.conductor.agents import host_is_up
 
     if not host_is_up(conn, target.hostname):
-        raise BindRefused(f"the agent of host {target.hostname} is down; its devices are not "
-                          "bound until it reports again")
+        raise AgentDown(target.hostname)
+    target.agent_up = True
 
 
 def check_device_usable(conn: Connection, target: BindTarget) -> None:

@@ -37,10 +37,10 @@ from acceld.conductor.attach import AttachClient, AttachError
 from acceld.conductor.service import PeriodicTask
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs
+from acceld.db.clock import db_now
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import bind_jobs as jobs_table
-from acceld.db.models import utcnow
 from acceld.internal.server import respond
 from acceld.outages import OutageLog
 
@@ -64,12 +64,14 @@ class BindWorker:
 
     def __init__(self, conf: cfg.ConfigOpts, db: Database,
                  notifier: nova.NovaNotifier | None = None, batch: int = BATCH,
-                 clock: Callable[[], dt.datetime] = utcnow) -> None:
+                 clock: Callable[[], dt.datetime] | None = None) -> None:
         self.conf = conf
         self.db = db
         self.batch = batch
-        # Judges [conductor] bind_timeout against the jobs' created_at (tests move it).
-        self.clock = clock
+        # Judges [conductor] bind_timeout against the jobs' created_at (tests move it). By
+        # default the database's clock, which also stamped created_at: a conductor whose own
+        # clock is off neither fails a bind early nor lets it wait past its deadline.
+        self.clock = clock or self._db_now
         self.outages = OutageLog(LOG)
         # Claims whose work the database's going away interrupted: {token: job ids}. Given
         # back (without using an attempt) as soon as the database answers again, so that
@@ -81,6 +83,8 @@ class BindWorker:
         self.on_claimed: Callable[[], None] = lambda: None
         # Job id -> the outage its program step waited on (the agent or the image service).
         self._program_blocked: dict[int, str] = {}
+        # Job id -> the agent it waited for because the agent was marked down.
+        self._agent_blocked: dict[int, str] = {}
         self.notifier = notifier if notifier is not None else nova.NovaNotifier(conf)
         # Placement's view of each target, checked before the transaction (network calls).
         self.placement = placement_checks.BindPlacementCheck(conf)
@@ -228,6 +232,9 @@ class BindWorker:
                     # Only a try that programs again tells that this one is back: most
                     # binds never reach the agent or the image service for a program.
                     self._program_blocked[job.id] = outage.what
+                elif isinstance(exc, bind_target.AgentDown):
+                    # Ends (in the log) when a try of this job finds the agent up.
+                    self._agent_blocked[job.id] = outage.what
                 return self._wait_out(job, token, outage)
             if self.db.outage.is_outage(exc):
                 raise _DatabaseAway from exc
@@ -235,6 +242,11 @@ class BindWorker:
                           job.arq_id)
             bind_jobs.retry_later(self.db, [job.id], token, min(5.0, job.attempts * 1.0))
             return False
+
+    def _db_now(self) -> dt.datetime:
+        """The database's clock (one query, on the outage path only)."""
+        with self.db.read() as conn:
+            return db_now(conn)
 
     def _deadline(self, job) -> bind_outages.Deadline:  # type: ignore[no-untyped-def]
         return bind_outages.Deadline(job.created_at, float(self.conf.conductor.bind_timeout))
@@ -249,6 +261,7 @@ class BindWorker:
             bind_jobs.retry_later(self.db, [job.id], token, deadline.backoff(now), refund=True)
             return False
         self._program_blocked.pop(job.id, None)
+        self._agent_blocked.pop(job.id, None)
         return self._fail(job, token, bind_outages.reason(outage, timeout))
 
     def _fail(self, job, token: str, reason: str) -> bool:  # type: ignore[no-untyped-def]
@@ -293,8 +306,10 @@ class BindWorker:
             else:
                 bind_target.check_and_take(conn, target)
         except bind_target.BindRefused as refused:
+            self._agent_back(job, target)
             moved = self._refuse(conn, arq, refused.reason)
         else:
+            self._agent_back(job, target)
             if bind_attach.needs_step(target.handle):
                 return bind_attach.hold(conn, arq, target, job.id)
             moved = arq_db.transition(conn, [arq.id], arq_db.BOUND,
@@ -306,6 +321,11 @@ class BindWorker:
         if moved != 1:
             raise _JobLost
         return None
+
+    def _agent_back(self, job, target: bind_target.BindTarget) -> None:  # type: ignore[no-untyped-def]
+        """End (in the log) the agent outage this job waited for, once a try saw it up."""
+        if target.agent_up and (waited := self._agent_blocked.pop(job.id, None)):
+            self.outages.up(waited)
 
     @staticmethod
     def _refuse(conn, arq, reason: str) -> int:  # type: ignore[no-untyped-def]
