@@ -37,7 +37,6 @@ from acceld.conductor.reconcile import apply_report
 from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
 from acceld.db.engine import Database
-from acceld.db.models import utcnow
 from acceld.internal.auth import Signer, agent_destination, node_key
 from acceld.internal.server import caller_node, json_body, respond
 from acceld.services.secrets import internal_secret
@@ -185,9 +184,8 @@ class AgentsComponent:
     def sweep(self) -> None:
         """Mark down every agent silent for too long (one conductor runs this at a time)."""
         intervals = self.conf.conductor.agent_down_intervals
-        now = utcnow()
-        with self.db.read() as conn:
-            late = agents_db.overdue(conn, intervals, now)
+        with self.db.read() as conn:  # judged by the database's clock, not this host's
+            late = agents_db.overdue(conn, intervals)
         if not late:
             return
         with self.db.write() as conn:
@@ -197,5 +195,5 @@ class AgentsComponent:
                                 "(heartbeat every %d s); its devices are not bound until it "
                                 "reports again", row.hostname,
                                 row.last_seen_at.isoformat(timespec="seconds"),
-                                (now - row.last_seen_at).total_seconds(),
+                                (row.db_now - row.last_seen_at).total_seconds(),
                                 row.heartbeat_interval)

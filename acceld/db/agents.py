@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
 
-from acceld.db.models import agents, devices, utcnow
+from acceld.db.clock import sql_now
+from acceld.db.models import agents, devices
 
 
 @dataclass
@@ -27,16 +28,18 @@ class Heartbeat:
 
 def record_heartbeat(conn: Connection, hostname: str, endpoint: str, interval: int,
                      now: dt.datetime | None = None) -> Heartbeat:
-    """Upsert the agent's row: up, seen now. Returns what it was before."""
-    now = now or utcnow()
+    """Upsert the agent's row: up, seen now (the database's clock unless ``now`` is given,
+    so that the conductor taking the heartbeat and the one judging it agree). Returns
+    what it was before."""
+    seen = now or sql_now(conn.dialect.name)
     row = conn.execute(select(agents).where(agents.c.hostname == hostname)
                        .with_for_update()).first()
     if row is None:
         conn.execute(insert(agents).values(hostname=hostname, endpoint=endpoint, state="up",
-                                           heartbeat_interval=interval, last_seen_at=now,
+                                           heartbeat_interval=interval, last_seen_at=seen,
                                            hardware_digest=None))
         return Heartbeat(True, None, None, None)
-    values: dict[str, Any] = {"last_seen_at": now}
+    values: dict[str, Any] = {"last_seen_at": seen}
     if row.state != "up":
         values["state"] = "up"
     if row.endpoint != endpoint:
@@ -60,12 +63,13 @@ def set_digest(conn: Connection, hostname: str, digest: str | None) -> None:
                  .values(hardware_digest=digest))
 
 
-def overdue(conn: Connection, down_intervals: int, now: dt.datetime | None = None) -> list[Any]:
-    """Agents marked up whose last contact is older than ``down_intervals`` of their interval."""
-    now = now or utcnow()
-    rows = conn.execute(select(agents).where(agents.c.state == "up")).all()
-    return [r for r in rows
-            if now - r.last_seen_at > dt.timedelta(seconds=r.heartbeat_interval * down_intervals)]
+def overdue(conn: Connection, down_intervals: int) -> list[Any]:
+    """Agents marked up whose last contact is older than ``down_intervals`` of their interval,
+    by the database's clock (read in the same SELECT; each row carries it as ``db_now``)."""
+    rows = conn.execute(select(agents, sql_now(conn.dialect.name).label("db_now")).where(
+        agents.c.state == "up")).all()
+    return [r for r in rows if r.db_now - r.last_seen_at
+            > dt.timedelta(seconds=r.heartbeat_interval * down_intervals)]
 
 
 def mark_down(conn: Connection, row: Any) -> bool:

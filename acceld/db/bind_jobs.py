@@ -7,7 +7,11 @@ concurrently, and one instance's events never wait for another's binds. On
 PostgreSQL and MariaDB the claim's reads lock with ``FOR UPDATE SKIP LOCKED``,
 so concurrent claims take different rows without waiting for each other
 (SQLite has one writer: claims are serialised). A conductor killed mid-claim leaves
-leases that expire, and any conductor then claims those jobs again. A job has
+leases that expire, and any conductor then claims those jobs again. Lease expiry
+and the job's creation time are the database's clock (acceld.db.clock.sql_now, in
+the statement that writes or compares them): a conductor or API host whose own
+clock is off neither takes a live claim, nor keeps one too long, nor moves the
+bind deadline. A job has
 two phases: ``pending`` (the bind itself) and ``notify`` (the bind resolved and
 committed, the Nova event still to send). The job row is deleted once Nova has
 been told (or there is no Nova to tell).
@@ -15,12 +19,12 @@ been told (or there is no Nova to tell).
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Iterable, Sequence
 
 from sqlalchemy import (Connection, Row, case, delete, exists, func, insert, or_, select,
                         update)
 
+from acceld.db.clock import sql_now
 from acceld.db.engine import Database
 from acceld.db.models import bind_jobs as jobs
 from acceld.db.models import utcnow
@@ -35,14 +39,15 @@ def create(conn: Connection, arq_rows: Iterable[tuple[int, str | None]]) -> None
     if not rows:
         return
     conn.execute(delete(jobs).where(jobs.c.arq_id.in_([r[0] for r in rows])))
-    now = utcnow()
-    conn.execute(insert(jobs), [{"arq_id": arq_id, "instance_uuid": instance, "phase": PENDING,
-                                 "lease_owner": None, "lease_expires_at": None, "attempts": 0,
-                                 "created_at": now, "updated_at": None}
-                                for arq_id, instance in rows])
+    # created_at starts the bind deadline: the database's clock, not the API host's.
+    conn.execute(insert(jobs).values(created_at=sql_now(conn.dialect.name)), [
+        {"arq_id": arq_id, "instance_uuid": instance, "phase": PENDING, "lease_owner": None,
+         "lease_expires_at": None, "attempts": 0, "updated_at": None}
+        for arq_id, instance in rows])
 
 
-def _claimable(now: dt.datetime):  # type: ignore[no-untyped-def]
+def _claimable(now):  # type: ignore[no-untyped-def]
+    """Unclaimed, or the claim is over by ``now`` (the database's clock, as SQL)."""
     return or_(jobs.c.lease_expires_at.is_(None), jobs.c.lease_expires_at < now)
 
 
@@ -54,7 +59,7 @@ def claim(db: Database, phase: str, token: str, limit: int, lease_seconds: float
     database can), then one compare-and-set UPDATE that only takes rows still claimable;
     the rows carrying ``token`` afterwards are this claim's.
     """
-    now = utcnow()
+    now = sql_now(db.backend)
     due = (jobs.c.phase == phase, _claimable(now))
     # Only an instance's first due job can start a claim: two concurrent claims then lock
     # the leads of two instances, never two jobs of one instance (each would take part
@@ -80,7 +85,7 @@ def claim(db: Database, phase: str, token: str, limit: int, lease_seconds: float
             return []
         conn.execute(update(jobs).where(jobs.c.id.in_(candidates), jobs.c.phase == phase,
                                         _claimable(now)).values(
-            lease_owner=token, lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
+            lease_owner=token, lease_expires_at=sql_now(db.backend, lease_seconds),
             attempts=jobs.c.attempts + 1, updated_at=now))
         return list(conn.execute(select(jobs).where(
             jobs.c.id.in_(candidates), jobs.c.lease_owner == token).order_by(jobs.c.id)).all())
@@ -102,10 +107,9 @@ def renew(db: Database, tokens: Sequence[str], lease_seconds: float) -> int:
     """
     if not tokens:
         return 0
-    now = utcnow()
     with db.write() as conn:
         return conn.execute(update(jobs).where(jobs.c.lease_owner.in_(list(tokens))).values(
-            lease_expires_at=now + dt.timedelta(seconds=lease_seconds))).rowcount
+            lease_expires_at=sql_now(db.backend, lease_seconds))).rowcount
 
 
 def lock_owned(conn: Connection, job_id: int, token: str) -> bool:
@@ -135,8 +139,8 @@ def retry_later(db: Database, job_ids: Sequence[int], token: str, delay: float,
     if not job_ids:
         return
     values = {"lease_owner": None,
-              "lease_expires_at": utcnow() + dt.timedelta(seconds=delay),
-              "updated_at": utcnow()}
+              "lease_expires_at": sql_now(db.backend, delay),
+              "updated_at": sql_now(db.backend)}
     if refund:
         values["attempts"] = case((jobs.c.attempts > 0, jobs.c.attempts - 1), else_=0)
     with db.write() as conn:
@@ -147,4 +151,4 @@ def retry_later(db: Database, job_ids: Sequence[int], token: str, delay: float,
 def any_due(db: Database) -> bool:
     """One cheap query for the periodic scan: is any job claimable now?"""
     with db.read() as conn:
-        return bool(conn.execute(select(exists().where(_claimable(utcnow())))).scalar())
+        return bool(conn.execute(select(exists().where(_claimable(sql_now(db.backend))))).scalar())

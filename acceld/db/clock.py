@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import Connection, text
+from sqlalchemy import (TIMESTAMP, BigInteger, ColumnElement, Connection, Float,
+                        cast, func, literal, literal_column, text, type_coerce)
+
+from acceld.db.models import Timestamp
 
 _NOW = {
     # strftime's %f gives milliseconds; CURRENT_TIMESTAMP only whole seconds.
@@ -30,3 +33,30 @@ def db_now(conn: Connection) -> dt.datetime:
     if value.tzinfo is not None:
         value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
     return value
+
+
+def sql_now(dialect: str, plus: float = 0.0) -> ColumnElement[dt.datetime]:
+    """The database's "now" (plus ``plus`` seconds) as an SQL expression of a timestamp column.
+
+    For the hot paths (claims, renewals, heartbeats): the statement that compares or writes
+    a lease reads the database's clock itself, so judging expiry by it costs no extra query.
+    ``dialect`` is ``conn.dialect.name`` / ``Database.backend``.
+    """
+    seconds = float(plus)
+    if dialect == "sqlite":
+        # Stored the way SQLAlchemy stores a datetime on SQLite (six fraction digits), so
+        # that text comparison with Python-written values orders them by time. 'now' is
+        # one value for the whole statement.
+        expr = func.strftime("%Y-%m-%d %H:%M:%f", "now",
+                             literal(f"{seconds:+.6f} seconds")).op("||")(
+            literal("000"))
+    elif dialect == "postgresql":
+        # statement_timestamp(): the statement's start, so one value for every row (and
+        # usable as an index bound), unlike clock_timestamp(); not frozen at BEGIN like now().
+        expr = cast(func.timezone("UTC", func.statement_timestamp()), TIMESTAMP()) + \
+            func.make_interval(0, 0, 0, 0, 0, 0, literal(seconds, Float()))
+    else:  # mysql, mariadb: UTC_TIMESTAMP is one value for the whole statement
+        expr = func.timestampadd(literal_column("MICROSECOND"),
+                                 literal(round(seconds * 1e6), BigInteger()),
+                                 func.utc_timestamp(6))
+    return type_coerce(expr, Timestamp)

@@ -7,18 +7,18 @@ gets a ``handle_releases`` row in the same transaction; a conductor claims the
 row with a lease (as bind jobs are claimed), asks the node's agent to release
 the handle, and only then frees the handle and deletes the row, in one
 transaction. A conductor killed in between leaves the row, whose lease
-expires and which is retried; releases are idempotent on the agent. Handles
+expires (by the database's clock, as bind job leases) and which is retried; releases are idempotent on the agent. Handles
 that need no step are freed at once.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Iterable, Sequence
 
 import orjson
 from sqlalchemy import Connection, Row, delete, insert, or_, select, update
 
+from acceld.db.clock import sql_now
 from acceld.db.engine import Database
 from acceld.db.models import attach_handles as handles
 from acceld.db.models import deployables, devices, handle_releases, utcnow
@@ -67,7 +67,8 @@ def free_now(conn: Connection, handle_ids: Sequence[int]) -> int:
         in_use=False, updated_at=utcnow())).rowcount
 
 
-def _claimable(now: dt.datetime):  # type: ignore[no-untyped-def]
+def _claimable(now):  # type: ignore[no-untyped-def]
+    """Unclaimed, or the claim is over by ``now`` (the database's clock, as SQL)."""
     return or_(handle_releases.c.lease_expires_at.is_(None),
                handle_releases.c.lease_expires_at < now)
 
@@ -75,7 +76,7 @@ def _claimable(now: dt.datetime):  # type: ignore[no-untyped-def]
 def claim(db: Database, token: str, limit: int, lease_seconds: float) -> list[Row]:
     """Lease up to ``limit`` due releases to ``token``; each row carries the handle and the
     deployable's name. Compare-and-set like :func:`acceld.db.bind_jobs.claim`."""
-    now = utcnow()
+    now = sql_now(db.backend)
     with db.write() as conn:
         candidates = list(conn.execute(select(handle_releases.c.id).where(
             _claimable(now)).order_by(handle_releases.c.id).limit(limit)).scalars())
@@ -83,7 +84,7 @@ def claim(db: Database, token: str, limit: int, lease_seconds: float) -> list[Ro
             return []
         conn.execute(update(handle_releases).where(
             handle_releases.c.id.in_(candidates), _claimable(now)).values(
-            lease_owner=token, lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
+            lease_owner=token, lease_expires_at=sql_now(db.backend, lease_seconds),
             attempts=handle_releases.c.attempts + 1, updated_at=now))
         return list(conn.execute(select(
             handle_releases, handles.c.uuid.label("handle_uuid"), handles.c.attach_type,
@@ -212,8 +213,8 @@ def retry_later(db: Database, release_id: int, token: str, delay: float, error: 
     with db.write() as conn:
         conn.execute(update(handle_releases).where(
             handle_releases.c.id == release_id, handle_releases.c.lease_owner == token).values(
-            lease_owner=None, lease_expires_at=utcnow() + dt.timedelta(seconds=delay),
-            last_error=error[:4000], updated_at=utcnow()))
+            lease_owner=None, lease_expires_at=sql_now(db.backend, delay),
+            last_error=error[:4000], updated_at=sql_now(db.backend)))
 
 
 def backoff(attempts: int) -> float:
