@@ -50,7 +50,6 @@ from acceld.db import deployables as dep_db
 from acceld.db import leases
 from acceld.db.clock import db_now
 from acceld.db.engine import Database
-from acceld.db.models import utcnow
 from acceld.internal.server import json_body, respond
 
 LOG = logging.getLogger(__name__)
@@ -358,10 +357,9 @@ class ProgrammingComponent:
         """FAILED for programs whose conductor stopped: no live one outlasts the lease
         wait plus the program (each program_timeout) and a margin."""
         timeout = self.conf.conductor.program_timeout
-        before = utcnow() - dt.timedelta(seconds=2 * timeout + 60)
         with self.db.write() as conn:
             failed = dep_db.fail_stale_programs(
-                conn, before, "The conductor running this program stopped before it "
+                conn, 2 * timeout + 60, "The conductor running this program stopped before it "
                               "finished; the device state is unknown: program it again.")
         if failed:
             LOG.warning("Failed %d program(s) left unfinished by a stopped conductor", failed)

@@ -9,6 +9,7 @@ import datetime as dt
 
 from sqlalchemy import Connection, Row, Select, select, true, update
 
+from acceld.db.clock import sql_now
 from acceld.db.models import (accelerator_requests, attach_handles, attributes, deployables,
                               devices, utcnow)
 
@@ -86,7 +87,8 @@ def start_program(conn: Connection, deployable_id: int, request_id: str) -> bool
     return bool(conn.execute(
         update(deployables).where(deployables.c.id == deployable_id)
         .values(program_status=PROGRAMMING, program_reason=None,
-                program_request_id=request_id, program_started_at=utcnow(),
+                program_request_id=request_id,
+                program_started_at=sql_now(conn.dialect.name),  # the stale sweep's clock
                 **_KEEP_UPDATED_AT)).rowcount)
 
 
@@ -94,7 +96,7 @@ def program_begins(conn: Connection, deployable_id: int, request_id: str) -> Non
     """A queued request starts running: its age for the stale sweep counts from now."""
     conn.execute(update(deployables).where(deployables.c.id == deployable_id,
                                            deployables.c.program_request_id == request_id)
-                 .values(program_started_at=utcnow(), **_KEEP_UPDATED_AT))
+                 .values(program_started_at=sql_now(conn.dialect.name), **_KEEP_UPDATED_AT))
 
 
 def finish_program(conn: Connection, deployable_id: int, request_id: str, status: str,
@@ -107,12 +109,14 @@ def finish_program(conn: Connection, deployable_id: int, request_id: str, status
         .values(program_status=status, program_reason=reason, **_KEEP_UPDATED_AT)).rowcount)
 
 
-def fail_stale_programs(conn: Connection, started_before: dt.datetime, reason: str) -> int:
-    """FAILED for programs still PROGRAMMING that began before ``started_before``: the
-    conductor that ran them stopped (no live program outlasts its timeouts)."""
+def fail_stale_programs(conn: Connection, older_than: float, reason: str) -> int:
+    """FAILED for programs still PROGRAMMING that began over ``older_than`` seconds ago by
+    the database's clock (which stamped them): the conductor that ran them stopped (no
+    live program outlasts its timeouts)."""
     return conn.execute(
         update(deployables).where(deployables.c.program_status == PROGRAMMING,
-                                  deployables.c.program_started_at < started_before)
+                                  deployables.c.program_started_at
+                                  < sql_now(conn.dialect.name, -older_than))
         .values(program_status=FAILED, program_reason=reason, **_KEEP_UPDATED_AT)).rowcount
 
 

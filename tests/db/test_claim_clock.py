@@ -6,8 +6,10 @@ or a handle release's claim another conductor holds stays its own, a claim, a
 renewal or a retry delay lasts what it asked for (no claim already over, none
 kept ten minutes too long), a bind waiting out an outage fails at
 ``[conductor] bind_timeout`` after it was asked for, no sooner and no later,
-and an agent is marked down after ``agent_down_intervals`` silent heartbeat
-intervals, neither while it heartbeats nor ten minutes late. Every backend.
+an agent is marked down after ``agent_down_intervals`` silent heartbeat
+intervals, neither while it heartbeats nor ten minutes late, and a program is
+failed as abandoned only once no live program could still be running. Every
+backend.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from sqlalchemy import insert, select, update
 from acceld.conductor.agents import AgentsComponent
 from acceld.conductor.binding import BindWorker
 from acceld.conductor.placement_checks import BindPlacementCheck
+from acceld.conductor.programming import ProgrammingComponent
 from acceld.db import agents as agents_db
 from acceld.db import bind_jobs as jobs_db
+from acceld.db import deployables as dep_db
 from acceld.db import handle_releases as releases_db
 from acceld.db.clock import db_now
-from acceld.db.models import accelerator_requests, bind_jobs, handle_releases
+from acceld.db.models import accelerator_requests, bind_jobs, deployables, handle_releases
 from tests.conftest import make_conf
 from tests.support import inventory
 from tests.support.binds import FlakyPlacement, RecordingNotifier, arq_state, request_binds
@@ -214,3 +218,44 @@ def test_a_conductor_behind_marks_a_silent_agent_down_on_time(db, tmp_path, monk
     skew(monkeypatch, -MINUTES_10)
     _component(db, tmp_path).sweep()
     assert not _up(db)
+
+
+# The sweep of programs a stopped conductor left PROGRAMMING
+
+
+def _programming(db) -> int:  # type: ignore[no-untyped-def]
+    dep = inventory.add_fpga(db, hostname=HOST)["deployable"]
+    with db.write() as conn:
+        assert dep_db.start_program(conn, dep["id"], "request-1")
+    return dep["id"]
+
+
+def _program_status(db, dep_id: int) -> str:  # type: ignore[no-untyped-def]
+    with db.read() as conn:
+        return conn.execute(select(deployables.c.program_status).where(
+            deployables.c.id == dep_id)).scalar_one()
+
+
+def test_a_conductor_ahead_does_not_fail_a_live_program(db, tmp_path, monkeypatch):
+    dep_id = _programming(db)
+    skew(monkeypatch, MINUTES_10)
+    ProgrammingComponent(make_conf(str(tmp_path), conductor__program_timeout=10), db).fail_stale()
+    assert _program_status(db, dep_id) == dep_db.PROGRAMMING
+
+
+def test_a_conductor_behind_fails_a_stale_program(db, tmp_path, monkeypatch):
+    dep_id = _programming(db)
+    with db.write() as conn:  # 2 x program_timeout + 60 s and one more, by the database's clock
+        conn.execute(update(deployables).values(
+            program_started_at=db_now(conn) - dt.timedelta(seconds=81)))
+    skew(monkeypatch, -MINUTES_10)
+    ProgrammingComponent(make_conf(str(tmp_path), conductor__program_timeout=10), db).fail_stale()
+    assert _program_status(db, dep_id) == dep_db.FAILED
+
+
+def test_a_program_started_by_a_conductor_ahead_is_stamped_by_the_database(db, monkeypatch):
+    skew(monkeypatch, MINUTES_10)
+    _programming(db)
+    with db.read() as conn:
+        started = conn.execute(select(deployables.c.program_started_at)).scalar_one()
+        assert abs((started - db_now(conn)).total_seconds()) < 5
