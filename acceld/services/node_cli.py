@@ -66,8 +66,9 @@ def format_status(rows, devices_by_host: dict[str, int], now) -> str:  # type: i
 
 def cmd_status(args: argparse.Namespace) -> int:
     from acceld.db import agents as agents_db
+    from acceld.db.clock import db_now
     from acceld.db.engine import from_config
-    from acceld.db.models import devices, utcnow
+    from acceld.db.models import devices
 
     conf = _load(args)
     db = from_config(conf)
@@ -75,7 +76,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         rows = agents_db.list_agents(conn)
         counts = dict(conn.execute(select(devices.c.hostname, func.count()).group_by(
             devices.c.hostname)).all())
-    sys.stdout.write(format_status(rows, counts, utcnow()))
+        now = db_now(conn)  # the clock that stamped last_seen_at, not this host's
+    sys.stdout.write(format_status(rows, counts, now))
     db.dispose()
     return 1 if any(r.state == "down" for r in rows) else 0
 

@@ -14,6 +14,7 @@ backend.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 
 import pytest
@@ -259,3 +260,17 @@ def test_a_program_started_by_a_conductor_ahead_is_stamped_by_the_database(db, m
     with db.read() as conn:
         started = conn.execute(select(deployables.c.program_started_at)).scalar_one()
         assert abs((started - db_now(conn)).total_seconds()) < 5
+
+
+def test_acceld_status_on_a_host_ahead_shows_how_long_ago_by_the_database(
+        db, tmp_path, monkeypatch, capsys):
+    from acceld.db import engine
+    from acceld.services import node_cli
+
+    _heartbeat(db)
+    monkeypatch.setattr(node_cli, "_load", lambda args: make_conf(str(tmp_path)))
+    monkeypatch.setattr(engine, "from_config", lambda conf: db)
+    skew(monkeypatch, MINUTES_10)
+    assert node_cli.cmd_status(argparse.Namespace()) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith(HOST)]
+    assert 0 <= int(line.split()[4].rstrip("s")) <= 5, line
