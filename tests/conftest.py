@@ -65,6 +65,16 @@ def clear_tables(db: Database) -> None:
             conn.execute(delete(table))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_outage_log() -> Iterator[None]:
+    """Each test starts with no remote-service outage in progress (acceld.outages)."""
+    from acceld.outages import forget_process_log
+
+    forget_process_log()
+    yield
+    forget_process_log()
+
+
 @pytest.fixture(params=BACKENDS)
 def db(request, tmp_path, sqlite_template) -> Iterator[Database]:
     """A migrated, empty database on each backend."""

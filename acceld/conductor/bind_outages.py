@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from acceld.clients import placement as pl
 from acceld.conductor.bind_programming import ProgrammingUnavailable
 from acceld.conductor.bind_target import AgentDown
+from acceld.outages import PLACEMENT
 
-PLACEMENT = "Placement"
 IMAGE_SERVICE = "The image service"
 BACKOFF_MIN = 1.0  # seconds before the first retry
 BACKOFF_CAP = 10.0  # the longest wait between tries: an outage's end is noticed this fast

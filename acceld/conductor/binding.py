@@ -42,7 +42,7 @@ from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import bind_jobs as jobs_table
 from acceld.internal.server import respond
-from acceld.outages import OutageLog
+from acceld.outages import process_log
 
 LOG = logging.getLogger(__name__)
 
@@ -72,7 +72,9 @@ class BindWorker:
         # default the database's clock, which also stamped created_at: a conductor whose own
         # clock is off neither fails a bind early nor lets it wait past its deadline.
         self.clock = clock or self._db_now
-        self.outages = OutageLog(LOG)
+        # Shared with the other components (acceld.outages.process_log): one WARNING each
+        # way per outage per process, whichever path meets it.
+        self.outages = process_log()
         # Claims whose work the database's going away interrupted: {token: job ids}. Given
         # back (without using an attempt) as soon as the database answers again, so that
         # they are not left to wait out their lease.
@@ -202,12 +204,12 @@ class BindWorker:
         try:
             verdict = self.placement.before(self.db, job.arq_id)
             if self.placement.client is not None:
-                self.outages.up(bind_outages.PLACEMENT)
+                self.outages.up(bind_outages.PLACEMENT, LOG)
             programmed = self.programming.before(
                 self.db, job.arq_id, placement_refused=bool(verdict and verdict.refusal))
             blocked = self._program_blocked.pop(job.id, None)
             if blocked is not None:  # the step this job waited on went through
-                self.outages.up(blocked)
+                self.outages.up(blocked, LOG)
             with self.db.write() as conn:
                 arq = arq_db.lock_one_by_id(conn, job.arq_id)
                 if arq is None or not bind_jobs.lock_owned(conn, job.id, token):
@@ -255,7 +257,8 @@ class BindWorker:
         """Try again later without using an attempt; past the deadline, BindFailed."""
         timeout = self.conf.conductor.bind_timeout
         self.outages.down(outage.what, outage.detail,
-                          f"binds wait for it, each up to [conductor] bind_timeout ({timeout} s)")
+                          f"binds wait for it, each up to [conductor] bind_timeout ({timeout} s)",
+                          logger=LOG)
         deadline, now = self._deadline(job), self.clock()
         if not deadline.passed(now):
             bind_jobs.retry_later(self.db, [job.id], token, deadline.backoff(now), refund=True)
@@ -325,7 +328,7 @@ class BindWorker:
     def _agent_back(self, job, target: bind_target.BindTarget) -> None:  # type: ignore[no-untyped-def]
         """End (in the log) the agent outage this job waited for, once a try saw it up."""
         if target.agent_up and (waited := self._agent_blocked.pop(job.id, None)):
-            self.outages.up(waited)
+            self.outages.up(waited, LOG)
 
     @staticmethod
     def _refuse(conn, arq, reason: str) -> int:  # type: ignore[no-untyped-def]
@@ -350,11 +353,11 @@ class BindWorker:
             outage = bind_outages.Unavailable(what, unreachable.message)
             if not self._deadline(job).passed(self.clock()):
                 return self._wait_out(job, token, outage)  # the handle stays held
-            self.outages.down(what, unreachable.message)
+            self.outages.down(what, unreachable.message, logger=LOG)
             prepared = bind_attach.Prepared(AttachError(
                 503, bind_outages.reason(outage, self.conf.conductor.bind_timeout)))
         else:
-            self.outages.up(what)
+            self.outages.up(what, LOG)
         # Bound or BindFailed, never leaving a host step behind (bind_attach.settle).
         if not bind_attach.settle(self.db, ticket, job.id, token, prepared.error):
             raise _JobLost  # unbound or deleted meanwhile: the handle went to the queue

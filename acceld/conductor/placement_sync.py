@@ -48,6 +48,7 @@ from acceld.conductor.service import PeriodicTask
 from acceld.db.engine import Database
 from acceld.db.models import agents, attributes, deployables, devices, placement_sync, utcnow
 from acceld.db.placement_flags import provider_uuid, upsert
+from acceld.outages import PLACEMENT, process_log
 
 LOG = logging.getLogger(__name__)
 
@@ -181,6 +182,8 @@ class PlacementSync:
         # Agent states last synced, so that an agent going down or up is noticed at the
         # next pass even when nobody flagged its host.
         self._agent_states: dict[str, str] = {}
+        # The process's outage log, shared with binding: one WARNING each way per outage.
+        self.outages = process_log()
 
     # Component protocol
     def routes(self) -> dict[str, dict[str, Any]]:
@@ -211,14 +214,16 @@ class PlacementSync:
             result = self.sync_once(full=full)
             result.audit = self._audit_step()
         except pl.PlacementUnavailable as exc:
-            first = self._backoff.delay == 0
             delay = self._backoff.failed(time.monotonic())
-            # One warning per outage; its retries are debug lines, its end one info line.
-            (LOG.warning if first else LOG.debug)(
-                "Placement sync paused: %s; retrying in %.1f s", exc, delay)
+            # One WARNING per outage per process, shared with binding (acceld.outages);
+            # the sync's retries are debug lines.
+            self.outages.down(PLACEMENT, str(exc), "the inventory sync waits for it",
+                              logger=LOG)
+            LOG.debug("Placement sync paused; retrying in %.1f s", delay)
             return None
-        if self._backoff.succeeded():
-            LOG.info("Placement reachable again: inventory sync resumed")
+        if self._backoff.succeeded():  # only a pass that failed before ends the outage
+            self.outages.up(PLACEMENT, LOG)
+            LOG.info("Placement inventory sync resumed")
         if full:
             self._next_full = time.monotonic() + self.conf.placement.full_sync_interval
         return result

@@ -288,8 +288,8 @@ def test_placement_outage_while_hardware_changes_ends_matching(placement, comput
             return True
 
         wait_for("Placement to match the database", matches)
-        assert any("Placement sync paused" in line for line in cyborg.lines)
-        assert any("Placement reachable again" in line for line in cyborg.lines)
+        assert any("Placement is unavailable" in line for line in cyborg.lines)
+        assert any("Placement is available again" in line for line in cyborg.lines)
         tree = placement.get("/resource_providers", in_tree=root).json()["resource_providers"]
         assert len(tree) == 3  # the compute node and two devices
     finally:
