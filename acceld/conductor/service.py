@@ -78,7 +78,8 @@ class Conductor:
         self.server = serve(self.conf, cloud_keyring(self.conf), routes,
                             self.conf.conductor.host_ip, self.conf.conductor.port,
                             node_paths=node_paths, destination=CONDUCTOR,
-                            replay=DatabaseReplay(self.db, self.conf.internal.credential_ttl))
+                            replay=DatabaseReplay(self.db, self.conf.internal.credential_ttl),
+                            outage=self.db.outage)
         for component in self.components:
             component.start()
         for component in self.components:
@@ -141,8 +142,12 @@ class Conductor:
                         LOG.error("Lease %s was lost while its task ran here; another "
                                   "conductor may run it too", task.name)
                         return
-                except Exception:  # noqa: BLE001 - retried at the next tick
-                    LOG.exception("Could not renew lease %s", task.name)
+                except Exception as exc:  # noqa: BLE001 - retried at the next tick
+                    if self.db.outage.is_outage(exc):  # logged once for the whole outage
+                        self.db.outage.down(exc, f"lease {task.name} is renewed once it is "
+                                            "back")
+                    else:
+                        LOG.exception("Could not renew lease %s", task.name)
 
         renewer = threading.Thread(target=renew, daemon=True, name=f"lease-{task.name}")
         renewer.start()

@@ -50,8 +50,9 @@ class DatabaseReplay:
         except IntegrityError:
             return False  # another conductor (or this one before a restart) accepted it
         except SQLAlchemyError as exc:
+            # The cause tells the server whether it is an outage (logged once, 503).
             raise ReplayUnavailable(f"the database is unavailable: {exc.__class__.__name__}") \
-                from None
+                from exc
         self._prune()
         return True
 

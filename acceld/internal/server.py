@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import ssl
-from typing import Callable, Collection
+from typing import Callable, Collection, Protocol
 
 import falcon
 import orjson
@@ -34,16 +34,36 @@ Handler = Callable[..., None]
 MAX_BODY = 1024 * 1024
 
 _REFUSED = "A valid internal credential is required."
+RETRY_AFTER = "5"  # seconds, what a 503 for an unreachable database tells the caller
+
+
+class DatabaseOutage(Protocol):
+    """What a server backed by a database needs of its outage log (acceld.db.outage)."""
+
+    def is_outage(self, exc: BaseException) -> bool: ...
+
+    def down(self, exc: BaseException, consequence: str = "") -> None: ...
+
+
+_OUTAGE_CONSEQUENCE = "internal calls are answered 503 until it is back"
+
+
+def _unavailable() -> falcon.HTTPError:
+    return falcon.HTTPServiceUnavailable(
+        description="The database cannot be reached; try again later.",
+        headers={"Retry-After": RETRY_AFTER})
 
 
 class _Authenticate:
     """401 for a missing, wrong, expired or replayed credential, before any body is read."""
 
     def __init__(self, verifier: auth.Verifier, max_body: int,
-                 node_paths: Collection[str] | None) -> None:
+                 node_paths: Collection[str] | None,
+                 outage: DatabaseOutage | None = None) -> None:
         self.verifier = verifier
         self.max_body = max_body
         self.node_paths = node_paths
+        self.outage = outage
 
     def _refuse(self, req: falcon.Request, reason: str) -> falcon.HTTPError:
         LOG.warning("Refused internal call %s %s from %s: %s", req.method, req.path,
@@ -59,6 +79,10 @@ class _Authenticate:
         except auth.CredentialError as exc:
             raise self._refuse(req, str(exc)) from None
         except auth.ReplayUnavailable as exc:
+            cause = exc.__cause__
+            if self.outage is not None and cause is not None and self.outage.is_outage(cause):
+                self.outage.down(cause, _OUTAGE_CONSEQUENCE)  # once for the whole outage
+                raise _unavailable() from None
             LOG.warning("Cannot check internal call %s %s for replay: %s", req.method,
                         req.path, exc)
             raise falcon.HTTPServiceUnavailable(
@@ -135,21 +159,43 @@ def build_app(keys: bytes | auth.Keyring, ttl: int, routes: dict[str, dict[str, 
               node_paths: Collection[str] | None = None, destination: str = "",
               replay: auth.ReplayGuard | None = None,
               not_before: int | None = None,
-              verifier: auth.Verifier | None = None) -> falcon.App:
+              verifier: auth.Verifier | None = None,
+              outage: DatabaseOutage | None = None) -> falcon.App:
     """The app for ``routes``; calls signed with a node's key reach only ``node_paths``
     (None: every path, for servers whose keyring holds node keys only). ``destination``,
     ``replay`` and ``not_before``: see :class:`acceld.internal.auth.Verifier` (or give
-    the ``verifier`` itself)."""
+    the ``verifier`` itself). ``outage``: the database's outage log, for a server whose
+    routes use the database (the conductor): an unreachable database is then a 503 with
+    ``Retry-After``, logged once per outage, not a 500 with a traceback per call."""
     if verifier is None:
         verifier = auth.Verifier(keys, ttl, destination=destination, replay=replay,
                                  not_before=not_before)
     app = falcon.App(middleware=[_Authenticate(verifier,
                                                max_body if max_body is not None else MAX_BODY,
-                                               node_paths)])
+                                               node_paths, outage)])
     app.set_error_serializer(_error_serializer)
+    if outage is not None:
+        app.add_error_handler(Exception, _database_errors(outage))
     for path, methods in routes.items():
         app.add_route(path, _Resource(methods))
     return app
+
+
+def _database_errors(outage: DatabaseOutage) -> Callable[..., None]:
+    """Falcon's handler of unexpected exceptions: an unreachable database is a 503 (logged
+    once per outage); anything else is a bug, logged with its traceback, a bare 500."""
+
+    def handle(req: falcon.Request, resp: falcon.Response, ex: Exception,
+               params: dict) -> None:
+        if isinstance(ex, falcon.HTTPError):  # Falcon picks the most specific handler;
+            raise ex  # this is a safety net
+        if outage.is_outage(ex):
+            outage.down(ex, _OUTAGE_CONSEQUENCE)
+            raise _unavailable() from None
+        LOG.exception("Unexpected error in internal call %s %s", req.method, req.path)
+        raise falcon.HTTPInternalServerError() from None
+
+    return handle
 
 
 class InternalServer:
@@ -200,7 +246,8 @@ def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]
           destination: str | Callable[[int], str],
           node_paths: Collection[str] | None = None,
           replay: auth.ReplayGuard | None = None,
-          not_before: int | None = None) -> InternalServer:
+          not_before: int | None = None,
+          outage: DatabaseOutage | None = None) -> InternalServer:
     """Start the authenticated internal app for ``routes``, with TLS and limits from
     ``[internal]``; warn when it listens beyond loopback without TLS.
 
@@ -210,7 +257,7 @@ def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]
                              not_before=not_before)
     app = build_app(keys, conf.internal.credential_ttl, routes,
                     max_body=conf.internal.max_request_body, node_paths=node_paths,
-                    verifier=verifier)
+                    verifier=verifier, outage=outage)
     server = InternalServer(app, host, port, cert_file=conf.internal.tls_cert_file,
                             key_file=conf.internal.tls_key_file,
                             limits=limits_from(conf))
