@@ -9,7 +9,7 @@ import uuid as uuidlib
 import pytest
 from sqlalchemy import insert, update
 
-from acceld.conductor.bind_target import BindRefused, BindTarget, check_and_take
+from acceld.conductor.bind_target import AgentDown, BindRefused, BindTarget, check_and_take
 from acceld.db import inventory
 from acceld.db.models import agents, attach_handles, utcnow
 from acceld.drivers.fake import FakeDriver
@@ -47,9 +47,11 @@ def set_agent(db, state: str) -> None:
 
 
 def test_no_bind_while_the_agent_is_down(db, conf):
+    """The check raises AgentDown, an outage the bind waits out (tests/db/
+    test_bind_agent_down.py), and takes no handle."""
     reconcile(db, conf)
     set_agent(db, "down")
-    with pytest.raises(BindRefused, match="agent of host node-1 is down"):
+    with pytest.raises(AgentDown, match="agent of host node-1 is down"):
         bind(db)
     set_agent(db, "up")
     assert bind(db).handle is not None
