@@ -25,7 +25,6 @@ from typing import Any, Callable
 
 import falcon
 import requests
-from jsonschema import Draft202012Validator
 from oslo_config import cfg
 
 from acceld.agent.hardware import HelloLoop, digest
@@ -39,13 +38,14 @@ from acceld.services.lifecycle import (catch_hup_early, repeat_until_stopped,
                                       run_until_signalled, start_stamp)
 from acceld.internal.auth import (CONDUCTOR, NodeKeys, Signer, agent_destination,
                                   driver_destination)
+from acceld.jsonschemas import strict_validator
 from acceld.services.secrets import own_node_key
 
 LOG = logging.getLogger(__name__)
 
 Routes = dict[str, dict[str, Handler]]
 
-DRIVER_HELLO = Draft202012Validator({
+DRIVER_HELLO = strict_validator({
     "type": "object",
     "required": ["status", "endpoint", "type"],
     "additionalProperties": False,

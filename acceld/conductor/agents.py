@@ -27,7 +27,6 @@ from typing import Any
 
 import falcon
 import requests
-from jsonschema import Draft202012Validator
 from oslo_config import cfg
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
@@ -39,11 +38,12 @@ from acceld.db import agents as agents_db
 from acceld.db.engine import Database
 from acceld.internal.auth import Signer, agent_destination, node_key
 from acceld.internal.server import caller_node, json_body, respond
+from acceld.jsonschemas import strict_validator
 from acceld.services.secrets import internal_secret
 
 LOG = logging.getLogger(__name__)
 
-HELLO_SCHEMA = Draft202012Validator({
+HELLO_SCHEMA = strict_validator({
     "type": "object",
     "required": ["status", "endpoint"],
     "additionalProperties": False,

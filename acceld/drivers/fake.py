@@ -26,10 +26,10 @@ import threading
 import uuid as uuidlib
 from typing import Any
 
-from jsonschema import Draft202012Validator
 
 from acceld.drivers.base import (AttachHandle, Deployable, Driver, DriverError,
                                  HardwareRecord, hardware_uuid)
+from acceld.jsonschemas import strict_validator
 
 VENDOR = "0xABCD"
 MODEL = "miss model info"
@@ -49,7 +49,7 @@ TYPES: dict[str, tuple[str, str | None]] = {
     "SSD": ("CUSTOM_SSD", "CUSTOM_FAKE_SSD"),
 }
 
-_SPEC_SCHEMA = Draft202012Validator({
+_SPEC_SCHEMA = strict_validator({
     "type": "array",
     "maxItems": 64,
     "items": {

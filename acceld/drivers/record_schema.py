@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from jsonschema import Draft202012Validator
 
 from acceld.drivers.base import ACC_STATUSES, ATTACH_TYPES, DEVICE_TYPES, HardwareRecord
+from acceld.jsonschemas import strict_validator
 
 _UUID = "^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
 _STR_MAP = {"type": "object", "additionalProperties": {"type": "string", "maxLength": 64}}
@@ -127,7 +127,7 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
-VALIDATOR = Draft202012Validator(SCHEMA)
+VALIDATOR = strict_validator(SCHEMA)
 _MAX_JSON_TEXT = 255  # controlpath_ids.cpid_info and attach_handles.attach_info columns
 
 
