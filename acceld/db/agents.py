@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, select, update
 
 from acceld.db.clock import sql_now
-from acceld.db.models import agents, devices
+from acceld.db.models import agents, devices, handle_releases
 
 
 @dataclass
@@ -48,8 +48,19 @@ def record_heartbeat(conn: Connection, hostname: str, endpoint: str, interval: i
     if row.heartbeat_interval != interval:
         values["heartbeat_interval"] = interval
     conn.execute(update(agents).where(agents.c.id == row.id).values(**values))
+    if row.state != "up" or "endpoint" in values:
+        _releases_due_now(conn, hostname)
     stored = None if "hardware_digest" in values else row.hardware_digest
     return Heartbeat(False, row.state, row.last_seen_at, stored)
+
+
+def _releases_due_now(conn: Connection, hostname: str) -> None:
+    """An agent that is back (or restarted) can release at once: the host's queued releases
+    that wait out a backoff from its outage (up to 5 minutes) are made due. A release in
+    flight (leased) is left to its conductor. A steady heartbeat never runs this."""
+    conn.execute(update(handle_releases).where(
+        handle_releases.c.hostname == hostname, handle_releases.c.lease_owner.is_(None),
+        handle_releases.c.lease_expires_at.is_not(None)).values(lease_expires_at=None))
 
 
 def lock_agent(conn: Connection, hostname: str) -> Any:
