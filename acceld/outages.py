@@ -62,10 +62,6 @@ class OutageLog:
     def is_down(self, what: str) -> bool:
         return what in self._since
 
-    def names(self) -> list[str]:
-        with self._guard:
-            return sorted(self._since)
-
 
 _PROCESS: OutageLog | None = None
 _PROCESS_GUARD = threading.Lock()

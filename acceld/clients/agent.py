@@ -25,6 +25,14 @@ from acceld.internal.auth import Signer, agent_destination, node_key
 from acceld.services.secrets import internal_secret
 
 
+
+def agent_client(conf: cfg.ConfigOpts, secret: bytes, url: str, hostname: str, *,
+                 timeout: float = 10.0) -> InternalClient:
+    """A client of ``hostname``'s agent, signing with that host's own key: only that host's
+    agent accepts its calls."""
+    return InternalClient(url, Signer(node_key(secret, hostname), hostname), timeout=timeout,
+                          verify=tls_verify(conf), destination=agent_destination(hostname))
+
 class AgentCallError(Exception):
     """A call to an agent did not succeed; ``status`` and ``message`` say how."""
 
@@ -88,10 +96,7 @@ class AgentCaller:
 
         ``timeout_message`` is the message when the agent did not answer in time.
         """
-        # Signed with the host's own key: only that host's agent accepts the call.
-        signer = Signer(node_key(self.secret, hostname), hostname)
-        client = InternalClient(url, signer, timeout=timeout, verify=tls_verify(self.conf),
-                                destination=agent_destination(hostname))
+        client = agent_client(self.conf, self.secret, url, hostname, timeout=timeout)
         try:
             return client.call("POST", path, body, timeout=timeout)
         except InternalError as exc:

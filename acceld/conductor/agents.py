@@ -31,12 +31,12 @@ from oslo_config import cfg
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from acceld.clients.internal import InternalClient, InternalError, internal_url, tls_verify
+from acceld.clients.agent import agent_client
+from acceld.clients.internal import InternalClient, InternalError, internal_url
 from acceld.conductor.reconcile import apply_report
 from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
 from acceld.db.engine import Database
-from acceld.internal.auth import Signer, agent_destination, node_key
 from acceld.internal.server import caller_node, json_body, respond
 from acceld.jsonschemas import strict_validator
 from acceld.services.secrets import internal_secret
@@ -174,10 +174,8 @@ class AgentsComponent:
     def _client(self, endpoint: str, hostname: str) -> InternalClient:
         """A client of the host's agent, signing with that host's key."""
         assert self._secret is not None, "component not started"
-        url = internal_url(self.conf, endpoint)
-        return InternalClient(url, Signer(node_key(self._secret, hostname), hostname),
-                              verify=tls_verify(self.conf),
-                              destination=agent_destination(hostname))
+        return agent_client(self.conf, self._secret, internal_url(self.conf, endpoint),
+                            hostname)
 
     # Liveness
 

@@ -211,13 +211,8 @@ class BindWorker:
             if blocked is not None:  # the step this job waited on went through
                 self.outages.up(blocked, LOG)
             with self.db.write() as conn:
-                arq = arq_db.lock_one_by_id(conn, job.arq_id)
-                if arq is None or not bind_jobs.lock_owned(conn, job.id, token):
-                    raise _JobLost
-                if arq.state != arq_db.BIND_STARTED:
-                    # Nothing to bind (changed by hand?): drop the job, keep the ARQ.
-                    conn.execute(delete(jobs_table).where(jobs_table.c.id == job.id))
-                    LOG.warning("Bind job for ARQ %s found it %s; dropped", arq.uuid, arq.state)
+                arq = self._lock_own_arq(conn, job, token)
+                if arq is None:
                     return False
                 ticket = self._resolve(conn, arq, job, verdict, programmed)
             if ticket is not None:
@@ -271,16 +266,26 @@ class BindWorker:
         """BindFailed with ``reason`` in one transaction, if the job is still ours."""
         try:
             with self.db.write() as conn:
-                arq = arq_db.lock_one_by_id(conn, job.arq_id)
-                if arq is None or not bind_jobs.lock_owned(conn, job.id, token):
-                    raise _JobLost
-                if arq.state != arq_db.BIND_STARTED:
-                    conn.execute(delete(jobs_table).where(jobs_table.c.id == job.id))
+                arq = self._lock_own_arq(conn, job, token)
+                if arq is None:
                     return False
                 self._refuse(conn, arq, reason)
             return True
         except _JobLost:
             return False
+
+    @staticmethod
+    def _lock_own_arq(conn, job, token: str):  # type: ignore[no-untyped-def]
+        """The job's ARQ, locked, while the job is still ours (else _JobLost) and the ARQ
+        still binding; an ARQ moved on (changed by hand?) has its job dropped: None."""
+        arq = arq_db.lock_one_by_id(conn, job.arq_id)
+        if arq is None or not bind_jobs.lock_owned(conn, job.id, token):
+            raise _JobLost
+        if arq.state != arq_db.BIND_STARTED:
+            conn.execute(delete(jobs_table).where(jobs_table.c.id == job.id))
+            LOG.warning("Bind job for ARQ %s found it %s; dropped", arq.uuid, arq.state)
+            return None
+        return arq
 
     def _resolve(self, conn, arq, job,  # type: ignore[no-untyped-def]
                  verdict: placement_checks.Verdict | None = None,

@@ -25,7 +25,6 @@ import socket
 import uuid
 
 import falcon
-from jsonschema import Draft202012Validator
 from oslo_config import cfg
 
 from acceld.conductor.attach import AttachClient, AttachError, request_body
@@ -35,6 +34,7 @@ from acceld.db import handle_releases
 from acceld.db.engine import Database
 from acceld.drivers.base import ATTACH_TYPES
 from acceld.internal.server import caller_node, json_body, respond
+from acceld.jsonschemas import strict_validator
 
 LOG = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ BATCH = 8
 HOST_STEPS_PATH = "/attach-handles/host-steps"
 MAX_HOST_STEPS = 4096  # resources in one report: far above any node's vGPU count
 
-HOST_STEPS = Draft202012Validator({
+HOST_STEPS = strict_validator({
     "type": "object",
     "required": ["host_steps"],
     "additionalProperties": False,

@@ -99,10 +99,9 @@ class Conductor:
                 else:
                     self._run_exclusive(task)
             except Exception as exc:  # noqa: BLE001 - a failing task must not stop the others
-                outage = getattr(self.db, "outage", None)
-                if outage is not None and outage.is_outage(exc):
+                if self.db.outage.is_outage(exc):
                     # Logged once for the whole outage (and once when it ends), not per pass.
-                    outage.down(exc, "periodic tasks retry at their intervals")
+                    self.db.outage.down(exc, "periodic tasks retry at their intervals")
                 else:
                     LOG.exception("Periodic task %s failed", task.name)
             self._stop.wait(max(0.0, task.interval - (time.monotonic() - started)))

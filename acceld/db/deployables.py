@@ -9,6 +9,7 @@ import datetime as dt
 
 from sqlalchemy import Connection, Row, Select, select, true, update
 
+from acceld.db.attributes import deployable_exists
 from acceld.db.clock import sql_now
 from acceld.db.models import (accelerator_requests, attach_handles, attributes, deployables,
                               devices, utcnow)
@@ -185,7 +186,7 @@ def end_programming(conn: Connection, deployable_id: int, owner: str,
     conn.execute(update(deployables).where(
         deployables.c.id == deployable_id, deployables.c.programming_owner == owner)
         .values(programming_owner=None, programming_until=None, **_KEEP_UPDATED_AT))
-    return bitstream_id is not None or _exists(conn, deployable_id)
+    return bitstream_id is not None or deployable_exists(conn, deployable_id)
 
 
 def extend_programming(conn: Connection, deployable_id: int, owner: str,
@@ -194,11 +195,6 @@ def extend_programming(conn: Connection, deployable_id: int, owner: str,
     conn.execute(update(deployables).where(
         deployables.c.id == deployable_id, deployables.c.programming_owner == owner)
         .values(programming_until=until, **_KEEP_UPDATED_AT))
-
-
-def _exists(conn: Connection, deployable_id: int) -> bool:
-    return conn.execute(select(deployables.c.id).where(
-        deployables.c.id == deployable_id)).first() is not None
 
 
 def programming_now(row: Row, now: dt.datetime) -> bool:

@@ -389,11 +389,14 @@ def _lock_device(conn: Connection, device_id: int) -> None:
 
 
 def _remove_deployable(conn: Connection, row: Any, node: _Node, changes: Changes) -> None:
-    if _in_use(node, [row.id]) or _in_use_now(conn, row.device_id, [row.id]):
-        # Kept for its users, but its free handles are gone from the node: no new bind may
-        # take one. The device lock (taken again if the read alone decided) makes a bind that
-        # has not taken its handle yet wait, then find none.
+    held = _in_use(node, [row.id])
+    if held:
+        # The read alone decided: lock the device (_in_use_now locks it otherwise).
         _lock_device(conn, row.device_id)
+    if held or _in_use_now(conn, row.device_id, [row.id]):
+        # Kept for its users, but its free handles are gone from the node: no new bind may
+        # take one. The device lock makes a bind that has not taken its handle yet wait,
+        # then find none.
         freed = conn.execute(delete(attach_handles).where(
             attach_handles.c.deployable_id == row.id,
             attach_handles.c.in_use == false())).rowcount

@@ -7,12 +7,10 @@ a lease, so a skewed one neither steals a live lease nor holds one past its time
 
 from __future__ import annotations
 
-import datetime as dt
-
 from sqlalchemy import delete, insert, or_, update
 from sqlalchemy.exc import IntegrityError
 
-from acceld.db.clock import db_now
+from acceld.db.clock import sql_now
 from acceld.db.engine import Database
 from acceld.db.models import leases
 
@@ -20,18 +18,16 @@ from acceld.db.models import leases
 def acquire(db: Database, name: str, owner: str, seconds: float) -> bool:
     """Take or renew lease ``name`` for ``owner``; False if another owner holds it."""
     with db.write() as conn:
-        now = db_now(conn)
         taken = conn.execute(update(leases).where(
             leases.c.name == name,
-            or_(leases.c.owner == owner, leases.c.expires_at < now),
-        ).values(owner=owner, expires_at=now + dt.timedelta(seconds=seconds))).rowcount
+            or_(leases.c.owner == owner, leases.c.expires_at < sql_now(db.backend)),
+        ).values(owner=owner, expires_at=sql_now(db.backend, seconds))).rowcount
         if taken:
             return True
     try:
         with db.write() as conn:
-            now = db_now(conn)
             conn.execute(insert(leases).values(
-                name=name, owner=owner, expires_at=now + dt.timedelta(seconds=seconds)))
+                name=name, owner=owner, expires_at=sql_now(db.backend, seconds)))
         return True
     except IntegrityError:
         return False

@@ -92,7 +92,7 @@ def watch(engine: Engine) -> DatabaseOutage:
 
     @event.listens_for(engine, "commit")
     def _committed(conn: Any) -> None:
-        if outage.log.is_down(NAME):
+        if outage.is_down:
             outage.up()
 
     return outage

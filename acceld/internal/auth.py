@@ -54,9 +54,9 @@ RESPONSE_HEADER = "X-Acceld-Response"
 # The shortest secret or node key acceld accepts (characters). Generated ones are longer.
 MIN_SECRET_LENGTH = 32
 
-HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_NONCE = re.compile(r"^[0-9a-f]{16,64}$")
+HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}\Z")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_NONCE = re.compile(r"^[0-9a-f]{16,64}\Z")
 
 
 class CredentialError(Exception):

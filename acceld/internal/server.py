@@ -13,7 +13,6 @@ Every answer to an authenticated request is signed over the request's nonce.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import ssl
 from typing import Callable, Collection, Protocol
@@ -21,6 +20,8 @@ from typing import Callable, Collection, Protocol
 import falcon
 import orjson
 
+from acceld.addresses import is_loopback
+from acceld.db.outage import RETRY_AFTER_SECONDS
 from acceld.internal import auth
 from acceld.internal.pool_server import Limits, PoolServer
 
@@ -34,7 +35,7 @@ Handler = Callable[..., None]
 MAX_BODY = 1024 * 1024
 
 _REFUSED = "A valid internal credential is required."
-RETRY_AFTER = "5"  # seconds, what a 503 for an unreachable database tells the caller
+RETRY_AFTER = str(RETRY_AFTER_SECONDS)  # what a 503 for an unreachable database says
 
 
 class DatabaseOutage(Protocol):
@@ -87,7 +88,7 @@ class _Authenticate:
                         req.path, exc)
             raise falcon.HTTPServiceUnavailable(
                 description="Internal credentials cannot be checked right now.",
-                headers={"Retry-After": "5"}) from None
+                headers={"Retry-After": RETRY_AFTER}) from None
         # From here on the caller holds a key: its answers are signed, even errors.
         req.context.identity = identity
         if identity.node is not None and self.node_paths is not None \
@@ -230,15 +231,6 @@ def limits_from(conf) -> Limits:  # type: ignore[no-untyped-def]
     return Limits(threads=internal.server_threads, max_connections=internal.max_connections,
                   header_timeout=internal.header_timeout,
                   request_timeout=internal.request_timeout)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]

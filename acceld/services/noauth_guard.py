@@ -8,30 +8,17 @@ unless ``[api] allow_insecure_noauth = true``, and warns at start either way.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 
 from oslo_config import cfg
+
+from acceld.addresses import is_loopback
 
 LOG = logging.getLogger(__name__)
 
 
 class InsecureNoauth(Exception):
     """noauth was asked to listen beyond loopback without the explicit insecure option."""
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 (also IPv4-mapped) and the name ``localhost``."""
-    name = host.strip().strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(name)
-    except ValueError:
-        return False  # another host name: it may resolve anywhere
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
 
 
 def check(conf: cfg.ConfigOpts, *, warn: bool = True) -> None:

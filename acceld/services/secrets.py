@@ -16,7 +16,7 @@ import stat
 
 from oslo_config import cfg
 
-from acceld.internal.auth import MIN_SECRET_LENGTH, CloudKeys, NodeKeys, Signer, node_key
+from acceld.internal.auth import MIN_SECRET_LENGTH, CloudKeys, node_key
 
 LOG = logging.getLogger(__name__)
 
@@ -91,16 +91,6 @@ def own_node_key(conf: cfg.ConfigOpts, hostname: str) -> bytes:
         return node_key(internal_secret(conf), hostname)
     raise SystemExit(f"No key for node {hostname}: set [internal] node_key to the output of "
                      f"`acceld internal node-key {hostname}` on a controller.")
-
-
-def node_signer(conf: cfg.ConfigOpts, hostname: str) -> Signer:
-    """What a node (agent, driver process) signs its calls with."""
-    return Signer(own_node_key(conf, hostname), hostname)
-
-
-def node_keyring(conf: cfg.ConfigOpts, hostname: str) -> NodeKeys:
-    """What a node's servers accept: calls signed with its own key."""
-    return NodeKeys(hostname, own_node_key(conf, hostname))
 
 
 def cloud_keyring(conf: cfg.ConfigOpts) -> CloudKeys:

@@ -113,13 +113,19 @@ def _bind_body(arq_uuid: str, rp_uuid: str) -> dict:
     ]}
 
 
-def test_bind_needs_a_service_token(api, ks) -> None:
+def _one_handle(api: dict, name: str) -> str:
+    """A deployable named ``name`` on node1 with one free handle; its provider's uuid."""
     with api["db"].write() as conn:
         device = inventory.add_device(conn, hostname="node1")
-        deployable = inventory.add_deployable(conn, device["id"], name="node1_ks")
+        deployable = inventory.add_deployable(conn, device["id"], name=name)
         inventory.add_attach_handles(conn, deployable["id"], 1)
+    return deployable["rp_uuid"]
+
+
+def test_bind_needs_a_service_token(api, ks) -> None:
+    rp_uuid = _one_handle(api, "node1_ks")
     arq = _create_arq(api, ks, "demo-member")
-    body = _bind_body(arq["uuid"], deployable["rp_uuid"])
+    body = _bind_body(arq["uuid"], rp_uuid)
     without = _call(api, ks, "PATCH", "/v2/accelerator_requests", "demo-member", json=body)
     assert without.status_code == 403, without.text
     # A service token of a user without the service role is not a service token.
@@ -162,12 +168,9 @@ def test_domain_and_system_tokens_see_no_project_data(api, ks) -> None:
 def test_the_service_role_counts_only_on_the_service_token(api, ks) -> None:
     """A user holding the service role on their own token is not Nova: binding, and deleting
     an ARQ an instance holds, need a real service token."""
-    with api["db"].write() as conn:
-        device = inventory.add_device(conn, hostname="node1")
-        deployable = inventory.add_deployable(conn, device["id"], name="node1_svc")
-        inventory.add_attach_handles(conn, deployable["id"], 1)
+    rp_uuid = _one_handle(api, "node1_svc")
     arq = _create_arq(api, ks, "demo-service")
-    body = _bind_body(arq["uuid"], deployable["rp_uuid"])
+    body = _bind_body(arq["uuid"], rp_uuid)
     refused = _call(api, ks, "PATCH", "/v2/accelerator_requests", "demo-service", json=body)
     assert refused.status_code == 403, refused.text
     assert _call(api, ks, "GET", f"/v2/accelerator_requests/{arq['uuid']}",
