@@ -45,6 +45,16 @@ class Sent:
                                 headers=self.headers, timeout=10).status_code
 
 
+def refused(caplog, status: int) -> str:
+    """The reason the server logged for the refusal just seen (one per replay)."""
+    assert status == 401
+    reasons = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("Refused internal call")]
+    assert reasons, "the refusal was not logged"
+    caplog.clear()
+    return reasons[-1]
+
+
 @contextlib.contextmanager
 def capture(monkeypatch) -> Iterator[list[Sent]]:
     sent: list[Sent] = []
@@ -96,17 +106,19 @@ def conductor(conf, db, name: str) -> Conductor:
 
 
 def test_a_conductors_credential_is_refused_by_the_others_and_after_a_restart(
-        conf, db, monkeypatch):
+        conf, db, monkeypatch, caplog):
     c1, c2 = conductor(conf, db, "c1"), conductor(conf, db, "c2")
     try:
         with capture(monkeypatch) as sent:
             ConductorClient(c1.server.url, internal_secret(conf)).call("POST", "/binds/wake", {})
         call = only(sent, "/binds/wake")
-        assert call.replay(c1.server.url) == 401
-        assert call.replay(c2.server.url) == 401  # another conductor on the same database
+        assert refused(caplog, call.replay(c1.server.url)).endswith("replayed credential")
+        # Another conductor on the same database: the shared nonce table, not the key.
+        assert refused(caplog, call.replay(c2.server.url)).endswith("replayed credential")
         c1.stop()
         c1 = conductor(conf, db, "c1-restarted")
-        assert call.replay(c1.server.url) == 401  # the same service after a restart
+        # The same service after a restart.
+        assert refused(caplog, call.replay(c1.server.url)).endswith("replayed credential")
         # A fresh call still goes through.
         assert ConductorClient(c1.server.url, internal_secret(conf)).call(
             "POST", "/binds/wake", {}) == {"ok": True}
@@ -123,7 +135,7 @@ def node_a(conf):
 
 
 def test_a_call_for_one_agent_is_refused_by_every_other_service(conf, sqlite_db, node_a,
-                                                                  monkeypatch):
+                                                                  monkeypatch, caplog):
     node_b = Agent(conf, hostname="node-b", drivers=[]).start()
     driver = DriverProcess(conf, "fake", hostname="node-a").start()
     c1 = conductor(conf, sqlite_db, "c1")
@@ -132,10 +144,12 @@ def test_a_call_for_one_agent_is_refused_by_every_other_service(conf, sqlite_db,
             AgentCaller(conf, sqlite_db).post(node_a.server.url, "node-a", "/discovery", {},
                                               timeout=10, timeout_message="timed out")
         call = only(sent, "/discovery")
-        assert call.replay(driver.server.url) == 401  # node-a's key, but not its agent
-        assert call.replay(node_b.server.url) == 401
-        assert call.replay(c1.server.url) == 401
-        assert call.replay(node_a.server.url) == 401  # and not twice
+        # node-a's key, but not its agent: the destination differs.
+        assert "wrong credential" in refused(caplog, call.replay(driver.server.url))
+        assert "no key here for node 'node-a'" in refused(caplog,
+                                                          call.replay(node_b.server.url))
+        assert "wrong credential" in refused(caplog, call.replay(c1.server.url))
+        assert refused(caplog, call.replay(node_a.server.url)).endswith("replayed credential")
     finally:
         c1.stop()
         driver.stop()
@@ -156,7 +170,7 @@ def test_a_hello_for_the_conductor_is_refused_by_the_nodes_agent(conf, sqlite_db
 
 
 def test_a_restarted_agent_refuses_what_its_previous_process_accepted(conf, sqlite_db,
-                                                                      monkeypatch):
+                                                                      monkeypatch, caplog):
     first = Agent(conf, hostname="node-a", drivers=[]).start()
     try:
         with capture(monkeypatch) as sent:
@@ -167,7 +181,8 @@ def test_a_restarted_agent_refuses_what_its_previous_process_accepted(conf, sqli
         first.stop()
     second = Agent(conf, hostname="node-a", drivers=[]).start()
     try:
-        assert call.replay(second.server.url) == 401
+        assert refused(caplog, call.replay(second.server.url)).endswith(
+            "credential made before this service started")
         assert AgentCaller(conf, sqlite_db).post(  # a fresh call goes through
             second.server.url, "node-a", "/discovery", {}, timeout=10,
             timeout_message="timed out") == {"status": "IN-PROGRESS"}

@@ -127,6 +127,8 @@ def test_strangers_sending_32_mib_bodies_cost_the_conductor_nothing(aio) -> None
         sender.start()
     for sender in senders:
         sender.join(30)
+    assert not any(s.is_alive() for s in senders), "a stranger's body was still being taken"
+    assert len(answers) == 6, answers
     after = _rss_kib("conductor", launched.state_path)
     assert after - before < 16 * 1024, (before, after)
     assert all(a.startswith(b"HTTP/1.0 401") for a in answers if a), answers
