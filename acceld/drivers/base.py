@@ -90,9 +90,14 @@ class HardwareRecord:
     # A JSON object, or a plain string as upstream's fake driver reports ("fake_vendor_info").
     vendor_board_info: dict[str, Any] | str = field(default_factory=dict)
     deployables: list[Deployable] = field(default_factory=list)
+    # acceld.drivers.health.Health.to_dict(), or None: the driver says nothing (unknown).
+    health: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["health"] is None:
+            del data["health"]  # records from drivers that report no health stay as they were
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "HardwareRecord":

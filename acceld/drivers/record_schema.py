@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from acceld.drivers.base import ACC_STATUSES, ATTACH_TYPES, DEVICE_TYPES, HardwareRecord
+from acceld.drivers.health import SCHEMA as HEALTH_SCHEMA
 from acceld.jsonschemas import strict_validator
 
 _UUID = "^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
@@ -80,6 +81,7 @@ SCHEMA: dict[str, Any] = {
         },
         "status_reason": {"type": ["string", "null"], "maxLength": 1000,
                           "description": "Why the hardware is not ready, in words."},
+        "health": HEALTH_SCHEMA,
         "std_board_info": {"type": "object"},
         "vendor_board_info": {"type": ["object", "string"]},
         "deployables": {
