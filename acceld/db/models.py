@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 
 from sqlalchemy import (BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String,
-                        Text, UniqueConstraint)
+                        Text, UniqueConstraint, false)
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -53,10 +53,49 @@ class Device(TimestampMixin, Base):
     acc_status: Mapped[str] = mapped_column(String(32), nullable=False, default="ready")
     # Set when the driver no longer reports the device but a handle is still in use.
     vanished: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    # Health as the driver last reported it (acceld.drivers.health), since when (the
+    # database's clock) and how many healthy reports in a row since it was last not healthy.
+    # Quarantine is its own dimension beside the operator's ``status``: set by the
+    # conductor on an unhealthy report, cleared after [conductor] health_recovery_reports
+    # healthy ones (or by an operator); docs/devices.md "Health".
+    health: Mapped[str] = mapped_column(String(16), nullable=False, default="unknown",
+                                        server_default="unknown")
+    health_reason: Mapped[str | None] = mapped_column(Text)
+    health_since: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    health_ok_reports: Mapped[int] = mapped_column(Integer, nullable=False, default=0,
+                                                   server_default="0")
+    quarantined: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False,
+                                              server_default=false())
+    quarantined_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     __table_args__ = (
+        Index("ix_devices_health", "health"),
         Index("ix_devices_hostname", "hostname"),
         Index("ix_devices_type", "type"),
         Index("ix_devices_vendor", "vendor"),
+    )
+
+
+class DeviceEvent(Base):
+    """One thing that happened to a device (health change, operator enable/disable, program,
+    vanish/return), kept [conductor] device_event_retention and shown newest first.
+
+    Keyed by the device's uuid, not a foreign key: a device's history outlives its row.
+    """
+
+    __tablename__ = "device_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    device_uuid: Mapped[str] = mapped_column(String(36), nullable=False)
+    hostname: Mapped[str | None] = mapped_column(String(255))
+    # The database's clock (acceld.db.clock), so events from several conductors order.
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    detail: Mapped[str | None] = mapped_column(Text)
+    # Who: "conductor", or the operator's user id from the API request.
+    actor: Mapped[str | None] = mapped_column(String(255))
+    __table_args__ = (
+        Index("ix_device_events_device_uuid_id", "device_uuid", "id"),
+        Index("ix_device_events_created_at", "created_at"),
     )
 
 
@@ -198,6 +237,9 @@ class BindJob(TimestampMixin, Base):
     lease_owner: Mapped[str | None] = mapped_column(String(64))
     lease_expires_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    # The global request id (req-<uuid>) of the API call that started the bind: the
+    # conductor's log lines for the job carry it, so one grep follows a boot end to end.
+    global_request_id: Mapped[str | None] = mapped_column(String(64))
     __table_args__ = (Index("ix_bind_jobs_phase_lease", "phase", "lease_expires_at"),)
 
 
@@ -268,6 +310,7 @@ class PlacementSync(Base):
 
 
 devices = Device.__table__
+device_events = DeviceEvent.__table__
 controlpath_ids = ControlpathId.__table__
 deployables = Deployable.__table__
 attributes = Attribute.__table__
