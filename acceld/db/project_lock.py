@@ -12,7 +12,9 @@ atomic for writers that use this module, without a table of lock rows:
   COMMITTED each statement reads the rows committed when it starts.
 * MariaDB/MySQL: ``GET_LOCK`` belongs to the session, not the transaction, so it is taken
   before the transaction begins and released after it has ended; if the release fails,
-  the connection is discarded (closing the session frees the lock).
+  the connection is discarded (closing the session frees the lock). Its names are
+  server-wide, so the name includes the database's: two acceld databases on one server
+  (two clouds, or a staging copy) never wait for each other.
 
 Two keys with the same hash only wait for each other; they are never counted together.
 """
@@ -46,9 +48,9 @@ def advisory_key(key: str) -> int:
     return int.from_bytes(_digest(key)[:8], "big", signed=True)
 
 
-def lock_name(key: str) -> str:
-    """MariaDB's lock name for ``key`` (at most 64 characters)."""
-    return "acceld:" + _digest(key).hex()[:48]
+def lock_name(key: str, database: str) -> str:
+    """MariaDB's lock name for ``key`` in ``database`` (at most 64 characters)."""
+    return "acceld:" + _digest(f"{database}/{key}").hex()[:48]
 
 
 @contextlib.contextmanager
@@ -70,7 +72,7 @@ def write(db: Database, key: str, *, wait_seconds: int = 30) -> Iterator[Connect
 
 @contextlib.contextmanager
 def _mysql_write(db: Database, key: str, wait_seconds: int) -> Iterator[Connection]:
-    name = lock_name(key)
+    name = lock_name(key, db.engine.url.database or "")
     with db.engine.connect() as conn:
         got = conn.execute(text("SELECT GET_LOCK(:n, :t)"),
                            {"n": name, "t": wait_seconds}).scalar()

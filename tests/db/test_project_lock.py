@@ -9,15 +9,21 @@ import pytest
 from sqlalchemy import text
 
 from acceld.db import project_lock
+from acceld.db.engine import Database
+from tests.support.databases import private_database
 
 
 def _is_free(db, key: str) -> bool:  # type: ignore[no-untyped-def]
     with db.engine.connect() as conn:
         if db.backend == "mysql":
             return conn.execute(text("SELECT IS_FREE_LOCK(:n)"),
-                                {"n": project_lock.lock_name(key)}).scalar() == 1
-        return conn.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-                                 " AND granted")).scalar() == 0
+                                {"n": project_lock.lock_name(
+                                    key, db.engine.url.database)}).scalar() == 1
+        # pg_locks shows every database's locks: count only this one's.
+        return conn.execute(text(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND "
+            "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )).scalar() == 0
 
 
 def _server_only(db) -> None:  # type: ignore[no-untyped-def]
@@ -82,3 +88,30 @@ def test_a_failed_release_discards_the_connection(db, monkeypatch):
         alive = conn.execute(text("SELECT count(*) FROM information_schema.processlist "
                                   "WHERE id = :i"), {"i": ids[0]}).scalar()
     assert alive == 0
+
+
+def test_another_database_on_the_server_is_not_held_up(db, tmp_path):
+    """MariaDB's lock names are server-wide: the same project in another acceld database
+    (another cloud, a staging copy, a parallel test run) must not wait for this one."""
+    _server_only(db)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with project_lock.write(db, "p1"):
+            holding.set()
+            release.wait(timeout=30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(timeout=30)
+        with private_database(db.backend, tmp_path) as url:
+            other = Database(url)
+            try:
+                with project_lock.write(other, "p1", wait_seconds=1) as conn:
+                    assert conn.execute(text("SELECT 1")).scalar() == 1
+            finally:
+                other.dispose()
+    finally:
+        release.set()
+        holder.join(timeout=30)
