@@ -286,6 +286,17 @@ class Lease(Base):
     expires_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
 
 
+class Conductor(Base):
+    """A conductor sharing the database: live while its heartbeat is fresh (by the
+    database's clock); the live ones form the hash ring that divides per-host work."""
+
+    __tablename__ = "conductors"
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    url: Mapped[str | None] = mapped_column(String(255))
+    started_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
+
+
 class InternalNonce(Base):
     """A nonce of an internal credential a conductor accepted, until the credential
     expires: every conductor on the database refuses it again (acceld.db.nonces)."""
@@ -321,5 +332,6 @@ bind_jobs = BindJob.__table__
 handle_releases = HandleRelease.__table__
 agents = Agent.__table__
 leases = Lease.__table__
+conductors = Conductor.__table__
 internal_nonces = InternalNonce.__table__
 placement_sync = PlacementSync.__table__
