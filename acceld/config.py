@@ -178,6 +178,22 @@ conductor_opts = [
     cfg.IntOpt("attach_timeout", default=30, min=1,
                help="Seconds the conductor waits for an agent to prepare an attach handle "
                     "on bind (create a vGPU mdev, ...) or to release it after unbind."),
+    cfg.StrOpt("health_recovery", default="auto", choices=("auto", "manual"),
+               help="How a device quarantined for its health returns to service: 'auto' "
+                    "after health_recovery_reports healthy reports in a row; 'manual' only "
+                    "when an operator returns it (PATCH /v2/devices/{uuid} at microversion "
+                    "2.6). docs/devices.md, Health."),
+    cfg.IntOpt("health_recovery_reports", default=3, min=1,
+               help="Consecutive healthy reports (one per discovery of the node's agent) "
+                    "after which a quarantined device returns to service; any report that "
+                    "is not healthy starts the count again."),
+    cfg.IntOpt("device_event_retention", default=30 * 86400, min=60,
+               help="Seconds a device event (health changes, operator enable/disable, "
+                    "programs, vanish/return) is kept; older ones are purged by a periodic "
+                    "task of one conductor."),
+    cfg.FloatOpt("device_event_purge_interval", default=3600.0, min=1.0,
+                 help="Seconds between purges of device events older than "
+                      "device_event_retention."),
 ]
 
 agent_opts = [
