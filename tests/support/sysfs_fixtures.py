@@ -51,7 +51,10 @@ class SysfsTree:
         domain = address[:4]
         root_bus = f"pci{domain}:{address[5:7]}"
         parent = self.root / "devices" / root_bus
-        if bridge:
+        bridge_link = self.root / "bus" / "pci" / "devices" / (bridge or "-")
+        if bridge and bridge_link.is_symlink():
+            parent = bridge_link.resolve()  # nested under the real bridge, as the kernel does
+        elif bridge:
             parent = parent / bridge
         path = parent / address
         path.mkdir(parents=True, exist_ok=True)
@@ -101,7 +104,12 @@ class SysfsTree:
         numa = int((pf_path / "numa_node").read_text())
         self.set_sriov(pf, total=total if total is not None else max(len(vfs), 1),
                        numvfs=len(vfs), vf_device=vf_device)
-        bridge = os.path.relpath(pf_path.parent, self.root / "devices" / f"pci{pf[:4]}:{pf[5:7]}")
+        parent_link = self.root / "bus" / "pci" / "devices" / pf_path.parent.name
+        if parent_link.is_symlink():
+            bridge: str | None = pf_path.parent.name  # VFs sit beside their PF
+        else:
+            bridge = os.path.relpath(pf_path.parent,
+                                     self.root / "devices" / f"pci{pf[:4]}:{pf[5:7]}")
         paths = []
         for index, vf in enumerate(vfs):
             vf_path = self.add_pci(vf, vendor, vf_device, class_code, driver=driver,
@@ -121,6 +129,44 @@ class SysfsTree:
         _write(path / "sriov_stride", "1")
         _write(path / "sriov_drivers_autoprobe", "1")
         _write(path / "sriov_vf_device", vf_device[2:] if vf_device.startswith("0x") else vf_device)
+
+    # --- PCIe health (AER counters, link training) -------------------------------
+
+    def set_aer(self, address: str, *, fatal: int = 0, nonfatal: int = 0,
+                correctable: int = 0) -> None:
+        """``aer_dev_{fatal,nonfatal,correctable}`` as the kernel prints them: one
+        ``<Name> <count>`` line per error bit (the count put on one of them) and a total."""
+        path = self.device_dir(address)
+        uncorrectable = ["Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt",
+                         "UnxCmplt", "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol",
+                         "UncorrIntErr", "BlockedTLP", "AtomicOpBlocked", "TLPBlockedErr",
+                         "PoisonTLPBlocked"]
+        correct = ["RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
+                   "CorrIntErr", "HeaderOF"]
+        for name, bits, hit, count, total in (
+                ("aer_dev_fatal", uncorrectable, "DLP", fatal, "TOTAL_ERR_FATAL"),
+                ("aer_dev_nonfatal", uncorrectable, "CmpltTO", nonfatal, "TOTAL_ERR_NONFATAL"),
+                ("aer_dev_correctable", correct, "BadTLP", correctable, "TOTAL_ERR_COR")):
+            lines = [f"{bit} {count if bit == hit else 0}" for bit in bits]
+            _write(path / name, "\n".join(lines + [f"{total} {count}"]))
+
+    def set_link(self, address: str, *, speed: str = "16.0 GT/s PCIe",
+                 max_speed: str = "16.0 GT/s PCIe", width: int = 16, max_width: int = 16) -> None:
+        """``current_link_speed``/``max_link_speed``/``*_link_width`` of a function."""
+        path = self.device_dir(address)
+        _write(path / "current_link_speed", speed)
+        _write(path / "max_link_speed", max_speed)
+        _write(path / "current_link_width", str(width))
+        _write(path / "max_link_width", str(max_width))
+
+    def add_root_port(self, address: str, *, max_speed: str = "16.0 GT/s PCIe",
+                      max_width: int = 16) -> Path:
+        """A PCIe root port (bridge, driver pcieport) that ``add_pci(bridge=address)`` nests
+        devices under."""
+        path = self.add_pci(address, "0x8086", "0x347a", "0x060400", driver="pcieport")
+        _write(path / "max_link_speed", max_speed)
+        _write(path / "max_link_width", str(max_width))
+        return path
 
     # --- mdev (vGPU) -----------------------------------------------------------
 
