@@ -27,12 +27,9 @@ default_opts = [
     cfg.StrOpt("auth_strategy", default="noauth", choices=["noauth", "keystone"],
                help="noauth trusts identity headers (X-User-Id, X-Project-Id, X-Roles, "
                     "X-Service-Roles); keystone validates tokens with keystonemiddleware."),
-    cfg.BoolOpt("debug", default=False, mutable=True,
-                help="Log at DEBUG level. Mutable: SIGHUP applies a change."),
-    cfg.StrOpt("log_file", mutable=True,
-               help="Write logs to this file instead of standard error. SIGHUP reopens it "
-                    "(after logrotate renamed it) and applies a change of path."),
 ]
+# Logging options (debug, log_file, log_config_append, use_journal, use_json, ...) are
+# oslo.log's own, registered by acceld.logs.register_options.
 
 api_opts = [
     cfg.HostAddressOpt("host_ip", default="127.0.0.1", help="Address the public API listens on."),
@@ -134,6 +131,11 @@ internal_opts = [
     cfg.FloatOpt("request_timeout", default=60.0, min=1.0,
                  help="Seconds an internal server gives a client to send its body, and to "
                       "take each write of the answer."),
+    cfg.FloatOpt("idle_timeout", default=60.0, min=0.1,
+                 help="Seconds an internal server keeps an HTTP/1.1 connection open, idle, "
+                      "for the client's next request (agents heartbeat over one "
+                      "connection). Idle connections hold no thread and are the first "
+                      "closed at max_connections."),
     cfg.StrOpt("tls_cert_file", help="PEM certificate for internal servers (enables TLS)."),
     cfg.StrOpt("tls_key_file", help="PEM private key for internal servers."),
     cfg.StrOpt("tls_ca_file", help="CA bundle internal clients use to verify internal servers."),
@@ -142,8 +144,30 @@ internal_opts = [
 conductor_opts = [
     cfg.HostAddressOpt("host_ip", default="127.0.0.1", help="Address the conductor listens on."),
     cfg.PortOpt("port", default=6667, help="Port of the conductor's internal API."),
-    cfg.StrOpt("url", help="URL agents and API workers use to reach the conductor. "
-                           "Unset: http://<host_ip>:<port>."),
+    cfg.ListOpt("url", help="URL(s) agents and API workers use to reach the conductors: "
+                            "one (a single conductor, or one name behind a load balancer) "
+                            "or a comma-separated list; a client spreads over the list, "
+                            "fails over to the next when one does not answer and returns "
+                            "to its preferred one after failback_interval. "
+                            "Unset: http://<host_ip>:<port>."),
+    cfg.FloatOpt("connect_timeout", default=3.0, min=0.1,
+                 help="Seconds a client of the conductor waits for a connection before it "
+                      "tries the next URL of [conductor] url."),
+    cfg.FloatOpt("failback_interval", default=60.0, min=1.0,
+                 help="Seconds after failing over before a client of the conductor tries "
+                      "its preferred URL again."),
+    cfg.StrOpt("name",
+               help="This conductor's name in the hash ring that divides per-host work "
+                    "among the conductors sharing the database; unique per conductor and "
+                    "stable across restarts (a restarted conductor gets its hosts back). "
+                    "Unset: <hostname>:<port>."),
+    cfg.FloatOpt("member_heartbeat_interval", default=2.0, min=0.05,
+                 help="Seconds between a conductor's heartbeats in the conductors table; "
+                      "each also re-reads the live conductors and rebalances the ring."),
+    cfg.FloatOpt("member_dead_after", default=10.0, min=0.1,
+                 help="A conductor silent this long (by the database's clock, at least two "
+                      "heartbeats) is dropped from the ring and its hosts' periodic work "
+                      "moves to the others within this plus one heartbeat."),
     cfg.FloatOpt("bind_poll_interval", default=1.0, min=0.01,
                  help="Seconds between scans for pending bind jobs (a safety net; the API "
                       "also wakes the conductor directly)."),
@@ -314,6 +338,31 @@ quota_opts = [
                     "unpaginated list before 2.5) one project can make."),
 ]
 
+# Prometheus metrics (acceld.metrics; docs/observability.md): each service serves /metrics
+# on an address of its own, never on the public API's port.
+metrics_opts = [
+    cfg.BoolOpt("api_enabled", default=False,
+                help="Serve the API's metrics (requests by route, the inventory read from "
+                     "the database) on api_host_ip:api_port. Served by the gunicorn master "
+                     "from every worker's counters; Prometheus needs no Keystone token, so "
+                     "keep the address on a management network."),
+    cfg.HostAddressOpt("api_host_ip", default="127.0.0.1",
+                       help="Address of the API's metrics listener."),
+    cfg.PortOpt("api_port", default=9466, help="Port of the API's metrics listener."),
+    cfg.BoolOpt("conductor_enabled", default=False,
+                help="Serve the conductor's metrics (binds, Nova events, Placement, "
+                     "reconciles, heartbeats, programs) on conductor_host_ip:conductor_port."),
+    cfg.HostAddressOpt("conductor_host_ip", default="127.0.0.1",
+                       help="Address of the conductor's metrics listener."),
+    cfg.PortOpt("conductor_port", default=9467, help="Port of the conductor's metrics listener."),
+    cfg.BoolOpt("agent_enabled", default=False,
+                help="Serve the agent's metrics (discovery per driver) on "
+                     "agent_host_ip:agent_port."),
+    cfg.HostAddressOpt("agent_host_ip", default="127.0.0.1",
+                       help="Address of the agent's metrics listener."),
+    cfg.PortOpt("agent_port", default=9468, help="Port of the agent's metrics listener."),
+]
+
 GROUPS: dict[str | None, list[cfg.Opt]] = {
     None: default_opts,
     "api": api_opts,
@@ -328,6 +377,7 @@ GROUPS: dict[str | None, list[cfg.Opt]] = {
     "placement": placement_opts,
     "glance": glance_opts,
     "quota": quota_opts,
+    "metrics": metrics_opts,
 }
 
 # In-tree hardware drivers (acceld/drivers/<group>.py): one group per driver.
@@ -409,6 +459,9 @@ KEYSTONEAUTH_GROUPS = ("nova", "placement", "glance")
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register every option group on ``conf`` (idempotent)."""
+    from acceld import logs
+
+    logs.register_options(conf)
     for group, opts in GROUPS.items():
         conf.register_opts(opts, group=group)
     for group in KEYSTONEAUTH_GROUPS:
@@ -417,6 +470,10 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
         ks_loading.register_adapter_conf_options(conf, group)
     _register_policy_opts(conf)
     _register_limit_opts(conf)
+    from acceld import privileged
+
+    privileged.register_opts(conf)
+    set_lib_defaults()
 
 
 def _register_limit_opts(conf: cfg.ConfigOpts) -> None:
@@ -439,36 +496,74 @@ def _register_policy_opts(conf: cfg.ConfigOpts) -> None:
 
 def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     """Options per group, for the sample config."""
-    out: list[tuple[str | None, list[cfg.Opt]]] = [("DEFAULT", default_opts)]
+    from acceld import logs
+
+    log_opts = [opt for _group, opts in logs.list_opts() for opt in opts]
+    out: list[tuple[str | None, list[cfg.Opt]]] = [("DEFAULT", default_opts + log_opts)]
     out += [(g, o) for g, o in GROUPS.items() if g is not None and o]
     for group in KEYSTONEAUTH_GROUPS:
-        ks_opts = (ks_loading.get_session_conf_options()
-                   + ks_loading.get_adapter_conf_options()
-                   + ks_loading.get_auth_common_conf_options())
         for i, (g, opts) in enumerate(out):
             if g == group:
-                out[i] = (g, opts + ks_opts)
+                out[i] = (g, opts + keystoneauth_opts())
                 break
         else:
-            out.append((group, ks_opts))
-    # keystonemiddleware reads [keystone_authtoken] itself; listed so the sample shows it.
-    from keystonemiddleware.auth_token import _opts as authtoken_opts
+            out.append((group, keystoneauth_opts()))
+    from acceld import privileged
 
-    out += authtoken_opts.list_opts()
-    from oslo_limit import opts as limit_opts
-
-    out += limit_opts.list_opts()
+    out += privileged.list_opts()
+    # [keystone_authtoken], [oslo_limit], [oslo_policy], [healthcheck], [cors] and
+    # [oslo_middleware] belong to their libraries' namespaces: etc/acceld/
+    # acceld-config-generator.conf lists them beside this one (acceld.sample.NAMESPACES).
     return out
 
 
+def keystoneauth_opts() -> list[cfg.Opt]:
+    """keystoneauth's session, adapter and auth options, with the password plugin's
+    (auth_url, username, password, ...): what a sample shows for [placement], [nova] and
+    [glance], as other services' samples do."""
+    opts: list[cfg.Opt] = []
+    for more in (ks_loading.get_session_conf_options(),
+                 ks_loading.get_adapter_conf_options(),
+                 ks_loading.get_auth_common_conf_options(),
+                 ks_loading.get_auth_plugin_conf_options("password")):
+        opts += [o for o in more if o.dest not in {x.dest for x in opts}]
+    return opts
+
+
+def set_lib_defaults() -> None:
+    """acceld's defaults for library options (oslo.config.opts.defaults entry point, so
+    that generated samples show them): CORS lets browsers send and read the headers the
+    API uses."""
+    from oslo_middleware import cors
+
+    cors.set_defaults(
+        allow_headers=["X-Auth-Token", "X-OpenStack-Request-ID", "X-Identity-Status",
+                       "X-Roles", "X-Service-Catalog", "X-User-Id", "X-Project-Id",
+                       "OpenStack-API-Version"],
+        expose_headers=["X-Auth-Token", "X-OpenStack-Request-ID", "X-Subject-Token",
+                        "X-Service-Token", "OpenStack-API-Version"],
+        allow_methods=["GET", "PUT", "POST", "DELETE", "PATCH"])
+
+
 def load(argv: Sequence[str] = (), config_files: Sequence[str] | None = None,
-         conf: cfg.ConfigOpts | None = None) -> cfg.ConfigOpts:
-    """Parse config files and the environment into ``conf`` (default: the global CONF)."""
+         conf: cfg.ConfigOpts | None = None, config_dirs: Sequence[str] | None = None,
+         discover: bool = False) -> cfg.ConfigOpts:
+    """Parse config files and the environment into ``conf`` (default: the global CONF).
+
+    ``discover`` (the commands): without ``config_files`` and ``config_dirs``, read what
+    oslo.config finds in the standard places, as every OpenStack service does
+    (acceld.conf in ~/.acceld/, ~/, /etc/acceld/, /etc/; acceld.conf.d/ there). None
+    found: the built-in defaults (the all-in-one's). In-process callers (tests) read
+    only what they name."""
     conf = conf if conf is not None else CONF
     register_opts(conf)
-    files = list(config_files) if config_files else None
-    conf(list(argv), project="acceld", default_config_files=files or [],
-         default_config_dirs=[], validate_default_values=True)
+    files = list(config_files or [])
+    dirs = list(config_dirs or [])
+    if discover and not files and not dirs:
+        files = cfg.find_config_files(project="acceld", prog="acceld")
+        dirs = cfg.find_config_dirs(project="acceld", prog="acceld")
+    conf(list(argv), project="acceld", prog="acceld", default_config_files=files,
+         default_config_dirs=dirs, validate_default_values=True)
     return conf
 
 

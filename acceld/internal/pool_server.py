@@ -10,11 +10,17 @@ not, then held a thread forever. Here
   seconds is closed; at ``max_connections`` the longest-waiting idle
   connection is closed to make room for a new one, so an idle flood cannot
   lock others out;
-- a fixed pool of ``threads`` workers runs the application, one request per
-  connection (HTTP/1.0 and close, as before); a request whose head is ready
-  waits in a queue for a free worker;
+- a fixed pool of ``threads`` workers runs the application; a request whose
+  head is ready waits in a queue for a free worker;
 - a worker reads the body and writes the answer under ``request_timeout``
-  seconds in all, so a slow client holds a worker for a bounded time.
+  seconds in all, so a slow client holds a worker for a bounded time;
+- HTTP/1.1 connections are kept alive (agents heartbeat over one connection
+  instead of a TCP handshake, an accept and a thread hand-off per hello): after
+  a successful answer whose request body was read to its end, the connection
+  goes back to the selector, idle for at most ``idle_timeout`` seconds, and
+  counts as idle for ``max_connections`` (evicted first when full). Its next
+  request's head must arrive within ``header_timeout`` of its first byte. An
+  error answer, a body left unread, ``Connection: close`` or HTTP/1.0 close it.
 
 The application itself checks the credential from the headers before it reads
 the body (acceld.internal.server), so a stranger never gets a body read.
@@ -28,10 +34,13 @@ import queue
 import selectors
 import socket
 import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from wsgiref.simple_server import WSGIRequestHandler
+from http import HTTPStatus
+from typing import Any, Callable
+from urllib.parse import unquote
 
 LOG = logging.getLogger(__name__)
 
@@ -47,79 +56,101 @@ class Limits:
     max_connections: int = 256
     header_timeout: float = 10.0
     request_timeout: float = 60.0
+    idle_timeout: float = 60.0  # a kept-alive connection waiting for its next request
 
 
 @dataclass
 class _Pending:
-    """A connection in the selector: handshaking or reading its head."""
+    """A connection in the selector: handshaking, reading its head, or kept alive."""
 
     sock: socket.socket
     address: tuple
     deadline: float
     handshaking: bool = False
     head: bytearray = field(default_factory=bytearray)
+    kept: bool = False  # idle between two requests: header_timeout starts at its first byte
 
 
-class _DeadlineReader(io.RawIOBase):
-    """The bytes already read by the selector, then the socket, until a deadline."""
+class _BodyReader(io.RawIOBase):
+    """The request body: bytes the selector already read, then the socket, never beyond
+    ``Content-Length`` and never after the deadline. What the selector read past the
+    body (a pipelined next request) stays in ``rest``."""
 
-    def __init__(self, sock: socket.socket, prefix: bytes, deadline: float) -> None:
+    def __init__(self, sock: socket.socket, prefix: bytes, length: int,
+                 deadline: float) -> None:
         self._sock = sock
-        self._prefix = memoryview(prefix)
+        self._prefix = prefix[:length]
+        self.rest = prefix[length:]
+        self.left = length
         self._deadline = deadline
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def,override]
+        if self.left <= 0:
+            return 0
         if self._prefix:
             n = min(len(buffer), len(self._prefix))
             buffer[:n] = self._prefix[:n]
             self._prefix = self._prefix[n:]
+            self.left -= n
             return n
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("request read deadline passed")
         self._sock.settimeout(left)
-        return self._sock.recv_into(buffer)
+        view = memoryview(buffer)[:min(len(buffer), self.left)]
+        n = self._sock.recv_into(view)
+        if n == 0:
+            raise ConnectionError("the client closed the connection mid-body")
+        self.left -= n
+        return n
 
 
-class _Writer(io.RawIOBase):
-    """Writes the answer, each write bounded by the request timeout."""
-
-    def __init__(self, sock: socket.socket, timeout: float) -> None:
-        self._sock = sock
-        self._timeout = timeout
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:  # type: ignore[no-untyped-def,override]
-        self._sock.settimeout(self._timeout)
-        self._sock.sendall(data)
-        return len(data)
+class _BadRequest(Exception):
+    """A head that is not an HTTP/1.x request: answered 400 and closed."""
 
 
-class _Handler(WSGIRequestHandler):
-    """wsgiref's request handling over a head the selector already read."""
+@dataclass
+class _Request:
+    method: str
+    target: str
+    version: str
+    headers: list[tuple[str, str]]
 
-    def __init__(self, sock: socket.socket, address: tuple, server: "PoolServer",
-                 head: bytes) -> None:
-        self._head = head
-        super().__init__(sock, address, server)  # type: ignore[arg-type]
+    def header(self, name: str) -> str | None:
+        name = name.lower()
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
 
-    def setup(self) -> None:
-        server: PoolServer = self.server  # type: ignore[assignment]
-        deadline = time.monotonic() + server.limits.request_timeout
-        self.connection = self.request
-        self.rfile = io.BufferedReader(_DeadlineReader(self.request, self._head, deadline))
-        self.wfile = _Writer(self.request, server.limits.request_timeout)
 
-    def finish(self) -> None:
-        pass  # the worker closes the socket
+def _parse(head: bytes) -> _Request:
+    lines = head.decode("latin-1").split("\r\n")
+    try:
+        method, target, version = lines[0].split(" ")
+    except ValueError:
+        raise _BadRequest(f"malformed request line {lines[0][:80]!r}") from None
+    if not version.startswith("HTTP/1."):
+        raise _BadRequest(f"unsupported protocol {version[:20]!r}")
+    headers = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise _BadRequest(f"malformed header line {line[:80]!r}")
+        headers.append((name.lower(), value.strip()))
+    return _Request(method, target, version, headers)
 
-    def log_message(self, format: str, *args) -> None:  # type: ignore[no-untyped-def]
-        LOG.debug("internal %s - %s", self.address_string(), format % args)
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
 
 
 class PoolServer:
@@ -146,16 +177,16 @@ class PoolServer:
         self._pending: dict[int, _Pending] = {}
         self._queue: queue.SimpleQueue[tuple[socket.socket, tuple, bytes] | None] = \
             queue.SimpleQueue()
+        # Kept-alive connections a worker answered, back to the selector thread (which
+        # alone touches the selector and _pending): (socket, address, bytes read ahead).
+        self._returned: queue.SimpleQueue[tuple[socket.socket, tuple, bytes]] = \
+            queue.SimpleQueue()
         self._busy = 0  # connections handed to the workers and not yet closed
         self._busy_lock = threading.Lock()
         self._stopping = threading.Event()
         self._loop = threading.Thread(target=self._run, name="internal-accept", daemon=True)
         self._workers = [threading.Thread(target=self._work, name=f"internal-worker-{i}",
                                           daemon=True) for i in range(self.limits.threads)]
-
-    def get_app(self):  # type: ignore[no-untyped-def]
-        """What wsgiref's handler calls."""
-        return self.app
 
     @property
     def open_connections(self) -> int:
@@ -198,9 +229,10 @@ class PoolServer:
                         self._accept()
                     elif key.fileobj is self._wake_r:
                         try:
-                            self._wake_r.recv(64)
+                            self._wake_r.recv(4096)
                         except OSError:
                             pass
+                        self._take_back()
                     else:
                         self._advance(key.data)
                 self._expire()
@@ -209,6 +241,7 @@ class PoolServer:
         finally:
             for pending in list(self._pending.values()):
                 self._drop(pending)
+            self._take_back()  # and close what workers still return
             sel.close()
 
     def _accept(self) -> None:
@@ -220,10 +253,16 @@ class PoolServer:
             except OSError as exc:  # out of descriptors, ...: try again at the next event
                 LOG.warning("Internal server cannot accept: %s", exc)
                 return
+            if self.open_connections >= self.limits.max_connections:
+                self._take_back()  # kept-alive connections in transit count as idle
             if self.open_connections >= self.limits.max_connections and not self._evict():
                 sock.close()  # every slot holds a request being served: refuse
                 continue
             sock.setblocking(False)
+            try:  # answers go out in one write; do not wait for an ACK of the last one
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
             handshaking = False
             if self._ssl is not None:
                 sock = self._ssl.wrap_socket(sock, server_side=True,
@@ -254,6 +293,10 @@ class PoolServer:
                 if not chunk:
                     self._drop(pending)
                     return
+                if pending.kept:  # the next request began: its head has header_timeout
+                    pending.kept = False
+                    pending.deadline = min(pending.deadline,
+                                           time.monotonic() + self.limits.header_timeout)
                 pending.head += chunk
                 if _HEAD_END in pending.head:
                     self._hand_over(pending)
@@ -280,6 +323,33 @@ class PoolServer:
             self._busy += 1
         self._queue.put((pending.sock, pending.address, bytes(pending.head)))
 
+    def _take_back(self) -> None:
+        """Selector thread: register the kept-alive connections the workers returned."""
+        while True:
+            try:
+                sock, address, ahead = self._returned.get_nowait()
+            except queue.Empty:
+                return
+            if self._stopping.is_set():
+                sock.close()
+                with self._busy_lock:
+                    self._busy -= 1
+                continue
+            if _HEAD_END in ahead:  # a pipelined request came with the last: still busy
+                self._queue.put((sock, address, ahead))
+                continue
+            pending = _Pending(sock, address, time.monotonic() + self.limits.idle_timeout,
+                               head=bytearray(ahead), kept=not ahead)
+            if ahead:  # the next request began
+                pending.deadline = time.monotonic() + self.limits.header_timeout
+            sock.setblocking(False)
+            with self._busy_lock:
+                self._busy -= 1
+                self._pending[sock.fileno()] = pending
+            self._selector.register(sock, selectors.EVENT_READ, pending)
+            if isinstance(sock, ssl.SSLSocket) and sock.pending():
+                self._advance(pending)  # decrypted already: the selector will not fire
+
     def _expire(self) -> None:
         now = time.monotonic()
         for pending in [p for p in self._pending.values() if p.deadline <= now]:
@@ -304,15 +374,97 @@ class PoolServer:
             if item is None:
                 return
             sock, address, head = item
+            ahead: bytes | None = None
             try:
                 sock.setblocking(True)
-                _Handler(sock, address, self, head)
+                ahead = self._serve(sock, address, head)
             except Exception as exc:  # noqa: BLE001 - one client's failure is its own
                 LOG.debug("Internal request from %s failed: %s", address, exc)
-            finally:
-                _close(sock)
-                with self._busy_lock:
-                    self._busy -= 1
+            if ahead is not None and not self._stopping.is_set():
+                self._returned.put((sock, address, ahead))  # still counted busy until then
+                try:
+                    self._wake_w.send(b"k")
+                except OSError:  # stopping: the socket pair is closed
+                    pass
+                continue
+            _close(sock)
+            with self._busy_lock:
+                self._busy -= 1
+
+    def _serve(self, sock: socket.socket, address: tuple, data: bytes) -> bytes | None:
+        """Answer the request whose head starts ``data``; return the bytes read past it
+        when the connection stays open, None when it is to be closed."""
+        head, _, prefix = data.partition(_HEAD_END)
+        deadline = time.monotonic() + self.limits.request_timeout
+        try:
+            request = _parse(head)
+            length = request.header("content-length")
+            if request.header("transfer-encoding") is not None:
+                raise _BadRequest("chunked request bodies are not accepted; send Content-Length")
+            if length is not None and not (length.isdigit() and len(length) < 19):
+                raise _BadRequest("malformed Content-Length")
+        except _BadRequest as exc:
+            LOG.debug("Bad internal request from %s: %s", address, exc)
+            body = b'{"error": "Bad request: %s"}' % str(exc).replace('"', "'").encode()
+            self._send(sock, 400, [("Content-Type", "application/json")], body, False)
+            return None
+        reader = _BodyReader(sock, prefix, int(length or 0), deadline)
+        environ = self._environ(request, address, reader)
+        answer: dict[str, Any] = {}
+
+        def start_response(status: str, headers: list[tuple[str, str]],
+                           exc_info: Any = None) -> Callable[[bytes], None]:
+            answer["status"], answer["headers"] = status, headers
+            return lambda chunk: None  # write() is not used by Falcon
+
+        result = self.app(environ, start_response)
+        try:
+            body = b"".join(result)
+        finally:
+            if hasattr(result, "close"):
+                result.close()
+        status = int(answer["status"].split(" ", 1)[0])
+        keep = (request.version == "HTTP/1.1" and status < 400 and reader.left == 0
+                and (request.header("connection") or "").lower() != "close")
+        headers = [(k, v) for k, v in answer["headers"] if k.lower() != "connection"]
+        if not any(k.lower() == "content-length" for k, _ in headers):
+            headers.append(("Content-Length", str(len(body))))
+        if request.method == "HEAD":
+            body = b""
+        self._send(sock, status, headers, body, keep, answer["status"])
+        return reader.rest if keep else None
+
+    def _environ(self, request: _Request, address: tuple, reader: _BodyReader
+                 ) -> dict[str, Any]:
+        path, _, query = request.target.partition("?")
+        environ = dict(self.base_environ)
+        environ.update({
+            "SERVER_PROTOCOL": request.version, "REQUEST_METHOD": request.method,
+            "PATH_INFO": unquote(path, "iso-8859-1"), "QUERY_STRING": query,
+            "REMOTE_ADDR": address[0] if address else "",
+            "CONTENT_TYPE": request.header("content-type") or "",
+            "CONTENT_LENGTH": request.header("content-length") or "",
+            "wsgi.version": (1, 0), "wsgi.url_scheme": "https" if self._ssl else "http",
+            "wsgi.input": io.BufferedReader(reader), "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True, "wsgi.multiprocess": False, "wsgi.run_once": False})
+        for name, value in request.headers:
+            if name in ("content-type", "content-length") or "_" in name:
+                continue  # as wsgiref: a header spelt with "_" could pose as another
+            key = "HTTP_" + name.replace("-", "_").upper()
+            environ[key] = f"{environ[key]},{value}" if key in environ else value
+        return environ
+
+    def _send(self, sock: socket.socket, status: int, headers: list[tuple[str, str]],
+              body: bytes, keep: bool, status_line: str | None = None) -> None:
+        """The whole answer in one write, bounded by the request timeout."""
+        lines = [f"HTTP/1.1 {status_line or f'{status} {_reason(status)}'}"]
+        lines += [f"{k}: {v}" for k, v in headers]
+        if not any(k.lower() == "content-length" for k, _ in headers):
+            lines.append(f"Content-Length: {len(body)}")
+        if not keep:
+            lines.append("Connection: close")
+        sock.settimeout(self.limits.request_timeout)
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
 
 
 def _close(sock: socket.socket) -> None:

@@ -20,6 +20,7 @@ from typing import Callable, Collection, Protocol
 import falcon
 import orjson
 
+from acceld import request_ids
 from acceld.addresses import is_loopback
 from acceld.db.outage import RETRY_AFTER_SECONDS
 from acceld.internal import auth
@@ -122,6 +123,28 @@ class _Authenticate:
                         auth.response_mac(identity.key, identity.nonce, status, body))
 
 
+class _RequestIds:
+    """Each call under a log context of its own: a new request id, and the caller's global
+    request id (``X-OpenStack-Request-Id``, well-formed only) when it acts for a user's
+    request, so this service's lines for it name the request that started it. Calls made
+    for a request are logged at INFO (they are few: binds, programs), the periodic rest at
+    DEBUG. The header is not signed: it names a request in logs and grants nothing."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        global_id = request_ids.valid_global_id(req.get_header(request_ids.HEADER))
+        req.context.log_context = request_ids.make(global_request_id=global_id)
+        request_ids.activate(req.context.log_context)
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object,
+                         req_succeeded: bool) -> None:
+        log_context = getattr(req.context, "log_context", None)
+        if log_context is None:
+            return
+        LOG.log(logging.INFO if log_context.global_request_id else logging.DEBUG,
+                "Internal call %s %s answered %s", req.method, req.path, resp.status_code)
+        request_ids.deactivate(log_context)
+
+
 def _error_serializer(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError) -> None:
     resp.content_type = falcon.MEDIA_JSON
     resp.data = orjson.dumps({"error": ex.description or ex.title})
@@ -171,7 +194,7 @@ def build_app(keys: bytes | auth.Keyring, ttl: int, routes: dict[str, dict[str, 
     if verifier is None:
         verifier = auth.Verifier(keys, ttl, destination=destination, replay=replay,
                                  not_before=not_before)
-    app = falcon.App(middleware=[_Authenticate(verifier,
+    app = falcon.App(middleware=[_RequestIds(), _Authenticate(verifier,
                                                max_body if max_body is not None else MAX_BODY,
                                                node_paths, outage)])
     app.set_error_serializer(_error_serializer)
@@ -230,7 +253,8 @@ def limits_from(conf) -> Limits:  # type: ignore[no-untyped-def]
     internal = conf.internal
     return Limits(threads=internal.server_threads, max_connections=internal.max_connections,
                   header_timeout=internal.header_timeout,
-                  request_timeout=internal.request_timeout)
+                  request_timeout=internal.request_timeout,
+                  idle_timeout=internal.idle_timeout)
 
 
 def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]

@@ -205,3 +205,101 @@ def test_busy_workers_make_requests_wait_not_threads_grow() -> None:
     finally:
         release.set()
         srv.stop()
+
+
+def _read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One answer (head, body) from a connection that stays open: by its Content-Length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before an answer: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head, body
+
+
+def _signed_echo(n: int) -> bytes:
+    body = f'{{"n": {n}}}'.encode()
+    return _head(len(body), auth.headers(SECRET, "POST", "/echo", body)) + body
+
+
+def test_one_connection_serves_request_after_request(server) -> None:
+    """HTTP/1.1 keep-alive: agents heartbeat over one connection, not one per hello."""
+    with _connect(server) as sock:
+        for n in range(3):
+            sock.sendall(_signed_echo(n))
+            head, body = _read_answer(sock)
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            assert b"connection: close" not in head.lower()
+            assert body == f'{{"got":{{"n":{n}}}}}'.encode()
+        # Two requests sent at once (pipelined) are answered in order.
+        sock.sendall(_signed_echo(7) + _signed_echo(8))
+        assert _read_answer(sock)[1] == b'{"got":{"n":7}}'
+        assert _read_answer(sock)[1] == b'{"got":{"n":8}}'
+    client = InternalClient(server.url, SECRET)
+    try:
+        client.call("POST", "/echo", {"a": 1})
+        before = server.open_connections
+        for n in range(5):
+            client.call("POST", "/echo", {"n": n})
+        assert server.open_connections == before  # the same connection each time
+    finally:
+        client.close()
+
+
+def test_error_answers_and_connection_close_end_the_connection(server) -> None:
+    signed = auth.headers(SECRET, "POST", "/echo", b'{"a": 1}')
+    with _connect(server) as sock:  # refused (body does not match): closed after the 401
+        sock.sendall(_head(8, signed) + b'{"a": 2}')
+        answer = _answer(sock)
+    assert b" 401 " in answer.split(b"\r\n", 1)[0] and b"Connection: close" in answer
+    body = b'{"n": 1}'
+    with _connect(server) as sock:
+        sock.sendall(_head(len(body), {**auth.headers(SECRET, "POST", "/echo", body),
+                                       "Connection": "close"}) + body)
+        answer = _answer(sock)
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b'{"got":{"n":1}}')
+    with _connect(server) as sock:  # not HTTP at all: 400, closed
+        sock.sendall(b"HELLO\r\n\r\n")
+        assert b" 400 " in _answer(sock).split(b"\r\n", 1)[0]
+
+
+def test_a_kept_alive_connection_is_closed_after_the_idle_timeout() -> None:
+    srv = _server(idle_timeout=0.4, header_timeout=30.0)
+    try:
+        with _connect(srv) as sock:
+            sock.sendall(_signed_echo(1))
+            _read_answer(sock)
+            started = time.monotonic()
+            assert _answer(sock, timeout=5) == b""
+            assert 0.3 < time.monotonic() - started < 3.0
+        deadline = time.monotonic() + 2
+        while srv.open_connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert srv.open_connections == 0
+    finally:
+        srv.stop()
+
+
+def test_kept_alive_connections_are_idle_ones_at_the_connection_limit() -> None:
+    """Kept-alive connections cannot lock newcomers out: the oldest makes room."""
+    srv = _server(max_connections=4, header_timeout=30.0, idle_timeout=30.0)
+    try:
+        kept = [_connect(srv) for _ in range(4)]
+        try:
+            for n, sock in enumerate(kept):
+                sock.sendall(_signed_echo(n))
+                _read_answer(sock)
+            client = InternalClient(srv.url, SECRET)
+            assert client.call("POST", "/echo", {"n": 9}, timeout=5) == {"got": {"n": 9}}
+            client.close()
+            assert _answer(kept[0], timeout=2) == b""  # the oldest idle one was closed
+        finally:
+            for sock in kept:
+                sock.close()
+    finally:
+        srv.stop()
