@@ -186,6 +186,11 @@ conductor_opts = [
                       "a crash test can kill the conductor in the middle of a batch. Leave 0."),
     cfg.IntOpt("agent_down_intervals", default=3, min=2,
                help="An agent silent for this many heartbeat intervals is marked down."),
+    cfg.FloatOpt("heartbeat_flush_interval", default=1.0, min=0.0,
+                 help="Seconds between the conductor's coalesced writes of its agents' "
+                      "last contact: a heartbeat that changes nothing is answered from "
+                      "memory and stamped in one UPDATE per interval for every host heard "
+                      "(acceld.conductor.liveness). 0: one transaction per heartbeat."),
     cfg.FloatOpt("agent_check_interval", default=2.0, min=0.05,
                  help="Seconds between liveness sweeps over the agents (one conductor "
                       "at a time runs it)."),
@@ -291,9 +296,14 @@ pci_driver_opts = [
 
 # [nova], [placement] and [glance] also get keystoneauth's standard options (auth_type,
 # endpoint_override, ...): endpoint_override reaches a service without a catalog (tests).
+# Each call's retries are keystoneauth's (connect_retries, status_code_retries and their
+# delays, per group); acceld has no retry loop of its own on top (KEYSTONEAUTH_RETRIES).
 nova_opts = [
-    cfg.FloatOpt("retry_initial_delay", default=0.5, min=0, help="First retry delay, seconds."),
-    cfg.IntOpt("retry_attempts", default=6, min=1, help="Attempts per event batch."),
+    cfg.FloatOpt("retry_initial_delay", default=0.5, min=0,
+                 help="When Nova stays unavailable through [nova] connect_retries and "
+                      "status_code_retries, the bind job sends its event again later: first "
+                      "after this many seconds (at least 1), doubling per attempt up to "
+                      "[conductor] bind_lease_seconds."),
 ]
 
 placement_opts = [
@@ -410,6 +420,17 @@ GROUPS.update({
                     help="vGPU types to offer, by mdev type id (nvidia-223) or type name "
                          "(GRID T4-2B, NVIDIA H200X-1-18C). A GPU offering one of them is "
                          "not offered whole (PGPU)."),
+        cfg.Opt("vgpu_max_instances", default={},
+                type=cfg.types.Dict(value_type=cfg.types.Integer(min=0)),
+                help="Most vGPUs of a type one GPU holds, by type name or id "
+                     "(NVIDIA H200X-1-18C:7), used when NVML does not answer (as Nova's "
+                     "[mdev_<type>] max_instances). NVML's maximum wins where NVML "
+                     "answers. Without either, vGPUs on SR-IOV VFs are not offered."),
+        cfg.ListOpt("ignored_xids", default=[13, 31, 43, 45, 68, 109],
+                    item_type=cfg.types.Integer(min=0),
+                    help="XID events that do not make a GPU unhealthy: the application "
+                         "errors NVIDIA's Kubernetes device plugin ignores. Every other "
+                         "critical XID does, until the agent restarts."),
     ],
     "intel_fpga": [
         _sysfs_root_opt(),
@@ -434,8 +455,20 @@ GROUPS.update({
                    help="The mount table; a controller with a mounted namespace is never "
                         "offered."),
         cfg.ListOpt("addresses", default=[],
-                    help="PCI addresses of the controllers to offer. Empty: every controller "
-                         "that is not in use by the host."),
+                    help="PCI addresses of the controllers to offer (only these, and only "
+                         "while the host does not use them). Empty: none is offered."),
+        cfg.StrOpt("swaps_path", default="/proc/swaps",
+                   help="The swap table; a controller with an active swap namespace or "
+                        "partition is never offered."),
+        cfg.StrOpt("udev_data_dir", default="/run/udev/data",
+                   help="udev's database (b<major>:<minor> files): a namespace or partition "
+                        "whose ID_FS_TYPE is a member signature (zfs_member, LVM2_member, "
+                        "linux_raid_member, ...) is in use."),
+        cfg.StrOpt("nvme_cli_path", default="nvme",
+                   help="nvme-cli, used for the SMART critical warning (health). Absent: "
+                        "health from PCIe only."),
+        cfg.IntOpt("smart_timeout", default=10, min=1,
+                   help="Seconds one 'nvme smart-log' may run."),
     ],
     "nic": [
         _sysfs_root_opt(),
@@ -443,7 +476,13 @@ GROUPS.update({
         cfg.ListOpt("physical_device_mappings", default=[],
                     help="physnet:PF pairs, e.g. physnet2:enp94s0f0 or "
                          "physnet2:0000:5e:00.0 (a netdev name or a PCI address). Only "
-                         "these PFs are reported; their VFs carry CUSTOM_PHYSNET_<NAME>."),
+                         "these PFs are reported; their VFs carry CUSTOM_PHYSNET_<NAME> "
+                         "and upstream's CUSTOM_<NAME>, and their attach handles the "
+                         "physical_network."),
+        cfg.ListOpt("function_device_mappings", default=[],
+                    help="function:PF pairs as upstream's [x710_static] "
+                         "function_device_mappings (e.g. GTPv1:enp94s0f0): the PF's VFs "
+                         "carry the trait CUSTOM_<FUNCTION>."),
     ],
     "ascend": [
         _sysfs_root_opt(),
@@ -455,6 +494,13 @@ GROUPS.update({
 
 # Services reached through keystoneauth: the standard session, auth and adapter options.
 KEYSTONEAUTH_GROUPS = ("nova", "placement", "glance")
+# acceld's defaults for keystoneauth's retry options where keystoneauth's (none) do not
+# fit: Nova's events (also on a 502/504 from a proxy in front of it) and the agent's image
+# downloads are retried a few times (delays 0.5, 1, 2 s); Placement keeps none, as its callers wait out an outage themselves (the
+# sync's backoff, a bind's deadline) instead of holding a worker in a call.
+KEYSTONEAUTH_RETRIES = {"nova": {"connect_retries": 3, "status_code_retries": 3,
+                                  "retriable_status_codes": [502, 503, 504]},
+                        "glance": {"connect_retries": 3, "status_code_retries": 3}}
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
@@ -468,6 +514,8 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
         ks_loading.register_session_conf_options(conf, group)
         ks_loading.register_auth_conf_options(conf, group)
         ks_loading.register_adapter_conf_options(conf, group)
+        for name, value in KEYSTONEAUTH_RETRIES.get(group, {}).items():
+            conf.set_default(name, value, group=group)
     _register_policy_opts(conf)
     _register_limit_opts(conf)
     from acceld import privileged

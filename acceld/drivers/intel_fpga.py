@@ -24,6 +24,8 @@ import os
 from oslo_config import cfg
 
 from acceld.drivers import sysfs
+from acceld.drivers.health import DEGRADED, HEALTHY, UNHEALTHY, UNKNOWN, Health, worst
+from acceld.drivers.pci_health import PciHealthMonitor
 from acceld.drivers.base import (Deployable, Driver, DriverError, HardwareRecord, NotSupported,
                                  hardware_uuid, pci_address_parts, pci_controlpath, pci_handle)
 from acceld.drivers.tools import resolve_tool, run_tool
@@ -54,6 +56,52 @@ def guid(value: str | None) -> str | None:
     if len(text) != 32 or any(c not in "0123456789abcdef" for c in text):
         return None
     return text
+
+
+# FME error registers (sysfs-platform-dfl-fme; the legacy driver has the same names, its
+# FME's own register under fme-errors/errors) -> the state a non-zero value means.
+# Catastrophic/fatal errors stop the card; the others are logged by the FME and the card
+# keeps working.
+FME_ERROR_REGISTERS = (("catfatal_errors", UNHEALTHY), ("nonfatal_errors", DEGRADED),
+                       ("pcie0_errors", DEGRADED), ("pcie1_errors", DEGRADED),
+                       ("fme_errors", DEGRADED), ("fme-errors/errors", DEGRADED))
+
+
+def _register(path: str) -> int | None:
+    """A hex error register ('0x0', '0x8000000000000000'), or None when absent."""
+    text = sysfs.read_attr(path)
+    if text is None:
+        return None
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None
+
+
+def fpga_error_health(fme: str | None, ports: list[str]) -> Health:
+    """Health from the FME's and the ports' error registers: a set bit in the FME's
+    catastrophic/fatal register or in a port's ``errors`` (the port stops accepting
+    requests until the error is cleared) is unhealthy; others degraded. Counters are
+    the number of set bits per register."""
+    found: list[Health] = []
+    counters: dict[str, int] = {}
+    registers = [(os.path.join(fme, "errors", name), f"fpga_fme_{name.replace('/', '_')}",
+                  state, f"FME {name}") for name, state in FME_ERROR_REGISTERS] if fme else []
+    for port in ports:
+        registers.append((os.path.join(port, "errors", "errors"),
+                          f"fpga_{os.path.basename(port)}_errors", UNHEALTHY,
+                          f"port {os.path.basename(port)} errors"))
+    for path, counter, state, what in registers:
+        value = _register(path)
+        if value is None:
+            continue
+        counters[counter] = bin(value).count("1")
+        found.append(Health(state, f"{what} = {value:#x}") if value else Health(HEALTHY))
+    if not found:
+        return Health(UNKNOWN)
+    health = worst(*found)
+    health.counters = counters
+    return health
 
 
 def _first(pattern: str) -> str | None:
@@ -110,6 +158,7 @@ class IntelFpgaDriver(Driver):
         super().__init__(conf, hostname)
         self.opts = conf.intel_fpga
         self.root = self.opts.sysfs_root
+        self.pci_health = PciHealthMonitor()
 
     def _product(self, function: sysfs.PciFunction) -> str | None:
         product = PF_PRODUCTS.get((function.vendor, function.device))
@@ -133,7 +182,9 @@ class IntelFpgaDriver(Driver):
 
     def discover(self) -> list[HardwareRecord]:
         pfs, functions = self._pfs()
-        return [self._record(pf, fpga, functions) for pf, fpga in pfs]
+        records = [self._record(pf, fpga, functions) for pf, fpga in pfs]
+        self.pci_health.forget(set(functions))
+        return records
 
     def _record(self, pf: sysfs.PciFunction, fpga: FpgaFunction,
                 functions: dict[str, sysfs.PciFunction]) -> HardwareRecord:
@@ -165,6 +216,9 @@ class IntelFpgaDriver(Driver):
                       "enabled (write sriov_numvfs)" if fpga.fme else
                       "no FME or port found in sysfs: is the dfl-pci or intel-fpga driver "
                       "bound?")
+        members = [pf] + [function for function, _unit in units if function is not pf]
+        health = worst(self.pci_health.check_many([(f.address, f.path) for f in members]),
+                       fpga_error_health(fpga.fme, [u.port for _f, u in units if u.port]))
         vendor_info = {"product": product, "stack": fpga.stack, "interface_id": fpga.interface_id,
                        "fme_bitstream_id": fpga.bitstream_id, "ports_num": fpga.ports_num}
         return HardwareRecord(
@@ -174,7 +228,7 @@ class IntelFpgaDriver(Driver):
             acc_specs={"device_type": "FPGA", "remote": False, "num": len(deployables)},
             acc_status=status, status_reason=reason, std_board_info=pf.std_board_info(),
             vendor_board_info={k: v for k, v in vendor_info.items() if v is not None},
-            deployables=deployables)
+            deployables=deployables, health=health.to_dict())
 
     def program(self, deployable_name: str, image_path: str, kind: str = "bitstream") -> None:
         """Write a GBS bitstream into the PR region of the deployable's card."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 from oslo_config import cfg
 
 from acceld.drivers import sysfs
+from acceld.drivers.health import HEALTHY, UNHEALTHY, UNKNOWN, Health, worst
+from acceld.drivers.pci_health import PciHealthMonitor
 from acceld.drivers.base import (Deployable, Driver, HardwareRecord, hardware_uuid,
                                  pci_controlpath, pci_handle)
 from acceld.drivers.traits import attributes, trait_part
@@ -27,6 +29,17 @@ GENERATIONS = {
 }
 
 
+def state_health(address: str, state: str | None) -> Health:
+    """``qat/state`` (4xxx and later): ``down`` is unhealthy (no ring serves requests, which
+    is also what the kernel's error handling leaves after a failed reset); older
+    generations have no such file: unknown."""
+    if state is None:
+        return Health(UNKNOWN)
+    if state == "up":
+        return Health(HEALTHY)
+    return Health(UNHEALTHY, f"QAT device {address} is {state} (qat/state)")
+
+
 class IntelQatDriver(Driver):
     """QAT PFs; their VFs are the accelerators."""
 
@@ -37,11 +50,14 @@ class IntelQatDriver(Driver):
         super().__init__(conf, hostname)
         self.opts = conf.intel_qat
         self.root = self.opts.sysfs_root
+        self.pci_health = PciHealthMonitor()
 
     def discover(self) -> list[HardwareRecord]:
         functions = {f.address: f for f in sysfs.list_pci_functions(self.root, vendors=[VENDOR])}
-        return [self._record(f, functions) for f in functions.values()
-                if f.device in GENERATIONS and not f.is_vf]
+        records = [self._record(f, functions) for f in functions.values()
+                   if f.device in GENERATIONS and not f.is_vf]
+        self.pci_health.forget(set(functions))
+        return records
 
     def _record(self, pf: sysfs.PciFunction,
                 functions: dict[str, sysfs.PciFunction]) -> HardwareRecord:
@@ -67,6 +83,8 @@ class IntelQatDriver(Driver):
                 attributes=attributes(self.opts.resource_class, traits,
                                       services=";".join(services) or None),
                 attach_handles=[pci_handle(vf.address) for vf in vfs]))
+        health = worst(self.pci_health.check_many([(f.address, f.path) for f in [pf, *vfs]]),
+                       state_health(pf.address, state))
         vendor_info = {"generation": generation, "state": state,
                        "services": ";".join(services) or None,
                        "sriov_totalvfs": pf.sriov_totalvfs,
@@ -75,8 +93,8 @@ class IntelQatDriver(Driver):
             uuid=hardware_uuid(self.hostname, self.name, pf.address),
             type="QAT", vendor=VENDOR, model=f"Intel QAT {generation}", driver_name=self.name,
             controlpath_id=pci_controlpath(pf.address),
-            acc_specs={"device_type": "CRYPTO", "remote": False, "num": len(vfs),
+            acc_specs={"device_type": "QAT", "remote": False, "num": len(vfs),
                        "acc_capability": {"services": services}},
             acc_status=status, status_reason=reason, std_board_info=pf.std_board_info(),
             vendor_board_info={k: v for k, v in vendor_info.items() if v is not None},
-            deployables=deployables)
+            deployables=deployables, health=health.to_dict())

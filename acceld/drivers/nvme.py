@@ -6,85 +6,36 @@ serial and firmware, space-padded by the kernel); one bound to vfio-pci only
 shows its PCI facts. Fabrics controllers (tcp, rdma, fc) are not PCI functions
 and are not reported.
 
-Safety first: a controller with a namespace (or a partition of one) that is
-mounted, or that has holders (LVM, MD, dm-crypt), is never reported: giving
-it to a VM would pull the disk from under the host. ``[nvme] addresses``
-narrows the report to a list of PCI addresses.
+Safety first. Only the controllers ``[nvme] addresses`` names are offered (an
+empty list offers none: a free-looking disk may still be the host's), and never
+one the host uses (:mod:`acceld.drivers.nvme_usage`): a namespace or partition
+that is mounted, active swap, held by LVM/MD/dm-crypt, or carrying a member
+signature (ZFS, LVM, MD) in udev's database, including under native NVMe
+multipath, where the disk the host uses is the subsystem's head
+(``nvme-subsys*/nvme0n1``), not the controller's hidden path (``nvme0c0n1``).
+
+Health: PCIe (AER, link) always, and the SMART critical warning through nvme-cli
+(``nvme smart-log``) where it is installed and the controller is host-bound.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
 
 from oslo_config import cfg
 
 from acceld.drivers import sysfs
 from acceld.drivers.base import (Deployable, Driver, HardwareRecord, hardware_uuid,
                                  pci_controlpath, pci_handle)
-from acceld.drivers.traits import attributes
+from acceld.drivers.health import worst
+from acceld.drivers.nvme_usage import (NAMESPACE_RE, Controller, HostUsage, read_mounted_devices,
+                                       smart_health)
+from acceld.drivers.pci_health import PciHealthMonitor
+from acceld.drivers.traits import attributes, product_id_part, upstream_vendor
 
 LOG = logging.getLogger(__name__)
 NVME_CLASS = 0x010802
-_NAMESPACE_RE = re.compile(r"^nvme\d+(c\d+)?n\d+$")
-
-
-def read_mounted_devices(mounts_path: str) -> set[str] | None:
-    """Device basenames in a mount table (`/dev/nvme0n1p2` -> `nvme0n1p2`); None: unreadable."""
-    try:
-        with open(mounts_path) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    return {os.path.basename(line.split()[0]) for line in lines
-            if line.split() and line.split()[0].startswith("/dev/")}
-
-
-class Controller:
-    """A host-bound controller's ``/sys/class/nvme/nvmeN`` directory."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.name = os.path.basename(path)
-
-    def attr(self, name: str) -> str | None:
-        return sysfs.read_attr(os.path.join(self.path, name))
-
-    @property
-    def pci_address(self) -> str | None:
-        if self.attr("transport") != "pcie":
-            return None
-        address = (self.attr("address") or "").lower()
-        if sysfs.is_pci_address(address):
-            return address
-        return sysfs.link_name(os.path.join(self.path, "device"))
-
-    def block_names(self) -> list[tuple[str, str]]:
-        """(name, sysfs dir) of each namespace block device and its partitions."""
-        out = []
-        for entry in sysfs.list_dir(self.path):
-            if not _NAMESPACE_RE.match(entry):
-                continue
-            ns = os.path.join(self.path, entry)
-            out.append((entry, ns))
-            for sub in sysfs.list_dir(ns):
-                if os.path.isfile(os.path.join(ns, sub, "partition")):
-                    out.append((sub, os.path.join(ns, sub)))
-        return out
-
-    def in_use(self, mounted: set[str] | None) -> str | None:
-        """Why the host uses (or may use) this controller, or None."""
-        for name, path in self.block_names():
-            if mounted is None:
-                return "the mount table is unreadable"
-            # nvme0c1n1 (a multipath path) is mounted as nvme0n1.
-            if name in mounted or re.sub(r"c\d+n", "n", name) in mounted:
-                return f"{name} is mounted"
-            holders = sysfs.list_dir(os.path.join(path, "holders"))
-            if holders:
-                return f"{name} is held by {', '.join(holders)}"
-        return None
+__all__ = ["NvmeDriver", "read_mounted_devices", "NVME_CLASS"]
 
 
 class NvmeDriver(Driver):
@@ -97,55 +48,82 @@ class NvmeDriver(Driver):
         super().__init__(conf, hostname)
         self.opts = conf.nvme
         self.root = self.opts.sysfs_root
+        self.pci_health = PciHealthMonitor()
+        self._warned_empty = False
+
+    @classmethod
+    def claims_pci(cls, conf: cfg.ConfigOpts, function: sysfs.PciFunction) -> bool:
+        """The controllers this driver is configured to report (see acceld.drivers.claims)."""
+        wanted = {a.strip().lower() for a in conf.nvme.addresses}
+        return function.class_code == NVME_CLASS and function.address in wanted
 
     def _controllers(self) -> dict[str, Controller]:
-        base = os.path.join(self.root, "class", "nvme")
+        base = f"{self.root}/class/nvme"
         found = {}
         for entry in sysfs.list_dir(base):
-            controller = Controller(os.path.join(base, entry))
+            controller = Controller(self.root, f"{base}/{entry}")
             address = controller.pci_address
             if address:
                 found[address] = controller
         return found
 
     def discover(self) -> list[HardwareRecord]:
-        controllers = self._controllers()
-        mounted = read_mounted_devices(self.opts.mounts_path)
         wanted = {a.strip().lower() for a in self.opts.addresses}
+        if not wanted:
+            if not self._warned_empty:
+                LOG.info("nvme: [nvme] addresses is empty: no controller is offered")
+                self._warned_empty = True
+            return []
+        controllers = self._controllers()
+        usage = HostUsage.read(self.opts.mounts_path, self.opts.swaps_path,
+                               self.opts.udev_data_dir)
         records = []
+        seen = set()
         for function in sysfs.list_pci_functions(self.root):
-            if function.class_code != NVME_CLASS:
+            if function.class_code != NVME_CLASS or function.address not in wanted:
                 continue
-            if wanted and function.address not in wanted:
-                continue
+            seen.add(function.address)
             controller = controllers.get(function.address)
-            reason = controller.in_use(mounted) if controller else None
+            reason = controller.in_use(usage) if controller else None
             if reason:
-                LOG.debug("nvme: %s not offered: %s", function.address, reason)
+                LOG.info("nvme: %s not offered: %s", function.address, reason)
                 continue
             records.append(self._record(function, controller))
+        for address in sorted(wanted - seen):
+            LOG.warning("nvme: configured address %s is not an NVMe controller on this node",
+                        address)
+        self.pci_health.forget(seen)
         return records
 
     def _record(self, function: sysfs.PciFunction, controller: Controller | None
                 ) -> HardwareRecord:
         info: dict[str, object] = {}
+        # The model names the PCI ids, so that it does not change when the controller is
+        # rebound to vfio-pci (which hides the kernel's model string).
         model = f"NVMe {function.vendor}:{function.device}"
         status, reason = "ready", None
+        sources = [self.pci_health.check(function.address, function.path)]
         if controller is not None:
             for key in ("model", "serial", "firmware_rev", "state", "subsysnqn"):
                 value = controller.attr(key)
                 if value:
                     info[key] = value
             info["controller"] = controller.name
-            info["namespaces"] = sum(1 for name, _ in controller.block_names()
-                                     if _NAMESPACE_RE.match(name))
-            model = str(info.get("model") or model)
+            info["namespaces"] = sum(1 for name, _ in controller.block_devices()
+                                     if NAMESPACE_RE.match(name))
             state = info.get("state")
             if state is not None and state != "live":
                 status, reason = "setup_required", f"controller {controller.name} is {state}"
+            sources.append(smart_health(self.opts.nvme_cli_path, controller.name,
+                                        self.opts.smart_timeout))
+        vendor_name = upstream_vendor(function.vendor)
+        product = product_id_part(function.device)
+        # Upstream's SSD traits (CUSTOM_SSD_<VENDOR>, CUSTOM_SSD_PRODUCT_ID_<pid>), then acceld's.
+        traits = ([f"CUSTOM_SSD_{vendor_name}"] if vendor_name else [])
+        traits += [f"CUSTOM_SSD_PRODUCT_ID_{product}", "CUSTOM_SSD", "CUSTOM_NVME"]
         deployable = Deployable(
             name=function.address, num_accelerators=1,
-            attributes=attributes(self.opts.resource_class, ["CUSTOM_SSD", "CUSTOM_NVME"]),
+            attributes=attributes(self.opts.resource_class, traits),
             attach_handles=[pci_handle(function.address)])
         return HardwareRecord(
             uuid=hardware_uuid(self.hostname, self.name, function.address),
@@ -153,4 +131,5 @@ class NvmeDriver(Driver):
             controlpath_id=pci_controlpath(function.address),
             acc_specs={"device_type": "SSD", "remote": False, "num": 1},
             acc_status=status, status_reason=reason, std_board_info=function.std_board_info(),
-            vendor_board_info=info, deployables=[deployable])
+            vendor_board_info=info, deployables=[deployable],
+            health=worst(*sources).to_dict())

@@ -42,20 +42,29 @@ class SysfsTree:
         """The real directory of a function (resolving the bus link)."""
         return (self.root / "bus" / "pci" / "devices" / address).resolve()
 
+    def _parent_dir(self, address: str, bridge: str | Path | None) -> Path:
+        """Where a function's directory lives: under its bridge's real directory when the
+        bridge is a function of the tree, else under ``devices/pci<dom>:<bus>`` (the bridge's
+        bus when a bridge address is named, as the kernel nests a device below its port)."""
+        if isinstance(bridge, Path):
+            return bridge
+        domain = address[:4]
+        if not bridge:
+            return self.root / "devices" / f"pci{domain}:{address[5:7]}"
+        bridge_link = self.root / "bus" / "pci" / "devices" / bridge
+        if bridge_link.is_symlink():
+            return bridge_link.resolve()
+        first = bridge.split("/")[0]
+        bus = first[5:7] if len(first) == 12 and first[4] == ":" else address[5:7]
+        return self.root / "devices" / f"pci{domain}:{bus}" / bridge
+
     def add_pci(self, address: str, vendor: str, device: str, class_code: str, *,
                 driver: str | None = None, subsystem_vendor: str | None = None,
                 subsystem_device: str = "0x0000", revision: str = "0x00",
                 numa_node: int = 0, iommu_group: int | None = None,
-                bridge: str | None = None) -> Path:
+                bridge: str | Path | None = None) -> Path:
         """One PCI function: ``devices/pci<dom>:<bus>/<bridge>/<bdf>`` and its bus link."""
-        domain = address[:4]
-        root_bus = f"pci{domain}:{address[5:7]}"
-        parent = self.root / "devices" / root_bus
-        bridge_link = self.root / "bus" / "pci" / "devices" / (bridge or "-")
-        if bridge and bridge_link.is_symlink():
-            parent = bridge_link.resolve()  # nested under the real bridge, as the kernel does
-        elif bridge:
-            parent = parent / bridge
+        parent = self._parent_dir(address, bridge)
         path = parent / address
         path.mkdir(parents=True, exist_ok=True)
         dev = device[2:] if device.startswith("0x") else device
@@ -104,18 +113,12 @@ class SysfsTree:
         numa = int((pf_path / "numa_node").read_text())
         self.set_sriov(pf, total=total if total is not None else max(len(vfs), 1),
                        numvfs=len(vfs), vf_device=vf_device)
-        parent_link = self.root / "bus" / "pci" / "devices" / pf_path.parent.name
-        if parent_link.is_symlink():
-            bridge: str | None = pf_path.parent.name  # VFs sit beside their PF
-        else:
-            bridge = os.path.relpath(pf_path.parent,
-                                     self.root / "devices" / f"pci{pf[:4]}:{pf[5:7]}")
         paths = []
         for index, vf in enumerate(vfs):
             vf_path = self.add_pci(vf, vendor, vf_device, class_code, driver=driver,
                                    numa_node=numa,
                                    iommu_group=None if iommu_base is None else iommu_base + index,
-                                   bridge=None if bridge == "." else bridge)
+                                   bridge=pf_path.parent)  # VFs sit beside their PF
             _link(vf_path / "physfn", pf_path)
             _link(pf_path / f"virtfn{index}", vf_path)
             paths.append(vf_path)
@@ -246,6 +249,12 @@ class SysfsTree:
         _link(self.root / "class" / "fpga_region" / f"region{region}", region_path)
         return region_path
 
+    def set_fpga_errors(self, feature_dir: Path, **registers: int) -> None:
+        """Error registers under an FME or port directory's ``errors/`` (hex, as the DFL
+        and legacy drivers print them): ``catfatal_errors=0x1``, ``errors=0x4`` (a port)."""
+        for name, value in registers.items():
+            _write(feature_dir / "errors" / name, f"0x{value:x}")
+
     def _dfl_port(self, region_path: Path, port: int, afu_id: str | None) -> None:
         port_path = region_path / f"dfl-port.{port}"
         _write(port_path / "id", str(port))
@@ -310,6 +319,7 @@ class SysfsTree:
             ns = path / name
             _write(ns / "nsid", str(nsid))
             _write(ns / "size", "1953525168")
+            _write(ns / "dev", self._next_dev())
             (ns / "holders").mkdir(parents=True, exist_ok=True)
             for holder in (holders or {}).get(name, []):
                 (ns / "holders" / holder).mkdir(parents=True, exist_ok=True)
@@ -317,12 +327,57 @@ class SysfsTree:
         _link(self.root / "class" / "nvme" / f"nvme{ctrl}", path)
         return path
 
-    def add_nvme_partition(self, ctrl: int, nsid: int, part: int) -> Path:
+    def add_nvme_partition(self, ctrl: int, nsid: int, part: int, *,
+                           holders: tuple[str, ...] = ()) -> Path:
         ns = self.root / "class" / "nvme" / f"nvme{ctrl}"
         ns_path = ns.resolve() / f"nvme{ctrl}n{nsid}"
-        path = ns_path / f"nvme{ctrl}n{nsid}p{part}"
+        return self._partition(ns_path, part, holders)
+
+    def _partition(self, disk: Path, part: int, holders: tuple[str, ...]) -> Path:
+        path = disk / f"{disk.name}p{part}"
         _write(path / "partition", str(part))
+        _write(path / "dev", self._next_dev())
+        (path / "holders").mkdir(parents=True, exist_ok=True)
+        for holder in holders:
+            (path / "holders" / holder).mkdir(parents=True, exist_ok=True)
+        _link(self.root / "class" / "block" / path.name, path)
         return path
+
+    def _next_dev(self) -> str:
+        """A fresh block ``major:minor`` (259 is the kernel's extended dev major of NVMe)."""
+        self._minor = getattr(self, "_minor", -1) + 1
+        return f"259:{self._minor}"
+
+    def add_nvme_multipath(self, subsys: int, controllers: list[int], *, nsid: int = 1,
+                           partitions: tuple[int, ...] = ()) -> Path:
+        """Native NVMe multipath (nvme_core.multipath=Y): each controller (already added
+        with ``add_nvme(..., namespaces=())``) holds a hidden path ``nvme<S>c<C>n<N>``; the
+        disk the host uses is the head ``devices/virtual/nvme-subsystem/nvme-subsys<S>/
+        nvme<S>n<N>`` (``/sys/block`` links to it), with its partitions."""
+        sub = self.root / "devices" / "virtual" / "nvme-subsystem" / f"nvme-subsys{subsys}"
+        sub.mkdir(parents=True, exist_ok=True)
+        _write(sub / "iopolicy", "numa")
+        _link(self.root / "class" / "nvme-subsystem" / f"nvme-subsys{subsys}", sub)
+        head = sub / f"nvme{subsys}n{nsid}"
+        _write(head / "nsid", str(nsid))
+        _write(head / "dev", self._next_dev())
+        (head / "holders").mkdir(parents=True, exist_ok=True)
+        for ctrl in controllers:
+            ctrl_path = (self.root / "class" / "nvme" / f"nvme{ctrl}").resolve()
+            _link(sub / f"nvme{ctrl}", ctrl_path)
+            hidden = ctrl_path / f"nvme{subsys}c{ctrl}n{nsid}"
+            _write(hidden / "nsid", str(nsid))
+            _link(head / "multipath" / hidden.name, hidden)
+        _link(self.root / "block" / head.name, head)
+        for part in partitions:
+            self._partition(head, part, ())
+        return head
+
+    def add_udev_fs_type(self, udev_dir: Path, block_dir: Path, fs_type: str) -> None:
+        """udev's database entry for a block device: ``b<maj:min>`` with ``E:ID_FS_TYPE``."""
+        dev = (block_dir / "dev").read_text().strip()
+        _write(udev_dir / f"b{dev}", f"S:disk/by-id/x\nE:ID_FS_TYPE={fs_type}\n"
+                                     f"E:ID_FS_USAGE=raid")
 
 
 def populate_node(tree: SysfsTree) -> SysfsTree:
@@ -371,6 +426,8 @@ def populate_node(tree: SysfsTree) -> SysfsTree:
 def node_overrides(tree: SysfsTree, tmp_path: Path) -> dict[str, object]:
     mounts = tmp_path / "mounts"
     mounts.write_text("/dev/vda1 / ext4 rw 0 0\n")
+    swaps = tmp_path / "swaps"
+    swaps.write_text("Filename\tType\tSize\tUsed\tPriority\n")
     overrides: dict[str, object] = {
         f"{group}__sysfs_root": str(tree.root)
         for group in ("nvidia_gpu", "intel_fpga", "xilinx_fpga", "intel_qat", "nvme", "nic",
@@ -379,6 +436,9 @@ def node_overrides(tree: SysfsTree, tmp_path: Path) -> dict[str, object]:
         "nvidia_gpu__use_nvml": False,
         "nvidia_gpu__enabled_vgpu_types": ["NVIDIA H200X-1-18C"],
         "nvme__mounts_path": str(mounts),
+        "nvme__swaps_path": str(swaps),
+        "nvme__udev_data_dir": str(tmp_path / "udev-data"),
+        "nvme__addresses": ["0000:3c:00.0"],
         "nic__physical_device_mappings": ["physnet2:enp94s0f0"],
         "ascend__version_info_path": str(tmp_path / "no-version.info"),
     })

@@ -188,3 +188,65 @@ def test_program_refusals(tmp_path, tree, image):
     os.chmod(tool, 0o644)
     with pytest.raises(DriverError, match="not executable"):
         drv.program(PF, image)
+
+
+def fme_dir(tree):
+    return tree.device_dir(PF) / "fpga_region" / "region0" / "dfl-fme.0"
+
+
+def port_dir(tree):
+    return tree.device_dir(PF) / "fpga_region" / "region0" / "dfl-port.0"
+
+
+def test_health_from_clear_error_registers_and_aer(tmp_path, tree):
+    tree.set_aer(PF)
+    tree.set_fpga_errors(fme_dir(tree), catfatal_errors=0, nonfatal_errors=0, pcie0_errors=0,
+                         pcie1_errors=0, fme_errors=0, inject_errors=0)
+    tree.set_fpga_errors(port_dir(tree), errors=0)
+    [record] = driver(tmp_path, tree).discover()
+    assert record.health["state"] == "healthy"
+    assert record.health["counters"]["fpga_fme_catfatal_errors"] == 0
+    assert record.health["counters"]["fpga_dfl-port.0_errors"] == 0
+    assert record.health["counters"]["aer_fatal"] == 0
+
+
+@pytest.mark.parametrize(("register", "where", "state"), [
+    ("catfatal_errors", "fme", "unhealthy"),
+    ("errors", "port", "unhealthy"),
+    ("nonfatal_errors", "fme", "degraded"),
+    ("pcie0_errors", "fme", "degraded"),
+    ("fme_errors", "fme", "degraded"),
+])
+def test_non_zero_error_registers(tmp_path, tree, register, where, state):
+    feature = fme_dir(tree) if where == "fme" else port_dir(tree)
+    tree.set_fpga_errors(feature, **{register: 0x5})
+    [record] = driver(tmp_path, tree).discover()
+    assert record.health["state"] == state
+    assert f"{register} = 0x5" in record.health["reason"]
+    assert 2 in record.health["counters"].values()  # two bits set
+
+
+def test_legacy_stack_error_registers(tmp_path):
+    t = SysfsTree(tmp_path / "sys")
+    t.add_pci(PF, "0x8086", "0x09c4", "0x120000", driver="intel-fpga-pci")
+    dev = t.add_intel_fpga_legacy(PF, dev=0, fme=0, port=0, interface_id=IFID.replace("-", ""),
+                                  afu_id=NLB0)
+    t.set_fpga_errors(dev / "intel-fpga-fme.0", **{"fme-errors/errors": 0, "catfatal_errors": 0})
+    [record] = driver(tmp_path, t).discover()
+    assert record.health["state"] == "healthy"
+    t.set_fpga_errors(dev / "intel-fpga-fme.0", **{"fme-errors/errors": 1})
+    [record] = driver(tmp_path, t).discover()
+    assert record.health["state"] == "degraded" and "fme-errors/errors" in record.health["reason"]
+
+
+def test_aer_rise_on_a_vf_makes_the_card_unhealthy(tmp_path, tree):
+    vfs = ["0000:5e:00.1"]
+    tree.add_vfs(PF, vfs, "0x09c5", driver="vfio-pci", total=1)
+    tree.add_dfl_vf(vfs[0], region=2, port=1, afu_id=NLB0)
+    tree.set_aer(PF)
+    tree.set_aer(vfs[0])
+    drv = driver(tmp_path, tree)
+    assert drv.discover()[0].health["state"] == "healthy"
+    tree.set_aer(vfs[0], fatal=1)
+    health = drv.discover()[0].health
+    assert health["state"] == "unhealthy" and vfs[0] in health["reason"]

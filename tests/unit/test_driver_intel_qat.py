@@ -37,7 +37,7 @@ def test_pf_with_vfs(tmp_path, tree):
         "QAT", "0x8086", "Intel QAT 4XXX", "intel_qat")
     assert record.uuid == hardware_uuid("node1", "intel_qat", PF)
     assert record.acc_status == "ready"
-    assert record.acc_specs == {"device_type": "CRYPTO", "remote": False, "num": 3,
+    assert record.acc_specs == {"device_type": "QAT", "remote": False, "num": 3,
                                 "acc_capability": {"services": ["asym", "sym"]}}
     assert record.vendor_board_info == {"generation": "4XXX", "state": "up",
                                         "services": "asym;sym", "sriov_totalvfs": 16,
@@ -89,3 +89,19 @@ def test_unreadable_services_give_no_service_traits(tmp_path, tree):
 def test_programming_is_not_supported(tmp_path, tree):
     with pytest.raises(NotSupported):
         driver(tmp_path, tree).program(PF, "/tmp/fw.bin", kind="firmware")
+
+
+def test_health_down_state_is_unhealthy_and_aer_counts(tmp_path, tree):
+    drv = driver(tmp_path, tree)
+    [record] = drv.discover()
+    assert record.health["state"] == "healthy"
+    tree.set_aer(VFS[1])
+    drv.discover()
+    tree.set_aer(VFS[1], nonfatal=1)
+    [record] = drv.discover()
+    assert record.health["state"] == "degraded" and VFS[1] in record.health["reason"]
+    (tree.device_dir(PF) / "qat" / "state").write_text("down\n")
+    [record] = drv.discover()
+    assert record.health["state"] == "unhealthy"
+    assert record.health["reason"] == f"QAT device {PF} is down (qat/state)"
+    assert record.acc_specs["device_type"] == record.type == "QAT"
