@@ -1,70 +1,55 @@
-"""Commented samples of the config file and the policy file."""
+"""Sample config and policy files, made by the oslo generators from the code.
+
+``acceld config sample`` is ``oslo-config-generator`` over :data:`NAMESPACES` (the
+same list as etc/acceld/acceld-config-generator.conf), and ``acceld policy
+sample`` is ``oslopolicy-sample-generator --namespace acceld``: one source of
+truth, so that etc/acceld/*.sample (kept in sync by the tests) and what an
+operator generates with the oslo tools cannot differ.
+"""
 
 from __future__ import annotations
 
 import io
-import textwrap
+import os
+import tempfile
 
 from oslo_config import cfg
+from oslo_config import generator as config_generator
 
-from acceld import config
+# acceld's own options (acceld.config.list_opts, with keystoneauth's for [placement],
+# [nova] and [glance]) and those of the libraries acceld configures.
+NAMESPACES = (
+    "acceld",
+    "keystonemiddleware.auth_token",
+    "oslo.limit",
+    "oslo.policy",
+    "oslo.middleware.healthcheck",
+    "oslo.middleware.http_proxy_to_wsgi",
+    "oslo.middleware.cors",
+)
+WRAP_WIDTH = 79
 
 
-def config_sample() -> str:
+def config_sample(namespaces: tuple[str, ...] = NAMESPACES) -> str:
+    """The commented sample acceld.conf, every option at its default."""
+    conf = cfg.ConfigOpts()
+    config_generator.register_cli_opts(conf)
+    args = [f"--namespace={ns}" for ns in namespaces] + [f"--wrap-width={WRAP_WIDTH}"]
+    conf(args, project="acceld", default_config_files=[], default_config_dirs=[])
     out = io.StringIO()
-    out.write("# acceld configuration. Every option shows its default.\n"
-              "# Any option can also be set in the environment as OS_<GROUP>__<OPTION>.\n")
-    for group, opts in config.list_opts():
-        out.write(f"\n[{group}]\n")
-        for opt in opts:
-            out.write("\n")
-            for line in textwrap.wrap(opt.help or "", 76):
-                out.write(f"# {line}\n")
-            kind = type(opt).__name__.replace("Opt", "").lower() or "string"
-            out.write(f"# ({kind})\n")
-            out.write(f"#{opt.dest} = {_default(opt)}\n")
+    config_generator.generate(conf, output_file=out)
     return out.getvalue()
-
-
-def _default(opt: cfg.Opt) -> str:
-    if opt.sample_default is not None:
-        return str(opt.sample_default)
-    if opt.default is None:
-        return "<None>"
-    if isinstance(opt.default, list):
-        return ",".join(str(v) for v in opt.default)
-    if isinstance(opt.default, bool):
-        return str(opt.default).lower()
-    return str(opt.default)
 
 
 def policy_sample() -> str:
-    """Every rule as YAML an operator can copy into policy.yaml: description, operations,
-    scope, the default (commented out) and, for a replaced rule, the deprecated one."""
-    from acceld.api.policy import RULES
+    """Every rule as YAML (oslo.policy's sample format): description, operations, scope,
+    the default (commented out) and, for a replaced rule, the deprecated one."""
+    from oslo_policy import generator as policy_generator
 
-    out = io.StringIO()
-    out.write("# acceld policy (upstream Cyborg's rule names and defaults).\n"
-              "# Uncomment a rule to override its default. The file is\n"
-              "# [oslo_policy] policy_file (default policy.yaml beside the config file).\n")
-    for rule in RULES:
-        out.write("\n")
-        for line in textwrap.wrap(rule.description or "", 76):
-            out.write(f"# {line}\n")
-        for op in getattr(rule, "operations", None) or []:
-            out.write(f"# {op['method']}  {op['path']}\n")
-        if rule.scope_types:
-            out.write(f"# Intended scope(s): {', '.join(rule.scope_types)}\n")
-        if rule.deprecated_for_removal:
-            out.write(f"# DEPRECATED: {rule.name!r} is deprecated for removal since "
-                      f"{rule.deprecated_since}.\n")
-            for line in textwrap.wrap(rule.deprecated_reason or "", 76):
-                out.write(f"# {line}\n")
-        out.write(f'#"{rule.name}": "{rule.check_str}"\n')
-        old = rule.deprecated_rule
-        if old is not None:
-            out.write(f'# DEPRECATED\n# "{old.name}":"{old.check_str}" has been deprecated since '
-                      f'{old.deprecated_since} in favor of "{rule.name}":"{rule.check_str}".\n')
-            for line in textwrap.wrap(old.deprecated_reason or "", 76):
-                out.write(f"# {line}\n")
-    return out.getvalue()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "policy.yaml.sample")
+        policy_generator.generate_sample(
+            args=["--namespace", "acceld", "--output-file", path],
+            conf=cfg.ConfigOpts())
+        with open(path) as f:
+            return f.read()

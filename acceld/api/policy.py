@@ -191,6 +191,22 @@ def list_rules() -> list[policy.RuleDefault]:
     return list(RULES)
 
 
+def get_enforcer() -> policy.Enforcer:
+    """Entry point (oslo.policy.enforcer) for oslopolicy-policy-generator (the effective
+    policy, which oslopolicy-checker then evaluates) and friends: an enforcer with acceld's rules over acceld's configuration (the
+    files the tool was given, else the standard locations, for [oslo_policy])."""
+    from acceld import config
+
+    conf = cfg.CONF
+    if getattr(conf, "_args", None) is None:  # the tool has not parsed a configuration
+        config.load(discover=True, conf=conf)
+    else:  # the tool's own command line is parsed: add only what the enforcer reads
+        config._register_policy_opts(conf)  # noqa: SLF001
+    enforcer = policy.Enforcer(conf)
+    enforcer.register_defaults(RULES)
+    return enforcer
+
+
 class Policy:
     """The process's enforcer, with its decisions memoised.
 

@@ -79,9 +79,15 @@ def list_dir(path: str) -> list[str]:
 
 
 def write_attr(path: str, value: str) -> None:
-    """Write a sysfs attribute (raises OSError, which callers turn into DriverError)."""
-    with open(path, "w") as f:
-        f.write(value)
+    """Write a sysfs attribute with root's privileges (acceld.privileged: the sysfs
+    context of privsep). Raises OSError, which callers turn into DriverError; an
+    attribute acceld never writes is refused the same way."""
+    from acceld import privileged
+
+    try:
+        privileged.write_sysfs(path, value)
+    except privileged.NotAllowed as exc:
+        raise PermissionError(str(exc)) from None
 
 
 @dataclass(frozen=True)

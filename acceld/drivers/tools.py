@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 from typing import Sequence
 
+from acceld import privileged
 from acceld.drivers.base import DriverError
 
 LOG = logging.getLogger(__name__)
@@ -30,17 +30,17 @@ def resolve_tool(path: str, what: str) -> str:
 
 
 def run_tool(argv: Sequence[str], timeout: float, what: str) -> str:
-    """Run ``argv`` (argv[0] already resolved); return stdout or raise DriverError."""
+    """Run ``argv`` (argv[0] already resolved) with root's privileges (acceld.privileged:
+    the tools context of privsep); return stdout or raise DriverError."""
     LOG.info("running %s", " ".join(argv))
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              check=False, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        raise DriverError(f"{what} did not finish within {timeout:g} s: {' '.join(argv)}") from exc
-    except OSError as exc:
+        status, stdout, stderr = privileged.run_tool(list(argv), timeout)
+    except (OSError, privileged.NotAllowed) as exc:
         raise DriverError(f"{what} could not be started: {exc}") from exc
-    if done.returncode != 0:
-        detail = (done.stderr or done.stdout or "").strip()[-_MAX_MESSAGE:]
-        raise DriverError(f"{what} failed with exit status {done.returncode}: "
+    if status is None:
+        raise DriverError(f"{what} did not finish within {timeout:g} s: {' '.join(argv)}")
+    if status != 0:
+        detail = (stderr or stdout or "").strip()[-_MAX_MESSAGE:]
+        raise DriverError(f"{what} failed with exit status {status}: "
                           f"{detail or '(no output)'}")
-    return done.stdout
+    return stdout

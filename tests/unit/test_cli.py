@@ -23,7 +23,7 @@ def test_config_sample_lists_every_option(capsys):
     for group, opts in config.list_opts():
         assert f"[{group}]" in sample
         for opt in opts:
-            assert f"#{opt.dest} = " in sample, (group, opt.dest)
+            assert f"\n#{opt.dest} =" in sample, (group, opt.dest)
     assert "[keystone_authtoken]" in sample
 
 

@@ -124,9 +124,11 @@ def test_sample_lists_every_rule_and_parses_when_uncommented() -> None:
                             if line.startswith('#"'))
     parsed = yaml.safe_load(uncommented)
     assert parsed == {rule.name: rule.check_str for rule in RULES}
+    # oslo.policy's generator wraps comments at 70 columns.
+    flat = " ".join(line[2:] if line.startswith("# ") else line for line in text.splitlines())
     for name, old in UPSTREAM_DEPRECATED.items():
         old_name = BY_NAME[name].deprecated_rule.name
-        assert f'"{old_name}":"{old}" has been deprecated since' in text
+        assert f'"{old_name}":"{old}" has been deprecated since' in flat
 
 
 def test_cli_prints_the_sample(capsys) -> None:  # type: ignore[no-untyped-def]

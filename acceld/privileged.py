@@ -1,0 +1,123 @@
+"""What the agent and its driver processes do as root, through oslo.privsep.
+
+The agent runs as an unprivileged user. The few operations that need more go
+through a privsep daemon that keeps only the capabilities named here, started on
+first use with ``[privsep_sysfs]`` / ``[privsep_tools]`` ``helper_command``
+(default: ``sudo privsep-helper --config-file ... --privsep_context ...``):
+
+* ``sysfs``: writes to a device's sysfs attributes (create or remove a mediated
+  device, choose a vGPU type): CAP_DAC_OVERRIDE, because those attributes are
+  root-owned files of mode 0200.
+* ``tools``: a vendor programming tool (fpgaconf, xbmgmt): CAP_SYS_ADMIN and
+  CAP_DAC_OVERRIDE (device nodes and flash partitions).
+
+Each entry point accepts only the narrow form of its operation (a known attribute
+name; a known tool), so the daemon cannot be used as a general root shell by
+whoever reaches the agent's code. docs/security.md lists them.
+
+Without a daemon (``[agent] privileged_calls = in_process``, and always in a
+process that never called :func:`configure`, such as unit tests) the entry
+points run in the calling process: for an agent that already runs as root, the
+all-in-one, and tests against fixture trees.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Sequence
+
+from oslo_config import cfg
+from oslo_privsep import capabilities as caps
+from oslo_privsep import priv_context
+
+# Attributes the drivers write: mdev_supported_types/<type>/create, <mdev>/remove,
+# and NVIDIA's per-VF current_vgpu_type.
+SYSFS_ATTRIBUTES = frozenset({"create", "remove", "current_vgpu_type"})
+# Vendor tools the drivers run, by executable name.
+TOOLS = frozenset({"fpgaconf", "xbmgmt"})
+
+sysfs = priv_context.PrivContext(
+    "acceld", cfg_section="privsep_sysfs", pypath=__name__ + ".sysfs",
+    capabilities=[caps.CAP_DAC_OVERRIDE])
+
+tools = priv_context.PrivContext(
+    "acceld", cfg_section="privsep_tools", pypath=__name__ + ".tools",
+    capabilities=[caps.CAP_SYS_ADMIN, caps.CAP_DAC_OVERRIDE])
+
+CONTEXTS = (sysfs, tools)
+
+# In process until configure() says otherwise (tests, tools that import the drivers).
+for _context in CONTEXTS:
+    _context.set_client_mode(False)
+
+privileged_opts = [
+    cfg.StrOpt("privileged_calls", default="privsep", choices=["privsep", "in_process"],
+               help="How the agent and driver processes do what needs root (sysfs "
+                    "writes for mediated devices, vendor programming tools): privsep "
+                    "starts a daemon with only the capabilities each needs "
+                    "([privsep_sysfs], [privsep_tools] helper_command; the agent itself "
+                    "runs unprivileged); in_process does them in the calling process, "
+                    "which must then have the privileges (an agent run as root, the "
+                    "all-in-one, tests)."),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_opts(privileged_opts, group="agent")
+
+
+def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
+    """``[agent] privileged_calls`` and each context's privsep options (helper_command,
+    capabilities, ...), for the sample config."""
+    lib_opts = priv_context.OPTS
+    return [("agent", privileged_opts)] + [(c.cfg_section, lib_opts) for c in CONTEXTS]
+
+
+def configure(conf: cfg.ConfigOpts) -> None:
+    """Called by the agent and driver processes at start: use the privsep daemons unless
+    ``[agent] privileged_calls = in_process``."""
+    register_opts(conf)
+    daemon = conf.agent.privileged_calls == "privsep"
+    for context in CONTEXTS:
+        context.set_client_mode(daemon)
+
+
+class NotAllowed(ValueError):
+    """A privileged call outside the narrow form its entry point accepts."""
+
+
+def _check_attribute(path: str) -> str:
+    real = os.path.realpath(path)
+    if os.path.basename(real) not in SYSFS_ATTRIBUTES:
+        raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r}")
+    return real
+
+
+@sysfs.entrypoint
+def write_sysfs(path: str, value: str) -> None:
+    """Write ``value`` to a device attribute (raises OSError as open/write do)."""
+    real = _check_attribute(path)
+    with open(real, "w") as f:
+        f.write(value)
+
+
+@tools.entrypoint
+def run_tool(argv: Sequence[str], timeout: float) -> tuple[int | None, str, str]:
+    """Run a vendor tool: (exit status, stdout, stderr); exit status None when it did not
+    finish within ``timeout`` seconds (it was killed). OSError when it cannot start."""
+    argv = [str(a) for a in argv]
+    if not argv or not os.path.isabs(argv[0]) or os.path.basename(argv[0]) not in TOOLS:
+        raise NotAllowed(f"not a vendor tool acceld runs: {argv[:1]!r}")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              check=False, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        return None, _text(exc.stdout), _text(exc.stderr)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode("utf-8", "replace")
