@@ -1,4 +1,20 @@
-"""Logging for every acceld process: one format, optional file, secrets never written."""
+"""Logging for every acceld process, through oslo.log: the options, formats and handlers
+operators know from other OpenStack services, with secrets never written.
+
+oslo.log gives the options (``debug``, ``log_file``, ``log_dir``, ``log_config_append``,
+``use_journal``, ``use_json``, ``use_syslog``, ``log_rotation_type``, the format
+strings ...) and formats every line with the thread's request context
+(``[global_request_id request_id user project ...]``, acceld.request_ids). acceld adds:
+
+- redaction: whatever handler a line goes to (file, stream, journal, syslog, JSON, a
+  ``log_config_append`` handler), its message and traceback are redacted first;
+- standard error, not standard output, when no destination is configured: a service's
+  standard output carries its announcements (``acceld api: <url>``, a driver's URL),
+  which the all-in-one and driver launchers read;
+- SIGHUP (what logrotate sends) sets logging up again (:func:`reopen`). The file
+  handler is a ``WatchedFileHandler`` either way, which reopens a file renamed under
+  it by itself: what ``watch_log_file`` used to switch on in older oslo.log releases.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +23,10 @@ import re
 import sys
 
 from oslo_config import cfg
+from oslo_log import formatters
+from oslo_log import log as oslo_log
 
-FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+PRODUCT = "acceld"
 
 # Values that must never reach a log: tokens, passwords, internal credentials.
 _SECRET_PATTERNS = [
@@ -17,6 +35,9 @@ _SECRET_PATTERNS = [
     re.compile(r"(?i)(password|secret|token)(['\"]?\s*[:=]\s*['\"]?)([^'\"\s,}]+)"),
     re.compile(r"(?i)(://[^:/@\s]+:)([^@/\s]+)(@)"),
 ]
+
+# Libraries whose INFO/DEBUG lines are noise in a service log (oslo.log's list, plus ours).
+_QUIET = ("alembic=WARN", "gunicorn.access=WARN")
 
 
 def redact(text: str) -> str:
@@ -29,37 +50,118 @@ def redact(text: str) -> str:
 
 
 class RedactingFormatter(logging.Formatter):
+    """Redacts what another formatter (oslo.log's context or JSON formatter, or one from
+    ``log_config_append``) writes: the message is formatted and redacted before the inner
+    formatter sees it (so JSON escaping cannot hide a secret from the patterns), the
+    traceback is redacted as it is formatted, and the whole line once more."""
+
+    def __init__(self, inner: logging.Formatter | None = None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter(
+            "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
+        original = self.inner.formatException
+
+        def redacted_exception(*args, **kwargs):  # type: ignore[no-untyped-def]
+            formatted = original(*args, **kwargs)
+            return redact(formatted) if isinstance(formatted, str) else formatted
+
+        self.inner.formatException = redacted_exception  # type: ignore[method-assign]
+        # A structured (JSON) line is not redacted as a whole: the patterns would break its
+        # syntax (``"auth_token": null``); its message and traceback already are, and
+        # oslo.context masks the token in the context it adds.
+        self._whole_line = not isinstance(self.inner, (formatters.JSONFormatter,
+                                                       formatters.FluentFormatter))
+
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        clean = logging.makeLogRecord(record.__dict__)
+        clean.msg = redact(record.getMessage())
+        clean.args = None
+        clean.exc_text = None
+        line = self.inner.format(clean)
+        return redact(line) if self._whole_line else line
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return self.inner.formatTime(record, datefmt)
 
 
-# The service name of this process's log lines, kept for reopen().
-_service = "acceld"
+class _RetryLines(logging.Filter):
+    """keystoneauth logs each retry of a call as a WARNING ("Failure: ... Retrying in
+    0.5s", "Retriable status code 503. Retrying ..."). acceld logs an outage once when it
+    starts and once when it ends (acceld.outages), so these become DEBUG lines: kept
+    when ``debug`` is on, dropped otherwise."""
+
+    _PREFIXES = ("Failure: ", "Retriable status code ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING or not isinstance(record.msg, str) \
+                or not record.msg.startswith(self._PREFIXES):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+_RETRY_FILTER = _RetryLines()
+
+
+def quiet_retries() -> None:
+    """Install the keystoneauth retry filter (idempotent; done on import)."""
+    session_log = logging.getLogger("keystoneauth.session")
+    if _RETRY_FILTER not in session_log.filters:
+        session_log.addFilter(_RETRY_FILTER)
+
+
+quiet_retries()
+
+
+def register_options(conf: cfg.ConfigOpts) -> None:
+    """oslo.log's options on ``conf`` (before it parses its command line); idempotent."""
+    if "log_config_append" in conf:
+        return
+    oslo_log.set_defaults(default_log_levels=oslo_log.get_default_log_levels() + list(_QUIET))
+    oslo_log.register_options(conf)
+
+
+def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
+    """oslo.log's options, for the sample config (they are in [DEFAULT])."""
+    from oslo_log import _options
+
+    return _options.list_opts()
+
+
+# The service name of this process, kept for reopen().
+_service = PRODUCT
 
 
 def setup(conf: cfg.ConfigOpts, service: str) -> None:
+    """Set up this process's logging from ``conf`` (again after a SIGHUP)."""
     global _service
     _service = service
-    handler: logging.Handler
-    if conf.log_file:
-        handler = logging.FileHandler(conf.log_file)
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(RedactingFormatter(FORMAT.replace("%(name)s", f"{service} %(name)s")))
-    handler._acceld = True  # type: ignore[attr-defined]  # ours: reopen() may close it
     root = logging.getLogger()
-    replaced = root.handlers[:]
-    root.handlers[:] = [handler]
-    for old in replaced:
-        if getattr(old, "_acceld", False) and isinstance(old, logging.FileHandler):
-            old.close()
-    root.setLevel(logging.DEBUG if conf.debug else logging.INFO)
-    for noisy in ("urllib3", "keystoneauth", "stevedore", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    previous = root.handlers[:]
+    oslo_log.setup(conf, PRODUCT, fix_eventlet=False)
+    for handler in root.handlers:
+        if type(handler) is logging.StreamHandler and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+    _redact_every_handler()
+    for old in previous:
+        if old not in root.handlers and isinstance(old, logging.FileHandler):
+            old.close()  # a file oslo.log replaced (SIGHUP): do not leak its descriptor
+
+
+def _redact_every_handler() -> None:
+    """Wrap every handler's formatter (the root's and any a log_config_append file put on
+    another logger) in :class:`RedactingFormatter`, once."""
+    loggers = [logging.getLogger()] + [
+        logger for logger in logging.Logger.manager.loggerDict.values()
+        if isinstance(logger, logging.Logger)]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if not isinstance(handler.formatter, RedactingFormatter):
+                handler.setFormatter(RedactingFormatter(handler.formatter))
 
 
 def reopen(conf: cfg.ConfigOpts) -> None:
-    """After SIGHUP: open the log file again at its (possibly changed) configured path, so
-    that a file logrotate renamed is left behind and a new one is written, and take the
-    level from ``debug`` again."""
+    """After SIGHUP (and the configuration re-read): set logging up again, so that a
+    file logrotate renamed is left behind and a new one is written at the configured
+    path, and the level follows ``debug``."""
     setup(conf, _service)

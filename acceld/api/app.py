@@ -8,9 +8,11 @@ from dataclasses import dataclass
 import falcon
 from oslo_config import cfg
 
+from acceld import dashboard
 from acceld.api import errors, middleware, routes
 from acceld.api.policy import Policy
 from acceld.db.engine import Database
+from acceld.metrics import serve as metrics
 
 LOG = logging.getLogger(__name__)
 
@@ -28,20 +30,25 @@ class ApiServices:
 def build_app(conf: cfg.ConfigOpts, db: Database, conductor: object | None = None) -> falcon.App:
     """The Falcon app alone (no auth middleware): what in-process tests drive."""
     services = ApiServices(conf=conf, db=db, policy=Policy(conf), conductor=conductor)
-    app = falcon.App(middleware=[middleware.RequestPlumbing(services)])
+    app = falcon.App(middleware=[*metrics.api_middleware(conf),
+                                 middleware.RequestPlumbing(services)])
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_form_urlencoded = False
     app.resp_options.secure_cookies_by_default = False
     errors.install(app)
     routes.install(app)
+    dashboard.install(app)  # /dashboard: static files reading this API
     return app
 
 
 def wsgi_app(conf: cfg.ConfigOpts, db: Database, conductor: object | None = None):  # type: ignore[no-untyped-def]
-    """The full WSGI pipeline, with Keystone authentication when configured."""
+    """The full WSGI pipeline, with Keystone authentication when configured, inside the
+    access log (which also gives every request, refused ones too, its request ids)."""
+    from acceld.api.access_log import AccessLog
+
     app = build_app(conf, db, conductor)
     if conf.auth_strategy == "keystone":
         from acceld.api.auth import keystone_pipeline
 
-        return keystone_pipeline(app, conf)
-    return app
+        return AccessLog(keystone_pipeline(app, conf))
+    return AccessLog(app)

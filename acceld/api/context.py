@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from oslo_config import cfg
+from oslo_context import context as oslo_context
 
 _SYSTEM_SCOPE = "OPENSTACK-SYSTEM-SCOPE"  # set by keystonemiddleware for system-scoped tokens
 
@@ -35,6 +36,9 @@ class RequestContext:
     # Roles of the X-Service-Token (Nova's), never of the user's own token.
     service_roles: list[str] = field(default_factory=list)
     request_id: str = ""
+    # The caller's X-OpenStack-Request-Id (validated), passed on to the services this
+    # request leads to; None when the caller sent none (this request's id goes on then).
+    global_request_id: str | None = None
     # "all" for a system-scoped token (OpenStack-System-Scope).
     system_scope: str | None = None
     # The domain of a domain-scoped token (X-Domain-Id); None for project-scoped tokens.
@@ -47,6 +51,20 @@ class RequestContext:
     service_user_domain_id: str | None = None
     service_project_id: str | None = None
     service_project_domain_id: str | None = None
+
+    @property
+    def global_id(self) -> str:
+        """The id to pass on to other services (oslo.context's ``global_id``)."""
+        return self.global_request_id or self.request_id
+
+    def log_context(self) -> oslo_context.RequestContext:
+        """This context as oslo.context's, which oslo.log's formatter reads for each line:
+        both request ids, user, project and domains."""
+        return oslo_context.RequestContext(
+            request_id=self.request_id, global_request_id=self.global_request_id,
+            user_id=self.user_id, project_id=self.project_id, domain_id=self.domain_id,
+            user_domain_id=self.user_domain_id, project_domain_id=self.project_domain_id,
+            system_scope=self.system_scope, roles=list(self.roles), overwrite=False)
 
     @property
     def scope(self) -> str:
@@ -99,7 +117,8 @@ class ContextFactory:
         self.default_roles = tuple(r.lower() for r in conf.api.noauth_roles)
         self.default_service_roles = tuple(r.lower() for r in conf.api.noauth_service_roles)
 
-    def build(self, get: Callable[[str], str | None], request_id: str) -> RequestContext:
+    def build(self, get: Callable[[str], str | None], request_id: str,
+              global_request_id: str | None = None) -> RequestContext:
         """In noauth mode a request with no identity header at all gets the configured
         defaults (an admin holding the service role in the all-in-one); explicit headers are
         always honoured, and a request that names a domain or the system scope is never
@@ -108,7 +127,8 @@ class ContextFactory:
         roles, service_roles = get("X-ROLES"), get("X-SERVICE-ROLES")
         system_scope = get(_SYSTEM_SCOPE) or None
         domain_id = get("X-DOMAIN-ID") or None
-        identity = dict(request_id=request_id, system_scope=system_scope, domain_id=domain_id,
+        identity = dict(request_id=request_id, global_request_id=global_request_id,
+                        system_scope=system_scope, domain_id=domain_id,
                         user_domain_id=get("X-USER-DOMAIN-ID") or None,
                         project_domain_id=get("X-PROJECT-DOMAIN-ID") or None,
                         is_admin_project=_flag(get("X-IS-ADMIN-PROJECT")),

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import functools
 import re
-import uuid
 
 import falcon
 
+from acceld import request_ids
 from acceld.api import context, errors, microversion
 
-REQUEST_ID_HEADER = "X-OpenStack-Request-Id"
+REQUEST_ID_HEADER = request_ids.HEADER
 _PADDED_SEGMENT = re.compile(r"(?:^|/)\s|\s(?:/|\Z)")
 _V2_PREFIXES = ("/v2", "/accelerator/v2")
 
@@ -34,9 +34,11 @@ class RequestPlumbing:
         self.contexts = context.ContextFactory(api.conf)
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        request_id = f"req-{uuid.uuid4()}"
+        # The ids: the access log's (acceld.api.access_log) when it runs outside, else new.
+        request_id, global_request_id = request_ids.from_environ(req.env)
         req_context = req.context
         req_context.request_id = request_id
+        req_context.global_request_id = global_request_id
         req_context.api = self.api
         resp.set_header(REQUEST_ID_HEADER, request_id)
         req_context.version = microversion.DEFAULT_VERSION
@@ -65,11 +67,26 @@ class RequestPlumbing:
         if length is not None and length > self.max_body:
             raise errors.PayloadTooLarge(
                 f"Request body is {length} bytes; the limit is {self.max_body} bytes.")
-        ctx = req_context.ctx = self.contexts.build(req.get_header, request_id)
+        ctx = req_context.ctx = self.contexts.build(req.get_header, request_id,
+                                                    global_request_id)
+        # From here on this thread's log lines name the caller too (oslo.log's format).
+        log_context = req.env[request_ids.ENV_LOG_CONTEXT] = ctx.log_context()
+        request_ids.activate(log_context)
         if ctx.project_id and "\x00" in ctx.project_id:
             # Only noauth lets a client choose it; it filters and is stored with ARQs.
             raise errors.BadRequest("The X-Project-Id header holds a NUL character.")
 
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object,
+                         req_succeeded: bool) -> None:
+        log_context = req.env.get(request_ids.ENV_LOG_CONTEXT)
+        if log_context is not None and not req.env.get(ACCESS_LOGGED):
+            # No access log outside to end the request's log context: end it here.
+            request_ids.deactivate(log_context)
+
+
+# Set in the WSGI environ by acceld.api.access_log, which ends the log context itself.
+ACCESS_LOGGED = "acceld.access_logged"
 
 _DEFAULT_VERSION_HEADERS = microversion.response_headers(microversion.DEFAULT_VERSION)
 

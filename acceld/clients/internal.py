@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import orjson
 import requests
 
+from acceld import request_ids
 from acceld.internal import auth
 
 
@@ -73,6 +74,8 @@ class InternalClient:
                                         destination=self.destination)
         if body is not None:
             headers["Content-Type"] = "application/json"
+        # The request (or bind job) this call is made for, so the server's lines name it.
+        headers.update(request_ids.outgoing_headers())
         resp = self._session.request(method, self.base_url + path, data=data, headers=headers,
                                      timeout=timeout or self._timeout, verify=self._verify)
         signature = resp.headers.get(auth.RESPONSE_HEADER)

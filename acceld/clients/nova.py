@@ -10,13 +10,13 @@ each batch logs that no event was sent.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
-from typing import Callable
 
 from keystoneauth1 import exceptions as ksa_exc
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
+
+from acceld import outages, request_ids
 
 LOG = logging.getLogger(__name__)
 
@@ -30,6 +30,9 @@ HEADERS = {"OpenStack-API-Version": f"compute {MICROVERSION}",
 DELIVERED = "delivered"  # Nova took it (or there is no Nova to tell)
 DROPPED = "dropped"  # Nova refused it for good; logged, not retried
 RETRY = "retry"  # Nova could not be reached; the job tries again later
+
+NOVA = "Nova"  # the outage's name in the log
+_CONSEQUENCE = "accelerator-request-bound events wait and are sent when it is back"
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,17 @@ def is_configured(conf: cfg.ConfigOpts) -> bool:
 
 
 class NovaNotifier:
-    """Posts event batches with retries and backoff; returns an outcome per ARQ uuid."""
+    """Posts event batches; returns an outcome per ARQ uuid.
 
-    def __init__(self, conf: cfg.ConfigOpts,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self._attempts = conf.nova.retry_attempts
-        self._initial_delay = conf.nova.retry_initial_delay
-        self._sleep = sleep
+    Retries are keystoneauth's, from ``[nova] connect_retries`` (no connection, timeout)
+    and ``status_code_retries`` (the ``retriable_status_codes``, 503 by default), with
+    their delays: one retry setting, no loop of acceld's own on top. A batch Nova still
+    does not take is left to the bind job (RETRY), which sends it again later; the outage
+    is logged once when it starts and once when it ends (acceld.outages)."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
         self._adapter = None
+        self._outages = outages.process_log()
         if is_configured(conf):
             auth = ks_loading.load_auth_from_conf_options(conf, "nova")
             session = ks_loading.load_session_from_conf_options(conf, "nova", auth=auth)
@@ -75,27 +81,27 @@ class NovaNotifier:
                      "ARQs %s", EVENT_NAME, ", ".join(e.arq_uuid for e in events))
             return {e.arq_uuid: DELIVERED for e in events}
         body = {"events": [e.to_json() for e in events]}
-        for attempt in range(self._attempts):
-            if attempt:
-                self._sleep(self._initial_delay * 2 ** (attempt - 1))
-            try:
-                resp = self._adapter.post(PATH, json=body, headers=HEADERS, raise_exc=False)
-            except (ksa_exc.ConnectionError, ksa_exc.RequestTimeout) as exc:
-                LOG.warning("Nova unreachable for %s events (attempt %d of %d): %s",
-                            EVENT_NAME, attempt + 1, self._attempts, exc)
-                continue
-            except ksa_exc.ClientException as exc:  # no endpoint, auth failure, ...
-                LOG.error("Cannot reach Nova to send %s events: %s", EVENT_NAME, exc)
-                return {e.arq_uuid: RETRY for e in events}
-            if resp.status_code >= 500:
-                LOG.warning("Nova answered %s to %s events (attempt %d of %d): %s",
-                            resp.status_code, EVENT_NAME, attempt + 1, self._attempts,
-                            resp.text[:300])
-                continue
-            return self._outcomes(events, resp)
-        LOG.error("Gave up sending %s events for ARQs %s after %d attempts; will retry later",
-                  EVENT_NAME, ", ".join(e.arq_uuid for e in events), self._attempts)
-        return {e.arq_uuid: RETRY for e in events}
+        arqs = ", ".join(e.arq_uuid for e in events)
+        try:
+            # The request (or bind job) these events are for: Nova's log lines name it.
+            resp = self._adapter.post(PATH, json=body, headers=HEADERS, raise_exc=False,
+                                      global_request_id=request_ids.current_global_id())
+        except (ksa_exc.ConnectionError, ksa_exc.RequestTimeout) as exc:
+            self._outages.down(NOVA, f"{exc.__class__.__name__}: {exc}", _CONSEQUENCE, LOG)
+            LOG.info("%s events for ARQs %s are left for later: Nova unreachable", EVENT_NAME,
+                     arqs)
+            return {e.arq_uuid: RETRY for e in events}
+        except ksa_exc.ClientException as exc:  # no endpoint, auth failure, ...
+            LOG.error("Cannot reach Nova to send %s events: %s", EVENT_NAME, exc)
+            return {e.arq_uuid: RETRY for e in events}
+        if resp.status_code >= 500:
+            self._outages.down(NOVA, f"it answered {resp.status_code}: {resp.text[:300]}",
+                               _CONSEQUENCE, LOG)
+            LOG.info("%s events for ARQs %s are left for later: Nova answered %s", EVENT_NAME,
+                     arqs, resp.status_code)
+            return {e.arq_uuid: RETRY for e in events}
+        self._outages.up(NOVA, LOG)
+        return self._outcomes(events, resp)
 
     def _outcomes(self, events: list[Event], resp) -> dict[str, str]:  # type: ignore[no-untyped-def]
         if resp.status_code == 200:

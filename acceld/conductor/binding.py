@@ -30,6 +30,7 @@ import falcon
 from oslo_config import cfg
 from sqlalchemy import delete, select
 
+from acceld import request_ids
 from acceld.clients import nova
 from acceld.conductor import (bind_attach, bind_outages, bind_programming, bind_target,
                               placement_checks)
@@ -37,11 +38,12 @@ from acceld.conductor.attach import AttachClient, AttachError
 from acceld.conductor.service import PeriodicTask
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs
-from acceld.db.clock import db_now
+from acceld.db.clock import db_now, sql_now
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import bind_jobs as jobs_table
 from acceld.internal.server import respond
+from acceld.metrics import record as metrics
 from acceld.outages import process_log
 
 LOG = logging.getLogger(__name__)
@@ -160,8 +162,11 @@ class BindWorker:
                 bind_jobs.retry_later(self.db, [j.id for j in claimed[index:]], token, 0,
                                       refund=True)
                 break
-            if self._bind(job, token):
-                resolved.append(job.id)
+            # The job's lines (and its calls to Placement, the agent, Nova) name the
+            # request that started the bind.
+            with request_ids.bound(job.global_request_id):
+                if self._bind(job, token):
+                    resolved.append(job.id)
         self._notify(resolved, token)
 
     def _notify_claimed(self, claimed: list, token: str) -> None:
@@ -374,10 +379,13 @@ class BindWorker:
             return
         with self.db.read() as conn:
             rows = conn.execute(select(
-                jobs_table.c.id, jobs_table.c.attempts, arqs.c.uuid, arqs.c.state,
-                arqs.c.instance_uuid).select_from(
+                jobs_table.c.id, jobs_table.c.attempts, jobs_table.c.global_request_id,
+                arqs.c.uuid, arqs.c.state,
+                arqs.c.instance_uuid, jobs_table.c.created_at, arqs.c.bind_failure_reason,
+                sql_now(conn.dialect.name).label("db_now")).select_from(
                 jobs_table.join(arqs, arqs.c.id == jobs_table.c.arq_id)).where(
                 jobs_table.c.id.in_(job_ids), jobs_table.c.lease_owner == token)).all()
+        metrics.binds_resolved(rows)  # outcome and PATCH-to-outcome time, once per job
         events, silent = [], []
         for row in rows:
             status = {arq_db.BOUND: "completed", arq_db.BIND_FAILED: "failed"}.get(row.state)
@@ -385,7 +393,14 @@ class BindWorker:
                 silent.append(row.id)
             else:
                 events.append((row, nova.Event(row.instance_uuid, row.uuid, status)))
-        outcomes = self.notifier.send([e for _, e in events])
+        # One batch per request that started the binds (usually one), sent under its id.
+        by_request: dict[str | None, list[nova.Event]] = {}
+        for row, event in events:
+            by_request.setdefault(row.global_request_id, []).append(event)
+        outcomes: dict[str, str] = {}
+        for global_request_id, batch in by_request.items():
+            with request_ids.bound(global_request_id):
+                outcomes.update(metrics.nova_events(self.notifier.send(batch)))
         done = list(silent)
         again: list[int] = []
         for row, event in events:

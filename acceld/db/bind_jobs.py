@@ -33,8 +33,10 @@ PENDING = "pending"
 NOTIFY = "notify"
 
 
-def create(conn: Connection, arq_rows: Iterable[tuple[int, str | None]]) -> None:
-    """One pending job per ``(arq_id, instance_uuid)``, replacing any earlier job of the ARQ."""
+def create(conn: Connection, arq_rows: Iterable[tuple[int, str | None]],
+           global_request_id: str | None = None) -> None:
+    """One pending job per ``(arq_id, instance_uuid)``, replacing any earlier job of the ARQ;
+    ``global_request_id``: the request that started the binds (for the conductor's log)."""
     rows = list(arq_rows)
     if not rows:
         return
@@ -42,7 +44,8 @@ def create(conn: Connection, arq_rows: Iterable[tuple[int, str | None]]) -> None
     # created_at starts the bind deadline: the database's clock, not the API host's.
     conn.execute(insert(jobs).values(created_at=sql_now(conn.dialect.name)), [
         {"arq_id": arq_id, "instance_uuid": instance, "phase": PENDING, "lease_owner": None,
-         "lease_expires_at": None, "attempts": 0, "updated_at": None}
+         "lease_expires_at": None, "attempts": 0, "updated_at": None,
+         "global_request_id": global_request_id}
         for arq_id, instance in rows])
 
 

@@ -57,7 +57,8 @@ class Rig:
         self.db = db
         self.nova = nova
         self.conf = make_conf(str(tmp_path), nova__auth_type="none",
-                              nova__endpoint_override=nova.url, nova__retry_attempts=1,
+                              nova__endpoint_override=nova.url, nova__connect_retries=0,
+                              nova__status_code_retries=0,
                               fake_driver__attach_handles=2)
         self.client = testing.TestClient(build_app(self.conf, db))
         with db.write() as conn:

@@ -40,7 +40,8 @@ class HostRig:
         self.host = host
         extra = {} if nova is None else {"nova__auth_type": "none",
                                          "nova__endpoint_override": nova.url,
-                                         "nova__retry_attempts": 1}
+                                         "nova__connect_retries": 0,
+                                         "nova__status_code_retries": 0}
         self.conf = make_conf(str(tmp_path), fake_driver__attach_handles=2, **extra,
                               **overrides)
         self.client = testing.TestClient(build_app(self.conf, db))

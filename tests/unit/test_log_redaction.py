@@ -48,7 +48,7 @@ def test_harmless_text_is_kept() -> None:
 
 def _logger(stream: io.StringIO) -> logging.Logger:
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(logs.RedactingFormatter(logs.FORMAT))
+    handler.setFormatter(logs.RedactingFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s")))
     logger = logging.getLogger("acceld.test.redaction")
     logger.handlers[:] = [handler]
     logger.propagate = False

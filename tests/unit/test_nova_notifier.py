@@ -10,6 +10,7 @@ import pytest
 from falcon import testing
 from sqlalchemy import func, select, update
 
+from acceld import outages, request_ids
 from acceld.api.app import build_app
 from acceld.clients import nova
 from acceld.conductor.binding import BindWorker
@@ -30,7 +31,9 @@ def recorder():
 
 
 def nova_conf(tmp_path, url: str, **extra):
-    options = {"nova__retry_initial_delay": 0.01, "nova__retry_attempts": 3, **extra}
+    options = {"nova__retry_initial_delay": 0.01, "nova__connect_retries": 2,
+               "nova__connect_retry_delay": 0.01, "nova__status_code_retries": 2,
+               "nova__status_code_retry_delay": 0.01, **extra}
     return make_conf(str(tmp_path), nova__auth_type="none", nova__endpoint_override=url,
                      **options)
 
@@ -58,26 +61,56 @@ def test_posts_one_event_per_arq_at_2_82(tmp_path, recorder):
          "status": "completed"} for e in sent]}
 
 
-def test_retries_5xx_with_backoff(tmp_path, recorder):
-    delays: list[float] = []
-    recorder.answer(500)
+def test_retries_are_keystoneauths(tmp_path, recorder):
+    """[nova] status_code_retries: a 503 and a 502 are retried by keystoneauth, one send."""
     recorder.answer(503)
+    recorder.answer(502)
     sent = events(1)
-    notifier = nova.NovaNotifier(nova_conf(tmp_path, recorder.url), sleep=delays.append)
+    notifier = nova.NovaNotifier(nova_conf(tmp_path, recorder.url))
     assert notifier.send(sent) == {sent[0].arq_uuid: nova.DELIVERED}
     assert len(recorder.requests) == 3
-    assert delays == [0.01, 0.02]
 
 
-def test_connection_errors_are_retried_then_left_for_later(tmp_path, caplog):
-    delays: list[float] = []
-    conf = nova_conf(tmp_path, f"http://127.0.0.1:{closed_port()}")
+def test_no_retry_loop_of_acceld_on_top(tmp_path, recorder):
+    """With keystoneauth's retries off, one POST per send: acceld adds none of its own."""
+    for _ in range(3):
+        recorder.answer(503)
     sent = events(1)
-    with caplog.at_level(logging.WARNING):
-        outcome = nova.NovaNotifier(conf, sleep=delays.append).send(sent)
-    assert outcome == {sent[0].arq_uuid: nova.RETRY}
-    assert delays == [0.01, 0.02]
-    assert "will retry later" in caplog.text
+    conf = nova_conf(tmp_path, recorder.url, nova__status_code_retries=0)
+    assert nova.NovaNotifier(conf).send(sent) == {sent[0].arq_uuid: nova.RETRY}
+    assert len(recorder.requests) == 1
+
+
+def test_connection_errors_are_retried_then_left_for_later(tmp_path, recorder, caplog):
+    """Unreachable through every retry: RETRY for the job, and the outage logged once when
+    it starts (not per attempt or per batch) and once when Nova is back."""
+    outages.forget_process_log()
+    conf = nova_conf(tmp_path, f"http://127.0.0.1:{closed_port()}")
+    notifier = nova.NovaNotifier(conf)
+    with caplog.at_level(logging.INFO):
+        for _ in range(2):
+            sent = events(1)
+            assert notifier.send(sent) == {sent[0].arq_uuid: nova.RETRY}
+        conf.set_override("endpoint_override", recorder.url, group="nova")
+        sent = events(1)
+        assert nova.NovaNotifier(conf).send(sent) == {sent[0].arq_uuid: nova.DELIVERED}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("Nova is unavailable: ConnectFailure")
+    assert warnings[1].startswith("Nova is available again")
+    assert "left for later" in caplog.text
+    outages.forget_process_log()
+
+
+def test_events_carry_the_global_request_id(tmp_path, recorder):
+    """keystoneauth sends the request's global id: Nova's log lines name it too."""
+    global_id = request_ids.new()
+    with request_ids.bound(global_id):
+        nova.NovaNotifier(nova_conf(tmp_path, recorder.url)).send(events(1))
+    nova.NovaNotifier(nova_conf(tmp_path, recorder.url)).send(events(1))  # no request
+    first, second = ({k.lower(): v for k, v in r.headers.items()} for r in recorder.requests)
+    assert first["x-openstack-request-id"] == global_id
+    assert "x-openstack-request-id" not in second
 
 
 def test_207_per_event_codes(tmp_path, recorder, caplog):
@@ -148,7 +181,7 @@ def test_every_resolved_bind_is_announced(tmp_path, sqlite_db, recorder):
 
 def test_notification_waits_while_nova_is_away(tmp_path, sqlite_db, recorder):
     port = closed_port()
-    conf = nova_conf(tmp_path, f"http://127.0.0.1:{port}", nova__retry_attempts=1)
+    conf = nova_conf(tmp_path, f"http://127.0.0.1:{port}", nova__connect_retries=0)
     client = testing.TestClient(build_app(conf, sqlite_db))
     uuids = _bind_two(client, sqlite_db, str(uuid.uuid4()))
     BindWorker(conf, sqlite_db).run_once()

@@ -325,7 +325,8 @@ def _patch(req: falcon.Request, resp: falcon.Response, path_uuid: str | None) ->
         moved = db.start_binds(conn, binds)
         if moved not in (-1, len(binds)):
             raise errors.Conflict("Accelerator requests changed state during the bind; retry.")
-        bind_jobs.create(conn, [(b["id"], b["instance_uuid"]) for b in binds])
+        bind_jobs.create(conn, [(b["id"], b["instance_uuid"]) for b in binds],
+                         global_request_id=req.context.ctx.global_id)
         db.unbind(conn, unbinds)
     if binds and api.conductor is not None:
         api.conductor.wake_binds()
