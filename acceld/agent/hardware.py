@@ -2,7 +2,8 @@
 
 The digest is a SHA-256 over the node's records in a canonical order and key
 order, so the same hardware always gives the same digest whatever order the
-drivers listed it in. Agents send it to the conductor and driver processes
+drivers listed it in. Health counters are left out of it: a counter that ticks
+is no change (only a device's health state or reason is). Agents send it to the conductor and driver processes
 send it to their agent in every ``POST /hello``; the receiver pulls ``GET
 /hardware`` only when it changed.
 """
@@ -31,9 +32,24 @@ def canonical(records: list[Any]) -> list[Any]:
     return sorted(records, key=_sort_key)
 
 
+def without_counters(record: Any) -> Any:
+    """The record as far as "changed" goes: its health's counters left out.
+
+    Counters (AER error counts, ECC errors) may tick at every discovery; only a health
+    state or reason that changes makes the node's report a new one (acceld.drivers.health).
+    """
+    if not isinstance(record, dict):
+        return record
+    health = record.get("health")
+    if not isinstance(health, dict) or "counters" not in health:
+        return record
+    return {**record, "health": {k: v for k, v in health.items() if k != "counters"}}
+
+
 def digest(records: list[Any]) -> str:
-    """SHA-256 hex of the records, independent of their order."""
-    return hashlib.sha256(orjson.dumps(canonical(records),
+    """SHA-256 hex of the records, independent of their order, blind to health counters:
+    the receiver pulls only when it changes."""
+    return hashlib.sha256(orjson.dumps(canonical([without_counters(r) for r in records]),
                                        option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 

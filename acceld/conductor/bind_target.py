@@ -70,7 +70,8 @@ def find_deployable(conn: Connection, target: BindTarget) -> None:
     row = conn.execute(select(
         deployables.c.id, deployables.c.uuid, deployables.c.name, deployables.c.rp_uuid,
         devices.c.uuid.label("device_uuid"), devices.c.hostname, devices.c.status,
-        devices.c.acc_status, devices.c.vanished).select_from(
+        devices.c.acc_status, devices.c.vanished, devices.c.quarantined, devices.c.health,
+        devices.c.health_reason).select_from(
         deployables.join(devices, devices.c.id == deployables.c.device_id)).where(
         deployables.c.rp_uuid == target.device_rp_uuid)).first()
     if row is None:
@@ -109,17 +110,28 @@ def check_agent_up(conn: Connection, target: BindTarget) -> None:
 
 def check_device_usable(conn: Connection, target: BindTarget) -> None:
     dep = target.deployable
-    _refuse_unusable(dep.device_uuid, dep.hostname, dep.status, dep.acc_status, dep.vanished)
+    _refuse_unusable(dep.device_uuid, dep.hostname, dep)
 
 
-def _refuse_unusable(device_uuid: str, hostname: str, status: str, acc_status: str,
-                     vanished: bool) -> None:
-    if vanished:
+def _refuse_unusable(device_uuid: str, hostname: str, device: Any) -> None:
+    """BindRefused naming why ``device`` (a row with status, acc_status, vanished and the
+    health columns) may not take a new bind."""
+    if device.vanished:
         raise BindRefused(f"device {device_uuid} is no longer reported by host {hostname}")
-    if status != "enabled":
-        raise BindRefused(f"device {device_uuid} is disabled (status {status})")
-    if acc_status != "ready":
-        raise BindRefused(f"device {device_uuid} is not ready (acc_status {acc_status})")
+    if device.status != "enabled":
+        raise BindRefused(f"device {device_uuid} is disabled (status {device.status})")
+    if device.quarantined:
+        raise BindRefused(health_refusal(device_uuid, hostname, device.health,
+                                         device.health_reason))
+    if device.acc_status != "ready":
+        raise BindRefused(f"device {device_uuid} is not ready (acc_status {device.acc_status})")
+
+
+def health_refusal(device_uuid: str, hostname: str, health: str, reason: str | None) -> str:
+    """Why a quarantined device takes no bind, naming its health (docs/devices.md)."""
+    return (f"device {device_uuid} on host {hostname} is quarantined for its health "
+            f"(health {health}{': ' + reason if reason else ''}); no new bind until it "
+            "recovers")
 
 
 def lock_device(conn: Connection, device_uuid: str, deployable_id: int, hostname: str) -> None:
@@ -134,13 +146,14 @@ def lock_device(conn: Connection, device_uuid: str, deployable_id: int, hostname
     (acceld.db.inventory).
     """
     device = conn.execute(select(
-        devices.c.status, devices.c.acc_status, devices.c.vanished).where(
+        devices.c.status, devices.c.acc_status, devices.c.vanished, devices.c.quarantined,
+        devices.c.health, devices.c.health_reason).where(
         devices.c.uuid == device_uuid).with_for_update(read=True)).first()
     if device is None or conn.execute(select(deployables.c.id).where(
             deployables.c.id == deployable_id)).first() is None:
         raise BindRefused(f"device {device_uuid} was removed from host {hostname}'s "
                           "inventory while the bind was in progress")
-    _refuse_unusable(device_uuid, hostname, device.status, device.acc_status, device.vanished)
+    _refuse_unusable(device_uuid, hostname, device)
 
 
 def lock_deployable(conn: Connection, deployable_id: int, name: str) -> Row:

@@ -24,22 +24,28 @@ class Heartbeat:
     previous_state: str | None
     previous_seen: dt.datetime | None
     stored_digest: str | None
+    # The hello announced a discovery not counted before (or carried no count): one more
+    # health report of the node's devices (acceld.conductor.health).
+    new_discovery: bool = True
 
 
 def record_heartbeat(conn: Connection, hostname: str, endpoint: str, interval: int,
-                     now: dt.datetime | None = None) -> Heartbeat:
+                     now: dt.datetime | None = None,
+                     discovery: int | None = None) -> Heartbeat:
     """Upsert the agent's row: up, seen now (the database's clock unless ``now`` is given,
-    so that the conductor taking the heartbeat and the one judging it agree). Returns
-    what it was before."""
+    so that the conductor taking the heartbeat and the one judging it agree), and the
+    agent's discovery count. Returns what it was before."""
     seen = now or sql_now(conn.dialect.name)
     row = conn.execute(select(agents).where(agents.c.hostname == hostname)
                        .with_for_update()).first()
     if row is None:
         conn.execute(insert(agents).values(hostname=hostname, endpoint=endpoint, state="up",
                                            heartbeat_interval=interval, last_seen_at=seen,
-                                           hardware_digest=None))
+                                           hardware_digest=None, last_discovery=discovery))
         return Heartbeat(True, None, None, None)
     values: dict[str, Any] = {"last_seen_at": seen}
+    if discovery is not None and row.last_discovery != discovery:
+        values["last_discovery"] = discovery
     if row.state != "up":
         values["state"] = "up"
     if row.endpoint != endpoint:
@@ -51,7 +57,8 @@ def record_heartbeat(conn: Connection, hostname: str, endpoint: str, interval: i
     if row.state != "up" or "endpoint" in values:
         _releases_due_now(conn, hostname)
     stored = None if "hardware_digest" in values else row.hardware_digest
-    return Heartbeat(False, row.state, row.last_seen_at, stored)
+    return Heartbeat(False, row.state, row.last_seen_at, stored,
+                     discovery is None or "last_discovery" in values)
 
 
 def _releases_due_now(conn: Connection, hostname: str) -> None:
@@ -123,3 +130,20 @@ def reachability(conn: Connection, hostname: str) -> Any:
     """The agent's ``endpoint`` and ``state`` (a row), or None when it never registered."""
     return conn.execute(select(agents.c.endpoint, agents.c.state).where(
         agents.c.hostname == hostname)).first()
+
+
+def touch_up(conn: Connection, hostnames: list[str]) -> int:
+    """Coalesced heartbeats (acceld.conductor.liveness): the agents of ``hostnames`` that
+    are up were seen now, by the database's clock; one UPDATE for all of them."""
+    if not hostnames:
+        return 0
+    return conn.execute(update(agents).where(
+        agents.c.hostname.in_(hostnames), agents.c.state == "up").values(
+        last_seen_at=sql_now(conn.dialect.name))).rowcount
+
+
+def rows_of(conn: Connection, hostnames: list[str]) -> list[Any]:
+    """The agent rows of ``hostnames`` (those that exist), in one SELECT."""
+    if not hostnames:
+        return []
+    return conn.execute(select(agents).where(agents.c.hostname.in_(hostnames))).all()

@@ -76,6 +76,9 @@ class Changes:
     held: list[str] = field(default_factory=list)  # uuids of devices kept because in use
     skipped: list[str] = field(default_factory=list)
     dirty_rps: set[str] = field(default_factory=set)
+    # (row as the diff read it, or None if added; device id; record) per reported device,
+    # for the health rules applied after the diff (acceld.conductor.health).
+    reported: list[tuple[Any, int, HardwareRecord]] = field(default_factory=list)
 
     @property
     def writes(self) -> int:
@@ -158,6 +161,7 @@ def reconcile_node(conn: Connection, hostname: str, records: Iterable[HardwareRe
             device_id = row.id
             _update_device(conn, row, record, node, changes)
         _sync_deployables(conn, hostname, device_id, record, node, changes, taken)
+        changes.reported.append((row, device_id, record))
     for key, row in node.devices.items():
         if key in reported:
             continue

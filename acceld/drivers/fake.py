@@ -5,7 +5,9 @@ deployable ``FakeDevice`` with 16 ``TEST_PCI`` attach handles, vendor
 ``0xABCD``, attributes ``rc=FPGA`` and ``trait0=CUSTOM_FAKE_DEVICE``.
 ``[fake_driver] devices`` simulates more devices and other types; a
 ``spec_file`` (read again at each discovery) lets a running test change the
-simulated hardware, mark it not ready, or make it vanish. Programming is
+simulated hardware, mark it not ready, make it vanish, or inject a fault
+(``"health": {"state": "unhealthy", "reason": "..."}``, reported as the
+device's health; absent: no health, i.e. unknown). Programming is
 recorded (one JSON file per deployable under ``state_dir``) so the whole
 programming path can be checked without an FPGA.
 
@@ -29,6 +31,8 @@ from typing import Any
 
 from acceld.drivers.base import (AttachHandle, Deployable, Driver, DriverError,
                                  HardwareRecord, hardware_uuid)
+from acceld.drivers.health import SCHEMA as HEALTH_SCHEMA
+from acceld.drivers.health import Health
 from acceld.jsonschemas import strict_validator
 
 VENDOR = "0xABCD"
@@ -67,6 +71,8 @@ _SPEC_SCHEMA = strict_validator({
                                                   "pattern": "^[A-Z0-9_]+$"}},
             "attach_type": {"enum": ["TEST_PCI", "MDEV"]},
             "fail_attach": {"type": "array", "items": {"enum": ["prepare", "release"]}},
+            # Injected health ({"state": "unhealthy", "reason": "..."}), reported as is.
+            "health": HEALTH_SCHEMA,
         },
     },
 })
@@ -136,6 +142,7 @@ class FakeDriver(Driver):
             vendor_board_info=VENDOR_BOARD_INFO,
             deployables=[Deployable(name=name, num_accelerators=count, attributes=attributes,
                                     attach_handles=handles)],
+            health=Health.from_dict(spec["health"]).to_dict() if "health" in spec else None,
         )
 
     # Programming: recorded, so the path conductor -> agent -> driver can be verified.
