@@ -39,6 +39,8 @@ from acceld.services.lifecycle import (catch_hup_early, repeat_until_stopped,
 from acceld.internal.auth import (CONDUCTOR, NodeKeys, Signer, agent_destination,
                                   driver_destination)
 from acceld.jsonschemas import strict_validator
+from acceld.metrics import record as metrics
+from acceld.metrics.serve import serve as serve_metrics
 from acceld.services.secrets import own_node_key
 
 LOG = logging.getLogger(__name__)
@@ -119,7 +121,7 @@ class Agent:
             _, before = self.hardware()
             for driver in self.drivers:
                 try:
-                    records = [r.to_dict() for r in driver.discover()]
+                    records = [r.to_dict() for r in metrics.discover(driver)]
                 except Exception as exc:  # noqa: BLE001 - one driver must not stop the others
                     LOG.warning("Driver %s failed to discover (its last report is kept): %s",
                                 driver.name, exc)
@@ -286,4 +288,5 @@ ROUTE_FACTORIES.append(_attach_handles)
 
 def run(conf: cfg.ConfigOpts) -> None:
     catch_hup_early()
+    serve_metrics(conf, "agent")
     Agent(conf).start().wait()

@@ -7,7 +7,9 @@ Keystone says: ``X-Project-Id``, ``X-Roles``, ``X-Service-Roles``, ... which
 the ``[keystone_authtoken]`` section of acceld's own config files.
 
 The version documents stay public: openstacksdk and the CLI fetch them
-without a token during discovery, so those paths go around auth_token.
+without a token during discovery, so those paths go around auth_token. So do
+the dashboard's static files (acceld.dashboard): they hold no data, and the page
+reads the API with the token its user gives it.
 
 This module is imported only when Keystone is on: keystonemiddleware and its
 dependencies cost each API worker several megabytes.
@@ -20,6 +22,7 @@ from typing import Any, Callable, Iterable
 from oslo_config import cfg
 
 from acceld.api import errors, middleware
+from acceld.dashboard import is_dashboard_path
 
 WSGIApp = Callable[[dict, Callable], Iterable[bytes]]
 
@@ -75,8 +78,9 @@ class _PublicVersions:
         self.protected = protected
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
-        if environ.get("REQUEST_METHOD") in ("GET", "HEAD") and middleware.is_version_document(
-                environ.get("PATH_INFO", "")):
+        path = environ.get("PATH_INFO", "")
+        if environ.get("REQUEST_METHOD") in ("GET", "HEAD") and (
+                middleware.is_version_document(path) or is_dashboard_path(path)):
             for key in _IDENTITY_ENVIRON:
                 environ.pop(key, None)
             return self.app(environ, start_response)

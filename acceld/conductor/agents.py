@@ -39,6 +39,7 @@ from acceld.db import agents as agents_db
 from acceld.db.engine import Database
 from acceld.internal.server import caller_node, json_body, respond
 from acceld.jsonschemas import strict_validator
+from acceld.metrics import record as metrics
 from acceld.services.secrets import internal_secret
 
 LOG = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ class AgentsComponent:
                 description="A hello must be signed with the key of the node it names.")
         return node
 
+    @metrics.heartbeat
     def _heartbeat(self, hostname: str, endpoint: str, interval: int) -> agents_db.Heartbeat:
         try:
             with self.db.write() as conn:

@@ -48,6 +48,7 @@ from acceld.conductor.service import PeriodicTask
 from acceld.db.engine import Database
 from acceld.db.models import agents, attributes, deployables, devices, placement_sync, utcnow
 from acceld.db.placement_flags import provider_uuid, upsert
+from acceld.metrics import record as metrics
 from acceld.outages import PLACEMENT, process_log
 
 LOG = logging.getLogger(__name__)
@@ -228,6 +229,7 @@ class PlacementSync:
             self._next_full = time.monotonic() + self.conf.placement.full_sync_interval
         return result
 
+    @metrics.placement_pass
     def sync_once(self, full: bool = True) -> PassResult:
         """Write every host that needs it (all when ``full``); raises PlacementUnavailable."""
         result = PassResult()
@@ -265,6 +267,7 @@ class PlacementSync:
             audit_host(self, hostname, result)
         return result
 
+    @metrics.placement_audit
     def _audit_step(self) -> AuditResult | None:
         """This pass's chunk of the audit walk (None when no walk is due).
 

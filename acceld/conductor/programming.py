@@ -51,6 +51,7 @@ from acceld.db import leases
 from acceld.db.clock import db_now
 from acceld.db.engine import Database
 from acceld.internal.server import json_body, respond
+from acceld.metrics import record as metrics
 
 LOG = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class Programmer:
         self.db = db
         self.agents = AgentCaller(conf, db, secret)
 
+    @metrics.program
     def program(self, deployable_uuid: str, kind: str, *, image_id: str | None = None,
                 function_id: str | None = None,
                 precheck: Callable[[Connection, int], bool] | None = None) -> str:

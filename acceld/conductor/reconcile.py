@@ -18,6 +18,7 @@ from typing import Any
 from acceld.db import agents as agents_db
 from acceld.db import inventory
 from acceld.db.engine import Database
+from acceld.metrics import record as metrics
 from acceld.drivers.record_schema import Problem, check_node
 
 LOG = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class Outcome:
                          + f" {p.message}" for p in self.problems)
 
 
+@metrics.reconcile
 def apply_report(db: Database, hostname: str, report: Any) -> Outcome:
     """Check and apply one report of ``hostname``; returns what changed and what was refused."""
     hardware = report.get("hardware") if isinstance(report, dict) else None

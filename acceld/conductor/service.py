@@ -29,6 +29,7 @@ from acceld.db.nonces import DatabaseReplay
 from acceld.internal.auth import CONDUCTOR
 from acceld.db.engine import Database
 from acceld.internal.server import Handler, InternalServer, serve
+from acceld.metrics.serve import serve as serve_metrics
 from acceld.services.lifecycle import run_until_signalled
 from acceld.services.secrets import cloud_keyring
 
@@ -200,5 +201,6 @@ def run(conf: cfg.ConfigOpts) -> None:
     if migrate.current_revision(db) != migrate.head_revision():
         raise SystemExit("The database schema is not current: run `acceld db upgrade`.")
     conductor = build(conf, db)
+    serve_metrics(conf, "conductor")
     conductor.start()
     conductor.wait()

@@ -22,8 +22,9 @@ def deployables_wait(conf: cfg.ConfigOpts) -> int:
 
 
 class _Gunicorn(BaseApplication):
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
+    def __init__(self, conf: cfg.ConfigOpts, hooks: dict | None = None) -> None:
         self.conf = conf
+        self.hooks = hooks or {}  # gunicorn server hooks (metrics: acceld.metrics.serve)
         super().__init__()
 
     def load_config(self) -> None:
@@ -49,6 +50,7 @@ class _Gunicorn(BaseApplication):
         }
         if api.tls_cert_file:
             settings.update(certfile=api.tls_cert_file, keyfile=api.tls_key_file)
+        settings.update(self.hooks)
         for key, value in settings.items():
             if key in self.cfg.settings:
                 self.cfg.set(key, value)
@@ -78,4 +80,6 @@ def run(conf: cfg.ConfigOpts) -> None:
     from acceld.services.lifecycle import catch_hup_early
 
     catch_hup_early()  # until gunicorn's master installs its own SIGHUP handler
-    _Gunicorn(conf).run()
+    from acceld.metrics.serve import api_master_hooks
+
+    _Gunicorn(conf, api_master_hooks(conf)).run()

@@ -1,0 +1,13 @@
+"""Prometheus metrics of acceld's services (docs/observability.md).
+
+- :mod:`families`: every metric family, and which service exposes which;
+- :mod:`inventory`: the inventory gauges, read from the database at scrape time;
+- :mod:`record`: the one-line calls the services' code makes to count what they do;
+- :mod:`http`: the listener that serves ``/metrics`` on its own address;
+- :mod:`multiproc`: prometheus-client's multiprocess mode for the API's workers;
+- :mod:`serve`: starting all of it for one service, from ``[metrics]``.
+
+The family definitions import prometheus-client; :mod:`record` keeps its cost off
+processes where metrics are off only in that nothing is served, since counting is a
+few nanoseconds of lock and add.
+"""
