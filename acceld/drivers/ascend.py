@@ -13,6 +13,7 @@ from oslo_config import cfg
 from acceld.drivers import sysfs
 from acceld.drivers.base import (Deployable, Driver, HardwareRecord, hardware_uuid,
                                  pci_controlpath, pci_handle)
+from acceld.drivers.pci_health import PciHealthMonitor
 from acceld.drivers.traits import attributes
 
 VENDOR = "0x19e5"
@@ -40,12 +41,20 @@ class AscendDriver(Driver):
         super().__init__(conf, hostname)
         self.opts = conf.ascend
         self.root = self.opts.sysfs_root
+        self.pci_health = PciHealthMonitor()
+
+    @classmethod
+    def claims_pci(cls, conf: cfg.ConfigOpts, function: sysfs.PciFunction) -> bool:
+        """Huawei processing accelerators (see acceld.drivers.claims)."""
+        return function.vendor == VENDOR and function.class_prefix == 0x1200
 
     def discover(self) -> list[HardwareRecord]:
         version = read_driver_version(self.opts.version_info_path)
-        return [self._record(f, version)
-                for f in sysfs.list_pci_functions(self.root, vendors=[VENDOR])
-                if f.class_prefix == 0x1200 and not f.is_vf]
+        chips = [f for f in sysfs.list_pci_functions(self.root, vendors=[VENDOR])
+                 if f.class_prefix == 0x1200 and not f.is_vf]
+        records = [self._record(f, version) for f in chips]
+        self.pci_health.forget({f.address for f in chips})
+        return records
 
     def _record(self, function: sysfs.PciFunction, version: str | None) -> HardwareRecord:
         chip = CHIPS.get(function.device, function.device[2:].upper())
@@ -56,6 +65,7 @@ class AscendDriver(Driver):
             controlpath_id=pci_controlpath(function.address),
             acc_specs={"device_type": "AICHIP", "remote": False, "num": 1},
             std_board_info=function.std_board_info(),
+            health=self.pci_health.check(function.address, function.path).to_dict(),
             vendor_board_info={k: v for k, v in info.items() if v is not None},
             deployables=[Deployable(
                 name=function.address, num_accelerators=1,

@@ -24,8 +24,9 @@ from oslo_config import cfg
 from acceld.drivers import sysfs
 from acceld.drivers.base import (Deployable, Driver, DriverError, HardwareRecord, NotSupported,
                                  hardware_uuid, pci_controlpath, pci_handle)
+from acceld.drivers.pci_health import PciHealthMonitor
 from acceld.drivers.tools import resolve_tool, run_tool
-from acceld.drivers.traits import attributes
+from acceld.drivers.traits import attributes, product_id_part
 
 VENDOR = "0x10ee"
 # Management function id -> card (XRT devices.h); the user function is id + 1.
@@ -48,6 +49,12 @@ class XilinxFpgaDriver(Driver):
         super().__init__(conf, hostname)
         self.opts = conf.xilinx_fpga
         self.root = self.opts.sysfs_root
+        self.pci_health = PciHealthMonitor()
+
+    @classmethod
+    def claims_pci(cls, conf: cfg.ConfigOpts, function: sysfs.PciFunction) -> bool:
+        """Every Xilinx processing-accelerator function: both halves of a card."""
+        return function.vendor == VENDOR and function.class_prefix == 0x1200
 
     def _is_mgmt(self, function: sysfs.PciFunction) -> bool:
         if function.vendor != VENDOR or function.class_prefix != 0x1200 or function.is_vf:
@@ -72,7 +79,10 @@ class XilinxFpgaDriver(Driver):
         return cards
 
     def discover(self) -> list[HardwareRecord]:
-        return [self._record(mgmt, user) for mgmt, user in self._cards()]
+        cards = self._cards()
+        records = [self._record(mgmt, user) for mgmt, user in cards]
+        self.pci_health.forget({f.address for card in cards for f in card if f is not None})
+        return records
 
     def _record(self, mgmt: sysfs.PciFunction, user: sysfs.PciFunction | None) -> HardwareRecord:
         card = CARDS.get(mgmt.device, mgmt.device[2:].upper())
@@ -80,8 +90,12 @@ class XilinxFpgaDriver(Driver):
         if user is not None:
             deployables.append(Deployable(
                 name=user.address, num_accelerators=1,
-                attributes=attributes("FPGA", ["CUSTOM_FPGA_XILINX", f"CUSTOM_FPGA_XILINX_{card}"],
-                                      mgmt_address=mgmt.address),
+                # Upstream's CUSTOM_FPGA_XILINX and CUSTOM_FPGA_PRODUCT_ID_<pid> (upstream takes
+                # the pid of whichever function lspci lists first: both are reported).
+                attributes=attributes("FPGA", [
+                    "CUSTOM_FPGA_XILINX", f"CUSTOM_FPGA_PRODUCT_ID_{product_id_part(mgmt.device)}",
+                    f"CUSTOM_FPGA_PRODUCT_ID_{product_id_part(user.device)}",
+                    f"CUSTOM_FPGA_XILINX_{card}"], mgmt_address=mgmt.address),
                 attach_handles=[pci_handle(user.address)]))
         vendor_info = {"card": card, "mgmt_address": mgmt.address, "mgmt_driver": mgmt.driver,
                        "user_address": user.address if user else None,
@@ -96,7 +110,9 @@ class XilinxFpgaDriver(Driver):
                 f"user function of {mgmt.address} not found: load the xocl driver"),
             std_board_info=mgmt.std_board_info(),
             vendor_board_info={k: v for k, v in vendor_info.items() if v is not None},
-            deployables=deployables)
+            deployables=deployables,
+            health=self.pci_health.check_many([(f.address, f.path) for f in (mgmt, user)
+                                               if f is not None]).to_dict())
 
     def program(self, deployable_name: str, image_path: str, kind: str = "bitstream") -> None:
         """Load a shell (bitstream) or flash the base partition (firmware) through xbmgmt."""

@@ -73,3 +73,15 @@ def test_read_driver_version(tmp_path):
 def test_programming_is_not_supported(tmp_path, tree):
     with pytest.raises(NotSupported):
         driver(tmp_path, tree).program(NPU, "/tmp/fw.bin", kind="firmware")
+
+
+def test_health_from_aer_and_link(tmp_path, tree):
+    tree.set_aer(NPU)
+    tree.set_link(NPU)
+    drv = driver(tmp_path, tree)
+    health = {r.deployables[0].name: r.health for r in drv.discover()}
+    assert health[NPU]["state"] == "healthy"
+    assert health["0000:00:0c.0"]["state"] == "unknown"  # no AER, no link figures
+    tree.set_aer(NPU, fatal=3)
+    health = {r.deployables[0].name: r.health for r in drv.discover()}
+    assert health[NPU]["state"] == "unhealthy" and "3 fatal" in health[NPU]["reason"]

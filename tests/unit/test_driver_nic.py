@@ -46,12 +46,38 @@ def test_only_mapped_pfs_are_reported(tmp_path, tree):
         "vf_product_id": "0x154c", "netdevs": ["enp94s0f0"]}
     [dep] = record.deployables
     assert dep.name == PF and dep.num_accelerators == 2
+    # Upstream's traits (CUSTOM_VF, CUSTOM_<PHYSNET>) and acceld's beside them.
     assert dep.attributes == {"rc": "CUSTOM_NIC", "trait0": "CUSTOM_VF",
-                              "trait1": "CUSTOM_PHYSNET_PHYSNET2",
-                              "trait2": "CUSTOM_NIC_INTEL_X710", "physical_network": "physnet2"}
+                              "trait1": "CUSTOM_PHYSNET2", "trait2": "CUSTOM_PHYSNET_PHYSNET2",
+                              "trait3": "CUSTOM_NIC_INTEL_X710", "physical_network": "physnet2"}
+    # Handles carry the physical network, as upstream's NIC handles do.
     assert [h.attach_info for h in dep.attach_handles] == [
-        {"domain": "0000", "bus": "5e", "device": "02", "function": "0"},
-        {"domain": "0000", "bus": "5e", "device": "02", "function": "1"}]
+        {"domain": "0000", "bus": "5e", "device": "02", "function": "0",
+         "physical_network": "physnet2"},
+        {"domain": "0000", "bus": "5e", "device": "02", "function": "1",
+         "physical_network": "physnet2"}]
+
+
+def test_physnet_and_function_per_device_as_upstream_configures_them(tmp_path, tree):
+    tree.add_vfs("0000:5e:00.1", ["0000:5e:0a.0"], "0x154c", driver="vfio-pci", total=64)
+    records = driver(tmp_path, tree, ["physnet1:enp94s0f0|enp94s0f1"],
+                     function_device_mappings=["GTPv1:enp94s0f1"]).discover()
+    by_pf = {r.deployables[0].name: r.deployables[0] for r in records}
+    assert [v for k, v in sorted(by_pf[PF].attributes.items()) if k.startswith("trait")] == [
+        "CUSTOM_VF", "CUSTOM_PHYSNET1", "CUSTOM_PHYSNET_PHYSNET1", "CUSTOM_NIC_INTEL_X710"]
+    second = by_pf["0000:5e:00.1"]
+    assert second.attributes["trait1"] == "CUSTOM_GTPV1"
+    assert second.attach_handles[0].attach_info["physical_network"] == "physnet1"
+    # Different physical networks per PF.
+    records = driver(tmp_path, tree, ["physnet1:enp94s0f0", "physnet9:enp94s0f1"]).discover()
+    assert {r.deployables[0].name: r.deployables[0].attach_handles[0].attach_info[
+        "physical_network"] for r in records} == {PF: "physnet1", "0000:5e:00.1": "physnet9"}
+
+
+def test_health_from_the_pf_link_and_vf_aer(tmp_path, tree):
+    tree.set_link(PF, speed="8.0 GT/s PCIe", max_speed="8.0 GT/s PCIe", width=4, max_width=8)
+    [record] = driver(tmp_path, tree, ["physnet2:enp94s0f0"]).discover()
+    assert record.health["state"] == "degraded" and "x4" in record.health["reason"]
 
 
 def test_pf_by_address_without_vfs_needs_setup(tmp_path, tree):
@@ -80,7 +106,8 @@ def test_custom_physnet_trait_is_normalised_and_rc_configurable(tmp_path, tree):
     [record] = driver(tmp_path, tree, ["data-net.1:enp94s0f0"],
                       resource_class="CUSTOM_VF_NIC").discover()
     attrs = record.deployables[0].attributes
-    assert attrs["trait1"] == "CUSTOM_PHYSNET_DATA_NET_1" and attrs["rc"] == "CUSTOM_VF_NIC"
+    assert attrs["trait2"] == "CUSTOM_PHYSNET_DATA_NET_1" and attrs["rc"] == "CUSTOM_VF_NIC"
+    assert attrs["trait1"] == "CUSTOM_DATA_NET_1"
 
 
 def test_unreadable_vf_is_skipped(tmp_path, tree):
@@ -94,10 +121,10 @@ def test_no_mappings_report_nothing(tmp_path, tree):
 
 
 def test_parse_mappings():
-    assert parse_mappings(["physnet2:enp94s0f0", " p:0000:5e:00.1 "]) == [
-        ("physnet2", "enp94s0f0"), ("p", "0000:5e:00.1")]
-    for bad in ("enp94s0f0", ":eth0", "physnet:"):
-        with pytest.raises(ValueError, match="physnet:interface"):
+    assert parse_mappings(["physnet2:enp94s0f0", " p:0000:5e:00.1 ", "q:eth2|eth3"]) == [
+        ("physnet2", "enp94s0f0"), ("p", "0000:5e:00.1"), ("q", "eth2"), ("q", "eth3")]
+    for bad in ("enp94s0f0", ":eth0", "physnet:", "physnet:eth0|"):
+        with pytest.raises(ValueError, match="physnet:interface|empty interface"):
             parse_mappings([bad])
 
 

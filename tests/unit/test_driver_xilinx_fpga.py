@@ -40,8 +40,12 @@ def test_card_is_reported_with_the_user_function_as_handle(tmp_path, tree):
                                         "user_driver": "xocl"}
     [dep] = record.deployables
     assert dep.name == USER
+    # Upstream's traits (CUSTOM_FPGA_XILINX, CUSTOM_FPGA_PRODUCT_ID_<pid> of either function
+    # of the card, as upstream names it after whichever lspci lists first), then acceld's.
     assert dep.attributes == {"rc": "FPGA", "trait0": "CUSTOM_FPGA_XILINX",
-                              "trait1": "CUSTOM_FPGA_XILINX_U200", "mgmt_address": MGMT}
+                              "trait1": "CUSTOM_FPGA_PRODUCT_ID_5000",
+                              "trait2": "CUSTOM_FPGA_PRODUCT_ID_5001",
+                              "trait3": "CUSTOM_FPGA_XILINX_U200", "mgmt_address": MGMT}
     assert [h.attach_info["function"] for h in dep.attach_handles] == ["1"]
 
 
@@ -112,3 +116,14 @@ def test_program_refusals(tmp_path, tree, image):
     with pytest.raises(DriverError, match="does not exist"):
         drv.program(USER, str(tmp_path / "absent.xsabin"))
     assert calls(tool) == []
+
+
+def test_health_of_both_functions(tmp_path, tree):
+    tree.set_aer(MGMT)
+    tree.set_aer(USER)
+    drv = driver(tmp_path, tree)
+    [record] = [r for r in drv.discover() if r.deployables]
+    assert record.health["state"] == "healthy"
+    tree.set_aer(USER, nonfatal=1)
+    [record] = [r for r in drv.discover() if r.deployables]
+    assert record.health["state"] == "degraded" and USER in record.health["reason"]
