@@ -6,9 +6,16 @@ cloud-wide. A nonce is kept until its credential has expired for every conductor
 (its stamp plus ``credential_ttl``, plus one more ttl for skewed clocks, judged by
 the database's clock) and then pruned: one indexed DELETE per ttl per conductor.
 
-The cost is one INSERT (a write transaction) per authenticated call to a
-conductor, chiefly every agent's heartbeat; a nonce already seen by this process
-is refused from memory without a round trip.
+A nonce already seen by this process is refused from memory without a round
+trip. The others are written by group commit: a call whose nonce is new waits
+until a transaction holding it has committed (so the guarantee is unchanged: no
+call is accepted before its nonce is durably taken, and a nonce another
+conductor took first is refused), but the calls that arrive while one such
+transaction runs share the next one: under load, one transaction carries many
+nonces instead of one each (the single biggest cost of an agent's heartbeat on
+PostgreSQL, ~0.6 ms of conductor CPU per call, when it was one each). A batch
+whose INSERT meets a nonce taken elsewhere (a replay, or a race between
+conductors) falls back to one transaction per nonce, which sorts it out.
 """
 
 from __future__ import annotations
@@ -24,9 +31,28 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from acceld.db.clock import db_now
 from acceld.db.engine import Database
 from acceld.db.models import internal_nonces
+from acceld.db.prepared import PreparedInsert
 from acceld.internal.auth import MemoryReplay, ReplayUnavailable
 
 LOG = logging.getLogger(__name__)
+
+_INSERT = PreparedInsert(internal_nonces, ("nonce", "expires_at"))
+
+
+class _Claim:
+    """One call's nonce in a group commit, and what became of it."""
+
+    __slots__ = ("nonce", "expires", "accepted", "error")
+
+    def __init__(self, nonce: str, expires: dt.datetime) -> None:
+        self.nonce = nonce
+        self.expires = expires
+        self.accepted: bool | None = None
+        self.error: SQLAlchemyError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.accepted is not None or self.error is not None
 
 
 class DatabaseReplay:
@@ -38,23 +64,68 @@ class DatabaseReplay:
         self._local = MemoryReplay(ttl)
         self._next_prune = 0.0
         self._pruning = threading.Lock()
+        self._batch: list[_Claim] = []
+        self._committing = False  # a thread is writing a batch; others queue for the next
+        self._cond = threading.Condition()
+        self.transactions = 0  # batches written (for the bench and tests)
 
     def first_use(self, nonce: str, issued: int, now: float) -> bool:
         if not self._local.first_use(nonce, issued, now):
             return False
-        expires = dt.datetime.fromtimestamp(issued + self.ttl, dt.timezone.utc).replace(
-            tzinfo=None)
+        claim = _Claim(nonce, dt.datetime.fromtimestamp(issued + self.ttl, dt.timezone.utc)
+                       .replace(tzinfo=None))
+        with self._cond:
+            self._batch.append(claim)
+            while not claim.done:
+                if self._committing:  # ours goes in the next batch, or is in this one
+                    self._cond.wait()
+                    continue
+                batch, self._batch = self._batch, []
+                self._committing = True
+                self._cond.release()
+                try:
+                    self._commit(batch)
+                finally:
+                    self._cond.acquire()
+                    self._committing = False
+                    self._cond.notify_all()
+        if claim.error is not None:
+            # The cause tells the server whether it is an outage (logged once, 503).
+            raise ReplayUnavailable(
+                f"the database is unavailable: {claim.error.__class__.__name__}") \
+                from claim.error
+        self._prune()
+        return bool(claim.accepted)
+
+    def _commit(self, batch: list[_Claim]) -> None:
+        """Write ``batch`` in one transaction; on a conflict, one transaction per nonce.
+        Every claim ends accepted, refused or with the database's error."""
+        self.transactions += 1
         try:
             with self.db.write() as conn:
-                conn.execute(insert(internal_nonces).values(nonce=nonce, expires_at=expires))
+                if len(batch) == 1:
+                    _INSERT.execute(conn, {"nonce": batch[0].nonce,
+                                           "expires_at": batch[0].expires})
+                else:
+                    conn.execute(insert(internal_nonces), [
+                        {"nonce": c.nonce, "expires_at": c.expires} for c in batch])
+            for claim in batch:
+                claim.accepted = True
+            return
         except IntegrityError:
-            return False  # another conductor (or this one before a restart) accepted it
+            if len(batch) == 1:
+                batch[0].accepted = False  # another conductor (or this one before a restart)
+                return
         except SQLAlchemyError as exc:
-            # The cause tells the server whether it is an outage (logged once, 503).
-            raise ReplayUnavailable(f"the database is unavailable: {exc.__class__.__name__}") \
-                from exc
-        self._prune()
-        return True
+            for claim in batch:
+                claim.error = exc
+            return
+        except BaseException as exc:  # noqa: BLE001 - never leave a waiting call hanging
+            for claim in batch:
+                claim.error = SQLAlchemyError(f"nonce batch failed: {exc!r}")
+            raise
+        for claim in batch:  # some nonce was taken elsewhere: sort them one by one
+            self._commit([claim])
 
     def _prune(self) -> None:
         """Delete nonces no conductor can accept any more; at most once per ttl here."""

@@ -58,3 +58,82 @@ def test_an_unreachable_database_is_503_with_retry_after(tmp_path):
     finally:
         server.stop()
         gone.dispose()
+
+
+def test_calls_arriving_during_a_commit_share_the_next_one_and_keep_the_guarantee(db):
+    """Group commit: while one transaction writes a nonce, the calls that arrive queue and
+    go in one transaction together; none is answered before its nonce is committed; a
+    nonce another conductor took is still refused in a batch."""
+    import threading
+
+    guard, other = nonces.DatabaseReplay(db, 60), nonces.DatabaseReplay(db, 60)
+    now = time.time()
+    assert other.first_use("f" * 24, int(now), now)  # taken by another conductor
+    inside, release = threading.Event(), threading.Event()
+    real_commit = guard._commit
+
+    def held_commit(batch):  # type: ignore[no-untyped-def]
+        if not inside.is_set():
+            inside.set()
+            assert release.wait(10)
+        real_commit(batch)
+
+    guard._commit = held_commit  # type: ignore[method-assign]
+    results: dict[str, bool] = {}
+
+    def call(nonce: str) -> None:
+        results[nonce] = guard.first_use(nonce, int(now), now)
+
+    first = threading.Thread(target=call, args=("1" * 24,))
+    first.start()
+    assert inside.wait(10)
+    queued = [threading.Thread(target=call, args=(n * 24,)) for n in "2345f"]
+    for thread in queued:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(guard._batch) < 5 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert len(guard._batch) == 5 and results == {}  # all wait for the commit in flight
+    release.set()
+    for thread in [first, *queued]:
+        thread.join(10)
+    assert results == {"1" * 24: True, "2" * 24: True, "3" * 24: True, "4" * 24: True,
+                       "5" * 24: True, "f" * 24: False}
+    # One transaction for the first, one for the five (which met the taken nonce and was
+    # sorted one by one: five more).
+    assert guard.transactions == 7
+    with db.read() as conn:
+        stored = set(conn.execute(select(internal_nonces.c.nonce)).scalars())
+    assert {n * 24 for n in "12345f"} <= stored
+    assert not other.first_use("3" * 24, int(now), now)  # committed for every conductor
+
+
+def test_a_batch_without_conflicts_is_one_transaction(db):
+    import threading
+
+    guard = nonces.DatabaseReplay(db, 60)
+    now = time.time()
+    inside, release = threading.Event(), threading.Event()
+    real_commit = guard._commit
+
+    def held_commit(batch):  # type: ignore[no-untyped-def]
+        if not inside.is_set():
+            inside.set()
+            assert release.wait(10)
+        real_commit(batch)
+
+    guard._commit = held_commit  # type: ignore[method-assign]
+    threads = [threading.Thread(target=guard.first_use, args=(n * 24, int(now), now))
+               for n in "6789a"]
+    threads[0].start()
+    assert inside.wait(10)
+    for thread in threads[1:]:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(guard._batch) < 4 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert guard.transactions == 2
+    assert not guard.first_use("8" * 24, int(now), now)
