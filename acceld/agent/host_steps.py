@@ -28,10 +28,9 @@ import orjson
 import requests
 from oslo_config import cfg
 
-from acceld.clients.conductor import conductor_url
-from acceld.clients.internal import InternalClient, InternalError, tls_verify
+from acceld.clients.conductor import failover_client
+from acceld.clients.internal import InternalError
 from acceld.drivers.base import AttachHandle, Driver
-from acceld.internal.auth import CONDUCTOR
 
 LOG = logging.getLogger(__name__)
 
@@ -178,8 +177,7 @@ class HostStepAudit:
 
 def start_host_step_audit(agent: Any) -> threading.Thread:
     """The agent's audit loop (called from :meth:`acceld.agent.service.Agent.start`)."""
-    client = InternalClient(conductor_url(agent.conf), agent.signer, timeout=60,
-                            verify=tls_verify(agent.conf), destination=CONDUCTOR)
+    client = failover_client(agent.conf, agent.signer, prefer=agent.hostname, timeout=60)
     audit = HostStepAudit(agent, client, HostStepJournal.for_agent(agent.conf, agent.hostname))
     agent.host_step_audit = audit
     return audit.start(agent._stop, lambda: agent.conf.agent.discovery_interval)

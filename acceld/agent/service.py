@@ -28,7 +28,7 @@ import requests
 from oslo_config import cfg
 
 from acceld.agent.hardware import HelloLoop, digest
-from acceld.clients.conductor import conductor_url
+from acceld.clients.conductor import failover_client
 from acceld.clients.internal import InternalClient, InternalError, internal_url, tls_verify
 from acceld.drivers import loader
 from acceld.drivers.base import Driver
@@ -36,8 +36,7 @@ from acceld.internal.server import (Handler, InternalServer, advertised_endpoint
                                     respond, serve)
 from acceld.services.lifecycle import (catch_hup_early, repeat_until_stopped,
                                       run_until_signalled, start_stamp)
-from acceld.internal.auth import (CONDUCTOR, NodeKeys, Signer, agent_destination,
-                                  driver_destination)
+from acceld.internal.auth import NodeKeys, Signer, agent_destination, driver_destination
 from acceld.jsonschemas import strict_validator
 from acceld.metrics import record as metrics
 from acceld.metrics.serve import serve as serve_metrics
@@ -234,9 +233,11 @@ class Agent:
                             self.conf.agent.port, destination=agent_destination(self.hostname),
                             not_before=start_stamp())
         self.discover()
-        url = conductor_url(self.conf)
-        self.hello = HelloLoop.to_peer(self.conf, self.signer, url, self.hello_body,
-                                       f"conductor {url}", CONDUCTOR)
+        # Any conductor serves the hello; the client spreads agents over [conductor] url
+        # and fails over when its conductor stops answering (acceld.clients.conductor).
+        client = failover_client(self.conf, self.signer, prefer=self.hostname, timeout=60)
+        self.hello = HelloLoop(client, self.conf.agent.heartbeat_interval,  # type: ignore[arg-type]
+                               self.hello_body, f"conductor {','.join(client.urls)}")
         self.hello.start()
         self._threads.append(repeat_until_stopped(
             self._stop, lambda: self.conf.agent.discovery_interval, self.discover,

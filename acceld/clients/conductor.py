@@ -1,41 +1,202 @@
-"""What API workers ask of the conductor over the internal API."""
+"""Calls to the conductors: the agents' hellos and reports, the API workers' wakes and
+synchronous calls, over ``[conductor] url`` (one URL, a load balancer's, or a list).
+
+Every conductor serves any agent and any call (they share the database), so a
+client may use any of them. :class:`FailoverClient` keeps one signed, keep-alive
+client per URL and:
+
+- spreads clients over the list: each starts at a position picked by a stable hash
+  of its key (an agent's hostname, an API worker's pid), so agents configured with
+  the same list do not all land on the first conductor;
+- fails over to the next URL when one does not answer (no connection within
+  ``[conductor] connect_timeout``; for calls that may be repeated, also a connection
+  lost or an answer not given within the call's timeout), and sticks with the one
+  that answered;
+- tries its preferred URL again ``[conductor] failback_interval`` after failing over,
+  so load spreads back once a conductor returns;
+- logs each conductor's outage once when it starts and once when it ends
+  (acceld.outages), not per call.
+
+A call that must not run twice (a synchronous program) is only retried elsewhere
+when it surely never reached the first conductor (no connection was made).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
-from typing import Any
+import threading
+import time
+from typing import Any, Callable, Sequence
 
 import requests
 from oslo_config import cfg
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
+from acceld.internal import auth
 from acceld.internal.auth import CONDUCTOR
+from acceld.outages import OutageLog
 from acceld.services.secrets import SECRET_FILE, internal_secret
 
 LOG = logging.getLogger(__name__)
 
 
+def conductor_urls(conf: cfg.ConfigOpts) -> list[str]:
+    """``[conductor] url`` as a list, else the local conductor's own address."""
+    urls = [u.strip() for u in (conf.conductor.url or []) if u and u.strip()]
+    return urls or [f"{scheme(conf)}://{conf.conductor.host_ip}:{conf.conductor.port}"]
+
+
 def conductor_url(conf: cfg.ConfigOpts) -> str:
-    return conf.conductor.url or (
-        f"{scheme(conf)}://{conf.conductor.host_ip}:{conf.conductor.port}")
+    """The first of :func:`conductor_urls`, for a caller that talks to one conductor."""
+    return conductor_urls(conf)[0]
+
+
+def never_sent(exc: requests.RequestException) -> bool:
+    """True when the call surely did not reach the server: no connection was made."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    if isinstance(exc, requests.ConnectionError):
+        reason = getattr(exc.args[0], "reason", None) if exc.args else None
+        return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
+    return False
+
+
+def _start_index(key: str, count: int) -> int:
+    if count <= 1 or not key:
+        return 0
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") % count
+
+
+class FailoverClient:
+    """Signed calls to the first answering conductor of a list (see the module's doc)."""
+
+    def __init__(self, urls: Sequence[str], secret: bytes | auth.Signer, *,
+                 timeout: float = 30.0, verify: str | bool = True,
+                 connect_timeout: float = 3.0, failback_interval: float = 60.0,
+                 prefer: str = "", destination: str = CONDUCTOR,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not urls:
+            raise ValueError("no conductor URL")
+        start = _start_index(prefer, len(urls))
+        ordered = list(urls[start:]) + list(urls[:start])
+        self._clients = [InternalClient(url, secret, timeout=timeout, verify=verify,
+                                        destination=destination) for url in ordered]
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._failback_interval = failback_interval
+        self._clock = clock
+        self._current = 0  # index in self._clients of the one that answered last
+        self._failed_over_at: float | None = None
+        self._guard = threading.Lock()
+        self.outages = OutageLog(LOG, clock)
+
+    @property
+    def urls(self) -> list[str]:
+        """The URLs in the order this client prefers them."""
+        return [c.base_url for c in self._clients]
+
+    @property
+    def base_url(self) -> str:
+        """The URL calls go to now."""
+        return self._clients[self._current].base_url
+
+    @base_url.setter
+    def base_url(self, url: str) -> None:  # tests point a client elsewhere
+        self._clients[self._current].base_url = url.rstrip("/")
+
+    def _order(self) -> list[int]:
+        """The current URL first, the preferred one before it when failback is due."""
+        with self._guard:
+            current = self._current
+            due = (self._failed_over_at is not None and
+                   self._clock() - self._failed_over_at >= self._failback_interval)
+            if due:
+                self._failed_over_at = self._clock()  # one probe per interval
+        rest = [(current + i) % len(self._clients) for i in range(len(self._clients))]
+        return [0] + [i for i in rest if i != 0] if due else rest
+
+    def call(self, method: str, path: str, body: Any = None, *, timeout: float | None = None,
+             signer: auth.Signer | None = None, repeatable: bool = True) -> Any:
+        """Like :meth:`InternalClient.call`, on the first conductor that answers.
+
+        ``repeatable``: the call may run twice harmlessly (hello, wake, reports), so it
+        moves on after any failure to get an answer; else only after no connection.
+        Raises the last error when no conductor answered.
+        """
+        last: requests.RequestException | None = None
+        for index in self._order():
+            client = self._clients[index]
+            what = f"Conductor {client.base_url}"
+            try:
+                answer = client.call(method, path, body, signer=signer,
+                                     timeout=(self._connect_timeout,  # type: ignore[arg-type]
+                                              timeout or self._timeout))
+            except requests.RequestException as exc:
+                self.outages.down(what, f"{exc.__class__.__name__}: {exc}",
+                                  "calls go to the next conductor" if len(self._clients) > 1
+                                  else "calls are retried")
+                if not (repeatable or never_sent(exc)):
+                    raise
+                last = exc
+                continue
+            except InternalError:
+                self._answered(index, what)  # it answered (with an error): it is up
+                raise
+            self._answered(index, what)
+            return answer
+        assert last is not None
+        raise last
+
+    def _answered(self, index: int, what: str) -> None:
+        self.outages.up(what)
+        with self._guard:
+            if index != self._current:
+                LOG.info("Calls to the conductors now go to %s", self._clients[index].base_url)
+                self._current = index
+            if index == 0:
+                self._failed_over_at = None
+            elif self._failed_over_at is None:
+                self._failed_over_at = self._clock()
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+
+
+def failover_client(conf: cfg.ConfigOpts, secret: bytes | auth.Signer, *, prefer: str,
+                    timeout: float) -> FailoverClient:
+    """A client of the configured conductors (agents: ``prefer`` = their hostname)."""
+    return FailoverClient(conductor_urls(conf), secret, timeout=timeout,
+                          verify=tls_verify(conf),
+                          connect_timeout=conf.conductor.connect_timeout,
+                          failback_interval=conf.conductor.failback_interval, prefer=prefer)
 
 
 class ConductorClient:
-    def __init__(self, url: str, secret: bytes, verify: str | bool = True) -> None:
-        self._client = InternalClient(url, secret, timeout=30.0, verify=verify,
-                                      destination=CONDUCTOR)
+    """What API workers ask of the conductors."""
+
+    def __init__(self, urls: str | Sequence[str], secret: bytes, verify: str | bool = True,
+                 connect_timeout: float = 3.0, failback_interval: float = 60.0) -> None:
+        self._client = FailoverClient([urls] if isinstance(urls, str) else urls, secret,
+                                      timeout=30.0, verify=verify,
+                                      connect_timeout=connect_timeout,
+                                      failback_interval=failback_interval,
+                                      prefer=str(os.getpid()))
 
     def wake_binds(self) -> None:
-        """Ask the conductor to look for bind jobs now. Best effort: it also polls."""
+        """Ask a conductor to look for bind jobs now. Best effort: they also poll."""
         try:
             self._client.call("POST", "/binds/wake", {}, timeout=2.0)
         except (requests.RequestException, InternalError) as exc:
-            LOG.debug("Could not wake the conductor (it will poll): %s", exc)
+            LOG.debug("Could not wake a conductor (they poll): %s", exc)
 
     def call(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
-        """A synchronous call (programming, ...); errors propagate to the caller."""
-        return self._client.call(method, path, body, timeout=timeout)
+        """A synchronous call (programming, ...); errors propagate to the caller. Moved to
+        another conductor only when it surely never reached the first."""
+        return self._client.call(method, path, body, timeout=timeout, repeatable=False)
 
 
 def client_from_config(conf: cfg.ConfigOpts) -> ConductorClient | None:
@@ -44,5 +205,7 @@ def client_from_config(conf: cfg.ConfigOpts) -> ConductorClient | None:
             os.path.join(conf.state_path, SECRET_FILE)):
         LOG.warning("No internal secret: the API will not call the conductor directly.")
         return None
-    return ConductorClient(conductor_url(conf), internal_secret(conf),
-                           verify=tls_verify(conf))
+    return ConductorClient(conductor_urls(conf), internal_secret(conf),
+                           verify=tls_verify(conf),
+                           connect_timeout=conf.conductor.connect_timeout,
+                           failback_interval=conf.conductor.failback_interval)

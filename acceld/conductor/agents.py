@@ -12,9 +12,12 @@ The answer tells the agent how its report went: 200, or 400 naming the
 records refused (the rest of the report was applied), or 502 when the
 conductor could not reach the agent's endpoint to pull.
 
-Liveness: an exclusive periodic sweep marks ``down``, with a WARNING naming
-the host and its last contact, every agent silent for
-``[conductor] agent_down_intervals`` of its heartbeat interval. Its next
+Liveness: a periodic sweep marks ``down``, with a WARNING naming the host and
+its last contact, every agent silent for
+``[conductor] agent_down_intervals`` of its heartbeat interval. Each conductor
+sweeps the hosts the ring gives it (acceld.conductor.membership); the mark is a
+compare-and-set, so a host two conductors sweep during a rebalance is marked
+once. Its next
 hello brings it back ``up``. Binds on a down host are refused
 (:func:`host_is_up`, called by acceld.conductor.bind_target).
 """
@@ -33,6 +36,7 @@ from sqlalchemy.exc import IntegrityError
 
 from acceld.clients.agent import agent_client
 from acceld.clients.internal import InternalClient, InternalError, internal_url
+from acceld.conductor.membership import EVERYTHING, Ownership
 from acceld.conductor.reconcile import apply_report
 from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
@@ -79,8 +83,13 @@ class AgentsComponent:
         self._secret: bytes | None = None
         self._guard = threading.Lock()
         self._node_locks: dict[str, threading.Lock] = {}
+        self.ownership: Ownership = EVERYTHING
 
     # Component protocol
+
+    def use_ownership(self, ownership: Ownership) -> None:
+        """Sweep only the hosts the ring gives this conductor."""
+        self.ownership = ownership
 
     def routes(self) -> dict[str, dict[str, Any]]:
         return {"/hello": {"POST": self.on_hello}}
@@ -91,7 +100,7 @@ class AgentsComponent:
 
     def periodic_tasks(self) -> list[PeriodicTask]:
         return [PeriodicTask("agent-liveness", self.conf.conductor.agent_check_interval,
-                             self.sweep, exclusive=True)]
+                             self.sweep)]
 
     def start(self) -> None:
         self._secret = internal_secret(self.conf)
@@ -182,10 +191,11 @@ class AgentsComponent:
     # Liveness
 
     def sweep(self) -> None:
-        """Mark down every agent silent for too long (one conductor runs this at a time)."""
+        """Mark down every agent of this conductor's hosts silent for too long."""
         intervals = self.conf.conductor.agent_down_intervals
         with self.db.read() as conn:  # judged by the database's clock, not this host's
-            late = agents_db.overdue(conn, intervals)
+            late = [row for row in agents_db.overdue(conn, intervals)
+                    if self.ownership.owns(row.hostname)]
         if not late:
             return
         with self.db.write() as conn:

@@ -1,8 +1,9 @@
 """The conductor's release component: drains the attach-handle release queue.
 
 Every ``[conductor] bind_poll_interval`` seconds each conductor claims due rows
-of ``handle_releases`` (a lease per claim, so several conductors share the
-queue), asks each handle's agent to release it (acceld.agent.attach) and, on
+of ``handle_releases`` on the hosts the ring gives it (acceld.conductor.membership;
+a lease per claim, so a release two conductors reach during a rebalance runs
+once), asks each handle's agent to release it (acceld.agent.attach) and, on
 success, frees the handle and deletes the row in one transaction. An agent
 that is down, unreachable or failing leaves the row to be retried with
 exponential backoff (2 s doubling up to 5 minutes); the handle stays
@@ -28,6 +29,7 @@ import falcon
 from oslo_config import cfg
 
 from acceld.conductor.attach import AttachClient, AttachError, request_body
+from acceld.conductor.membership import EVERYTHING, Ownership
 from acceld.conductor.programming import local_name
 from acceld.conductor.service import PeriodicTask
 from acceld.db import handle_releases
@@ -69,13 +71,16 @@ class ReleaseWorker:
         self.client = client if client is not None else AttachClient(conf, db)
         self.batch = batch
         self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}"
+        self.ownership: Ownership = EVERYTHING
 
     def run_once(self) -> int:
         """One claim; returns how many releases it took (done or put back)."""
         token = f"{self.owner}-{uuid.uuid4().hex[:16]}"[:64]
         # A claim outlives every call in it, so that no other conductor retakes a row in use.
         lease = float(self.conf.conductor.attach_timeout) * (self.batch + 1) + 10
-        rows = handle_releases.claim(self.db, token, self.batch, lease)
+        rows = handle_releases.claim(
+            self.db, token, self.batch, lease,
+            None if self.ownership is EVERYTHING else self.ownership.owns)
         for row in rows:
             body = request_body(row.driver_name, local_name(row.deployable_name, row.hostname),
                                 row.attach_type, row.attach_info)
@@ -109,6 +114,10 @@ class HandleReleaseComponent:
 
     def routes(self) -> dict:
         return {HOST_STEPS_PATH: {"POST": self.on_host_steps}}
+
+    def use_ownership(self, ownership: Ownership) -> None:
+        """Drain only the releases of the hosts the ring gives this conductor."""
+        self.worker.ownership = ownership
 
     def node_paths(self) -> list[str]:
         """A node's key may report its own host steps (and no other host's)."""

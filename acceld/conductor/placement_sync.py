@@ -18,7 +18,14 @@ every provider's digest with the database, so a change nobody flagged is still
 caught. Neither pass reads Placement back: the audit
 (:mod:`acceld.conductor.placement_audit`) does, a chunk of hosts per pass, every
 ``[placement] audit_interval`` and once at conductor start, and repairs what was
-changed behind acceld's back. Nothing is lost on failure: a provider whose write did not finish stays
+changed behind acceld's back.
+
+Several conductors share the hosts: each syncs and audits only the hosts the
+ring gives it (acceld.conductor.membership), and writes a host's providers (or
+repairs them) only while it holds the host's lease (``placement:<host>``, a
+row of ``leases``, :data:`HOST_LEASE_SECONDS`), taken after a read showed work
+to do and followed by a fresh read: so while two conductors both think they own
+a host during a rebalance, its writes are still done once. Nothing is lost on failure: a provider whose write did not finish stays
 dirty (or keeps its old digest) and is written again.
 
 Failures stay local. Placement unreachable or failing (5xx): the pass stops and
@@ -35,8 +42,11 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import re
+import socket
 import time
+import uuid
 from typing import Any, Iterable
 
 from oslo_config import cfg
@@ -44,7 +54,9 @@ from sqlalchemy import Connection, or_, select, update
 
 from acceld.clients import placement as pl
 from acceld.conductor.placement_audit import AuditResult, AuditWalk, audit_host
+from acceld.conductor.membership import EVERYTHING, Ownership
 from acceld.conductor.service import PeriodicTask
+from acceld.db import leases
 from acceld.db.engine import Database
 from acceld.db.models import agents, attributes, deployables, devices, placement_sync, utcnow
 from acceld.db.placement_flags import provider_uuid, upsert
@@ -54,6 +66,10 @@ from acceld.outages import PLACEMENT, process_log
 LOG = logging.getLogger(__name__)
 
 TASK_NAME = "placement-sync"
+# How long a host's Placement writes may take before another conductor may write it:
+# far above a host's few calls; also how long a host waits after a conductor died
+# writing it.
+HOST_LEASE_SECONDS = 60.0
 # Digest of a provider whose deployable is gone but which still has allocations.
 HELD = "held"
 _NAME_RE = re.compile(r"^[A-Z0-9_]{1,255}$")
@@ -185,6 +201,19 @@ class PlacementSync:
         self._agent_states: dict[str, str] = {}
         # The process's outage log, shared with binding: one WARNING each way per outage.
         self.outages = process_log()
+        self.ownership: Ownership = EVERYTHING
+        self._lease_owner = f"{socket.gethostname()[:30]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+    def use_ownership(self, ownership: Ownership) -> None:
+        """Sync and audit only the hosts the ring gives this conductor."""
+        self.ownership = ownership
+
+    def host_lease(self, hostname: str) -> Any:
+        """The host's write lease (a context manager yielding whether it is ours)."""
+        name = f"placement:{hostname}"
+        if len(name) > 64:  # the lease name column; hostnames may be 255 long
+            name = "placement:" + hashlib.sha256(hostname.encode()).hexdigest()[:54]
+        return leases.held(self.db, name, self._lease_owner, HOST_LEASE_SECONDS)
 
     # Component protocol
     def routes(self) -> dict[str, dict[str, Any]]:
@@ -193,8 +222,7 @@ class PlacementSync:
     def periodic_tasks(self) -> list[PeriodicTask]:
         if self.client is None:
             return []
-        return [PeriodicTask(TASK_NAME, self.conf.placement.sync_interval, self.run,
-                             exclusive=True)]
+        return [PeriodicTask(TASK_NAME, self.conf.placement.sync_interval, self.run)]
 
     def start(self) -> None:
         if self.client is None:
@@ -255,7 +283,7 @@ class PlacementSync:
                                            deployables.c.device_id == devices.c.id)))
             hosts.update(conn.scalars(select(placement_sync.c.hostname).distinct()))
             hosts.update(conn.scalars(select(agents.c.hostname)))
-        return sorted(hosts)
+        return sorted(h for h in hosts if self.ownership.owns(h))
 
     def audit(self, hostnames: Iterable[str]) -> AuditResult:
         """Read these hosts' providers back from Placement and repair any drift.
@@ -264,8 +292,14 @@ class PlacementSync:
         """
         result = AuditResult()
         for hostname in hostnames:
-            audit_host(self, hostname, result)
+            self._audit_host(hostname, result)
         return result
+
+    def _audit_host(self, hostname: str, result: AuditResult) -> None:
+        """Audit one host under its write lease (skipped while another conductor has it)."""
+        with self.host_lease(hostname) as mine:
+            if mine:
+                audit_host(self, hostname, result)
 
     @metrics.placement_audit
     def _audit_step(self) -> AuditResult | None:
@@ -281,7 +315,7 @@ class PlacementSync:
             return None
         result = AuditResult()
         for hostname in chunk:
-            audit_host(self, hostname, result)
+            self._audit_host(hostname, result)
             self._audit_walk.done(hostname)
             if self._clock() - started >= self.conf.placement.sync_interval:
                 break
@@ -306,19 +340,24 @@ class PlacementSync:
                                           .join(deployables,
                                                 deployables.c.device_id == devices.c.id)))
                 hosts.update(conn.scalars(select(placement_sync.c.hostname).distinct()))
-        return sorted(hosts), dirty, agent_states
+        return sorted(h for h in hosts if self.ownership.owns(h)), dirty, agent_states
 
-    def _sync_host(self, hostname: str, full: bool, flagged: bool, result: PassResult) -> None:
-        # Claim the host's dirty rows before reading, so a change flagged after this
-        # point stays flagged for the next pass instead of being lost. A host with
-        # nothing flagged (full pass) is only read: no write lock for a comparison.
+    def _plan(self, hostname: str, full: bool, flagged: bool, claim: bool
+              ) -> tuple[list[DesiredProvider], list[Any], dict[str, Any]]:
+        """What the host needs written and removed, and its sync rows.
+
+        With ``claim``, the host's dirty rows are cleared in the same transaction, so a
+        change flagged after this point stays flagged for the next pass instead of being
+        lost. Without (or with nothing flagged) it is only a read: no write lock for a
+        comparison.
+        """
         claimed: set[str] = set()
-        with (self.db.write() if flagged else self.db.read()) as conn:
+        with (self.db.write() if flagged and claim else self.db.read()) as conn:
             if flagged:
                 claimed = set(conn.scalars(select(placement_sync.c.rp_uuid).where(
                     placement_sync.c.hostname == hostname,
                     placement_sync.c.dirty.is_(True))))
-            if claimed:
+            if claimed and claim:
                 conn.execute(update(placement_sync).where(
                     placement_sync.c.rp_uuid.in_(claimed)).values(dirty=False))
             desired = desired_providers(conn, [hostname],
@@ -330,6 +369,25 @@ class PlacementSync:
                     or rows[d.rp_uuid].digest != d.digest]
         to_remove = [r for rp, r in rows.items() if rp not in desired
                      and (rp in claimed or full or r.digest != HELD)]
+        return to_write, to_remove, rows
+
+    def _sync_host(self, hostname: str, full: bool, flagged: bool, result: PassResult) -> None:
+        to_write, to_remove, _ = self._plan(hostname, full, flagged, claim=False)
+        if not to_write and not to_remove:
+            self._hosts_waiting.pop(hostname, None)
+            return
+        # Work to do: under the host's lease, planned again (another conductor may have
+        # written it since the look above), so no write is done twice.
+        with self.host_lease(hostname) as mine:
+            if not mine:
+                LOG.debug("Host %s is being written by another conductor; its flags stay "
+                          "for the next pass", hostname)
+                return
+            self._sync_host_leased(hostname, full, flagged, result)
+
+    def _sync_host_leased(self, hostname: str, full: bool, flagged: bool,
+                          result: PassResult) -> None:
+        to_write, to_remove, rows = self._plan(hostname, full, flagged, claim=True)
         if not to_write and not to_remove:
             self._hosts_waiting.pop(hostname, None)
             return

@@ -3,7 +3,10 @@
 The conductor is assembled from components. Each contributes internal routes
 (served on ``[conductor] port``) and periodic tasks; a task marked ``exclusive``
 runs on one conductor at a time when several share a database (a lease row
-decides which). Components:
+decides which): cloud-wide cheap sweeps. Per-host periodic work is divided among
+the live conductors by a hash ring (acceld.conductor.membership): a component
+with ``use_ownership`` is given this conductor's :class:`Membership` and skips
+the hosts other conductors own. Components:
 
 - binding (acceld.conductor.binding): completes bind jobs, notifies Nova;
 - agents and reconciliation (acceld.conductor.agents, .reconcile): hello,
@@ -24,6 +27,7 @@ from typing import Callable, Protocol
 
 from oslo_config import cfg
 
+from acceld.conductor.membership import Membership, member_name
 from acceld.db import leases
 from acceld.db.nonces import DatabaseReplay
 from acceld.internal.auth import CONDUCTOR
@@ -67,6 +71,7 @@ class Conductor:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.server: InternalServer | None = None
+        self.membership = Membership(self.conf, self.db, member_name(self.conf))
 
     def start(self) -> None:
         routes: dict[str, dict[str, Handler]] = {}
@@ -81,15 +86,30 @@ class Conductor:
                             node_paths=node_paths, destination=CONDUCTOR,
                             replay=DatabaseReplay(self.db, self.conf.internal.credential_ttl),
                             outage=self.db.outage)
+        # In the ring before any periodic task runs, so the first passes divide the hosts.
+        self.membership.url = self.server.url
+        try:
+            self.membership.join()
+        except Exception as exc:  # noqa: BLE001 - the heartbeat task joins once it can
+            if not self.db.outage.is_outage(exc):
+                raise
+            self.db.outage.down(exc, "this conductor joins the ring once it is back")
         for component in self.components:
+            if hasattr(component, "use_ownership"):
+                component.use_ownership(self.membership)
             component.start()
+        tasks = [PeriodicTask("conductor-heartbeat",
+                              self.conf.conductor.member_heartbeat_interval,
+                              self.membership.beat)]
         for component in self.components:
-            for task in component.periodic_tasks():
-                thread = threading.Thread(target=self._loop, args=(task,), daemon=True,
-                                          name=f"periodic-{task.name}")
-                thread.start()
-                self._threads.append(thread)
-        LOG.info("Conductor %s listening on %s", self.instance_id, self.server.url)
+            tasks += component.periodic_tasks()
+        for task in tasks:
+            thread = threading.Thread(target=self._loop, args=(task,), daemon=True,
+                                      name=f"periodic-{task.name}")
+            thread.start()
+            self._threads.append(thread)
+        LOG.info("Conductor %s (%s in the ring) listening on %s", self.instance_id,
+                 self.membership.name, self.server.url)
 
     def _loop(self, task: PeriodicTask) -> None:
         while not self._stop.is_set():
@@ -159,6 +179,8 @@ class Conductor:
 
     def stop(self) -> None:
         self._stop.set()
+        # Out of the ring first: peers take this conductor's hosts at their next beat.
+        self.membership.leave()
         for component in reversed(self.components):
             component.stop()
         if self.server:

@@ -13,7 +13,7 @@ that need no step are freed at once.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import orjson
 from sqlalchemy import Connection, Row, delete, insert, or_, select, update
@@ -25,6 +25,9 @@ from acceld.db.models import deployables, devices, handle_releases, utcnow
 from acceld.drivers.base import needs_attach_step
 
 BACKOFF_CAP = 300.0  # seconds between tries of a release whose agent keeps failing
+# Due rows a claim looks through for its conductor's hosts (the queue is short: releases
+# wait only while their agents are away).
+CLAIM_SCAN = 1000
 
 
 def give_back(conn: Connection, handle_ids: Iterable[int | None]) -> tuple[int, int]:
@@ -73,13 +76,23 @@ def _claimable(now):  # type: ignore[no-untyped-def]
                handle_releases.c.lease_expires_at < now)
 
 
-def claim(db: Database, token: str, limit: int, lease_seconds: float) -> list[Row]:
+def claim(db: Database, token: str, limit: int, lease_seconds: float,
+          owns: Callable[[str], bool] | None = None) -> list[Row]:
     """Lease up to ``limit`` due releases to ``token``; each row carries the handle and the
-    deployable's name. Compare-and-set like :func:`acceld.db.bind_jobs.claim`."""
+    deployable's name. Compare-and-set like :func:`acceld.db.bind_jobs.claim`.
+
+    ``owns``: only releases on the hosts it accepts (the conductor's share of the ring).
+    """
     now = sql_now(db.backend)
     with db.write() as conn:
-        candidates = list(conn.execute(select(handle_releases.c.id).where(
-            _claimable(now)).order_by(handle_releases.c.id).limit(limit)).scalars())
+        if owns is None:
+            candidates = list(conn.execute(select(handle_releases.c.id).where(
+                _claimable(now)).order_by(handle_releases.c.id).limit(limit)).scalars())
+        else:
+            candidates = [row.id for row in conn.execute(
+                select(handle_releases.c.id, handle_releases.c.hostname).where(
+                    _claimable(now)).order_by(handle_releases.c.id).limit(CLAIM_SCAN))
+                if owns(row.hostname)][:limit]
         if not candidates:
             return []
         conn.execute(update(handle_releases).where(

@@ -7,12 +7,18 @@ a lease, so a skewed one neither steals a live lease nor holds one past its time
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from typing import Iterator
+
 from sqlalchemy import delete, insert, or_, update
 from sqlalchemy.exc import IntegrityError
 
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
 from acceld.db.models import leases
+
+LOG = logging.getLogger(__name__)
 
 
 def acquire(db: Database, name: str, owner: str, seconds: float) -> bool:
@@ -38,3 +44,19 @@ def release(db: Database, name: str, owner: str) -> bool:
     with db.write() as conn:
         return bool(conn.execute(delete(leases).where(
             leases.c.name == name, leases.c.owner == owner)).rowcount)
+
+
+@contextlib.contextmanager
+def held(db: Database, name: str, owner: str, seconds: float) -> Iterator[bool]:
+    """Hold lease ``name`` around a unit of work: yields False (and holds nothing) when
+    another owner holds it; gives it back afterwards (if that fails it lapses by itself)."""
+    mine = acquire(db, name, owner, seconds)
+    try:
+        yield mine
+    finally:
+        if mine:
+            try:
+                release(db, name, owner)
+            except Exception as exc:  # noqa: BLE001 - it lapses after ``seconds``
+                LOG.warning("Could not give back lease %s (it lapses in %.0f s): %s", name,
+                            seconds, exc)

@@ -101,7 +101,7 @@ def test_first_hello_pulls_and_an_unchanged_one_costs_one_update_and_its_nonce(s
     conf, db, component, agent = setup
     a = agent([FakeDriver(conf, "node1")])
     _wait(lambda: device_count(db) == 1)
-    conductor = as_node(conf, conf.conductor.url)
+    conductor = as_node(conf, conf.conductor.url[0])
     with count_queries(db) as statements:
         answer = conductor.call("POST", "/hello", a.hello_body())
     assert answer["pulled"] is False
@@ -120,7 +120,7 @@ def test_refused_record_gets_400_and_the_rest_is_applied(setup, caplog):
     _wait(lambda: device_count(db) == 1)  # the good FPGA... and the GPU is refused
     with db.read() as conn:
         assert [r.type for r in conn.execute(select(devices.c.type))] == ["GPU"]
-    conductor = as_node(conf, conf.conductor.url)
+    conductor = as_node(conf, conf.conductor.url[0])
     with db.write() as conn:  # forget the digest: the next hello pulls again
         conn.execute(update(agents).values(hardware_digest=None))
     with caplog.at_level(logging.WARNING):
@@ -134,7 +134,7 @@ def test_refused_record_gets_400_and_the_rest_is_applied(setup, caplog):
 
 def test_unreachable_agent_gets_502(setup):
     conf, db, component, agent = setup
-    conductor = as_node(conf, conf.conductor.url, "ghost")
+    conductor = as_node(conf, conf.conductor.url[0], "ghost")
     with pytest.raises(InternalError) as failed:
         conductor.call("POST", "/hello", {"status": "READY", "endpoint": "127.0.0.1:9",
                                           "hostname": "ghost", "hardware_digest": "x"})
@@ -152,7 +152,7 @@ def test_unreachable_agent_gets_502(setup):
 ])
 def test_malformed_hello_is_400_and_records_nothing(setup, body):
     conf, db, component, agent = setup
-    conductor = as_node(conf, conf.conductor.url)
+    conductor = as_node(conf, conf.conductor.url[0])
     with pytest.raises(InternalError) as refused:
         conductor.call("POST", "/hello", body)
     assert refused.value.status == 400

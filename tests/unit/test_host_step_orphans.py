@@ -230,9 +230,9 @@ def test_report_route_takes_only_a_node_key_and_a_well_formed_body(cluster):
     agent()
     _wait(lambda: len(handles_of(db)) == 3)
     secret = internal_secret(conf)
-    as_node = InternalClient(conf.conductor.url, auth.Signer(auth.node_key(secret, "node1"),
+    as_node = InternalClient(conf.conductor.url[0], auth.Signer(auth.node_key(secret, "node1"),
                                                              "node1"), destination=CONDUCTOR)
-    as_cloud = InternalClient(conf.conductor.url, auth.Signer(secret), destination=CONDUCTOR)
+    as_cloud = InternalClient(conf.conductor.url[0], auth.Signer(secret), destination=CONDUCTOR)
     path = "/attach-handles/host-steps"
     with pytest.raises(InternalError) as refused:
         as_cloud.call("POST", path, {"host_steps": []})
@@ -250,7 +250,7 @@ def test_report_route_takes_only_a_node_key_and_a_well_formed_body(cluster):
         "queued": [], "in_use": 0, "unknown": 1}
     # Another node's key reports for that node only: node1's handles are not its to free.
     infos = [json.loads(h.attach_info) for h in handles_of(db)]
-    other = InternalClient(conf.conductor.url, auth.Signer(auth.node_key(secret, "node2"),
+    other = InternalClient(conf.conductor.url[0], auth.Signer(auth.node_key(secret, "node2"),
                                                            "node2"), destination=CONDUCTOR)
     answer = other.call("POST", path, {"host_steps": [
         {"driver_name": "fake", "attach_type": "MDEV", "attach_info": infos[0]}]})

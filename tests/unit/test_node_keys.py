@@ -99,7 +99,7 @@ def test_a_hello_for_another_host_is_401_and_changes_nothing(cloud, caplog) -> N
     b = agent("node-b")
     _wait(lambda: "node-b" in endpoints(db))
     before = endpoints(db)
-    as_a = InternalClient(conf.conductor.url, signer("node-a"), destination=auth.CONDUCTOR)
+    as_a = InternalClient(conf.conductor.url[0], signer("node-a"), destination=auth.CONDUCTOR)
     hijack = {"status": "READY", "hostname": "node-b", "endpoint": "127.0.0.1:9",
               "hardware_digest": None}
     with caplog.at_level(logging.WARNING):
@@ -111,7 +111,7 @@ def test_a_hello_for_another_host_is_401_and_changes_nothing(cloud, caplog) -> N
                in r.getMessage() for r in caplog.records)
     # The cloud's secret names no node: it cannot say hello for one either.
     with pytest.raises(InternalError) as refused:
-        InternalClient(conf.conductor.url, CLOUD, destination=auth.CONDUCTOR).call(
+        InternalClient(conf.conductor.url[0], CLOUD, destination=auth.CONDUCTOR).call(
             "POST", "/hello", hijack)
     assert refused.value.status == 401
     assert endpoints(db) == before
