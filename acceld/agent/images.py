@@ -4,8 +4,11 @@
   its properties (for ``accel:function_id`` lookups) are in ``<dir>/X.json``.
   For clouds without Glance, and for the all-in-one.
 - else ``[glance]`` configured (``auth_type``, plus ``endpoint_override`` when
-  there is no catalog): the agent downloads ``GET /v2/images/{id}/file`` into a
-  private temporary file and checks the ``Content-MD5`` Glance sends.
+  there is no catalog): the agent reads the image's record (``GET /v2/images/{id}``),
+  downloads ``GET /v2/images/{id}/file`` into a private temporary file and checks it
+  against the record's multihash (``os_hash_algo``/``os_hash_value``) and the
+  ``Content-MD5`` Glance sends; a mismatch refuses the image before anything is
+  programmed with it.
 
 Failures carry the HTTP status the caller should see: 400 for what the client
 can fix (an unknown image, an image without data), 502 or 503 when the image
@@ -25,6 +28,8 @@ import uuid as uuidlib
 from typing import Iterator, Protocol
 
 from oslo_config import cfg
+
+from acceld import request_ids
 
 LOG = logging.getLogger(__name__)
 
@@ -117,7 +122,10 @@ class GlanceSource:
         from keystoneauth1 import exceptions as ks_exc
 
         try:
-            return self.adapter.get(path, raise_exc=False, timeout=self.timeout, **kwargs)
+            # The request (or bind job) the image is fetched for: Glance's lines name it.
+            return self.adapter.get(path, raise_exc=False, timeout=self.timeout,
+                                    global_request_id=request_ids.current_global_id(),
+                                    **kwargs)
         except ks_exc.EndpointNotFound as exc:
             raise ImageError(503, f"No Glance endpoint: {exc}; set [glance] "
                                   "endpoint_override or the catalog options.") from None
@@ -129,27 +137,49 @@ class GlanceSource:
     @contextlib.contextmanager
     def open(self, image_id: str) -> Iterator[str]:
         image_id = check_image_id(image_id)
+        expected = self._expected_hash(image_id)
         resp = self._get(f"/v2/images/{image_id}/file", stream=True)
         try:
             self._check(resp, image_id)
             fd, path = tempfile.mkstemp(prefix=f"acceld-{image_id}-")
             try:
-                digest = hashlib.md5(usedforsecurity=False)
+                digests = _Digests(expected, resp.headers.get("Content-MD5"))
                 with os.fdopen(fd, "wb") as out:
                     for chunk in resp.iter_content(_CHUNK):
-                        digest.update(chunk)
+                        digests.update(chunk)
                         out.write(chunk)
-                expected = resp.headers.get("Content-MD5")
-                if expected and expected.lower() not in (
-                        digest.hexdigest(), base64.b64encode(digest.digest()).decode().lower()):
-                    raise ImageError(502, f"Image {image_id} arrived corrupted: its checksum "
-                                          f"{digest.hexdigest()} is not Glance's {expected}.")
+                digests.verify(image_id)  # before the caller programs anything with it
                 yield path
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
         finally:
             resp.close()
+
+    def _expected_hash(self, image_id: str) -> tuple[str, str] | None:
+        """The image's multihash (``os_hash_algo``, ``os_hash_value``) from its record; None
+        for an image Glance has none for (uploaded before Glance 17, or no data yet)."""
+        resp = self._get(f"/v2/images/{image_id}")
+        try:
+            self._check(resp, image_id)
+            record = resp.json()
+        except ValueError:
+            raise ImageError(502, f"Glance's record of image {image_id} was not "
+                                  "understood.") from None
+        finally:
+            resp.close()
+        if not isinstance(record, dict):
+            raise ImageError(502, f"Glance's record of image {image_id} was not understood.")
+        algo, value = record.get("os_hash_algo"), record.get("os_hash_value")
+        if not algo or not value:
+            LOG.info("Image %s has no multihash in Glance: only its Content-MD5 is checked",
+                     image_id)
+            return None
+        if not isinstance(algo, str) or not isinstance(value, str) \
+                or algo.lower() not in hashlib.algorithms_available:
+            raise ImageError(502, f"Image {image_id} cannot be verified: Glance hashes it "
+                                  f"with {algo!r}, which this agent does not know.")
+        return algo.lower(), value.lower()
 
     @staticmethod
     def _check(resp, image_id: str) -> None:  # type: ignore[no-untyped-def]
@@ -180,6 +210,40 @@ class GlanceSource:
         except (ValueError, KeyError, TypeError):
             raise ImageError(502, "Glance's image list was not understood.") from None
         return _one_image(function_id, ids)
+
+
+class _Digests:
+    """What a download is checked against: Glance's multihash (``os_hash_algo`` and
+    ``os_hash_value`` of the image record, sha512 by default) and the ``Content-MD5`` it
+    sends with the data. Either one that differs refuses the image."""
+
+    def __init__(self, multihash: tuple[str, str] | None, content_md5: str | None) -> None:
+        self.multihash = multihash
+        self.content_md5 = content_md5
+        self._hash = hashlib.new(multihash[0]) if multihash else None
+        self._md5 = hashlib.md5(usedforsecurity=False) if content_md5 else None
+
+    def update(self, chunk: bytes) -> None:
+        if self._hash is not None:
+            self._hash.update(chunk)
+        if self._md5 is not None:
+            self._md5.update(chunk)
+
+    def verify(self, image_id: str) -> None:
+        if self.multihash is not None and self._hash is not None:
+            algo, expected = self.multihash
+            got = self._hash.hexdigest()
+            if got != expected:
+                raise ImageError(502, f"Image {image_id} arrived corrupted: its {algo} "
+                                      f"{got} is not Glance's os_hash_value {expected}; "
+                                      "nothing was programmed.")
+        if self.content_md5 and self._md5 is not None:
+            md5 = self._md5
+            if self.content_md5.lower() not in (
+                    md5.hexdigest(), base64.b64encode(md5.digest()).decode().lower()):
+                raise ImageError(502, f"Image {image_id} arrived corrupted: its checksum "
+                                      f"{md5.hexdigest()} is not Glance's Content-MD5 "
+                                      f"{self.content_md5}; nothing was programmed.")
 
 
 class NoSource:

@@ -25,6 +25,8 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
+from acceld import request_ids
+
 LOG = logging.getLogger(__name__)
 
 MICROVERSION = "1.39"
@@ -113,7 +115,8 @@ class PlacementClient:
 
     def _request(self, method: str, path: str, body: Any = None,
                  ok: Iterable[int] = (200,)) -> Any:
-        kwargs: dict[str, Any] = {}
+        # The request (or bind job) this call is made for: Placement's log lines name it.
+        kwargs: dict[str, Any] = {"global_request_id": request_ids.current_global_id()}
         if body is not None:
             kwargs["json"] = body
         try:
