@@ -9,16 +9,22 @@ interval; its endpoint accepts only that key and signs its answers. The hardware
 agent's host name (``sim-00000`` ...), so the conductor's whole path runs:
 hello, pull on a new digest, validation, reconciliation into the database.
 
-One asyncio loop serves all the agents' ports, and a small thread pool sends
-the hellos, so a thousand agents fit in one process. Phases, each announced on
-stdout as one JSON line (``{"event": ...}``) so a benchmark can sample the
-conductor between them:
+One asyncio loop does it all: it serves every agent's port and sends the hellos
+over a few kept-alive HTTP/1.1 connections per conductor (as real agents reuse
+theirs), so ten thousand agents fit in one process without it being the
+bottleneck. With several ``--conductor-url``s the agents are spread over them
+and an agent whose conductor stops answering fails over to the next at once.
+Phases, each announced on stdout as one JSON line (``{"event": ...}``) so a
+benchmark can sample the conductors between them:
 
 1. ``registered``: every agent said hello once and was pulled (from empty this
    is the time to reconcile the whole fleet);
 2. ``steady``: ``--steady-seconds`` of heartbeats with no change;
 3. ``churn``: ``--churn-seconds`` during which ``--change-percent`` of the
-   devices change every ``--change-every`` seconds.
+   devices change every ``--change-every`` seconds;
+4. ``hold``: ``--hold-seconds`` of heartbeats only, while a benchmark does
+   something else (kills a conductor); ``--status-every`` prints ``status``
+   lines meanwhile (hellos, failovers, the oldest answered hello).
 
 A final ``summary`` line gives the counts (hellos, pulls served, errors).
 """
@@ -27,24 +33,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import heapq
 import json
 import logging
-import queue
 import resource
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
-import requests
 from oslo_config import cfg
 
 from acceld.agent.hardware import digest
 from acceld.clients.conductor import conductor_url
-from acceld.clients.internal import InternalClient, InternalError
 from acceld.drivers.fake import TYPES, FakeDriver
 from acceld.internal import auth
 from acceld.services.secrets import internal_secret
@@ -213,98 +216,193 @@ class HelloStats:
     sent: int = 0
     failed: int = 0
     pulled: int = 0
+    failovers: int = 0
     last_error: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class Heartbeats:
-    """Sends each agent's hello when due, from a pool of threads with one client each."""
+class _Connection:
+    """One kept-alive HTTP/1.1 connection to a conductor, on the simulator's loop."""
 
-    def __init__(self, agents: list[SimulatedAgent], url: str, interval: float,
-                 threads: int) -> None:
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, head: bytes, body: bytes, timeout: float) -> tuple[int, dict, bytes]:
+        if self.writer is None or self.writer.is_closing():
+            self.reader, self.writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), timeout)
+        assert self.reader is not None
+        self.writer.write(head + body)
+        answer = await asyncio.wait_for(self._answer(self.reader), timeout)
+        if answer[1].get("connection", "").lower() == "close":
+            self.close()
+        return answer
+
+    @staticmethod
+    async def _answer(reader: asyncio.StreamReader) -> tuple[int, dict, bytes]:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, value = line.split(":", 1)
+                headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length") or 0)
+        return status, headers, (await reader.readexactly(length) if length else b"")
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+class Heartbeats:
+    """Each agent's hello when due, from the simulator's event loop.
+
+    Agents are spread over the conductor URLs (agent ``i`` starts on URL ``i % n``) and
+    each URL gets ``connections`` kept-alive connections, as agents that reuse their
+    connection. A hello that cannot reach its conductor (refused, reset, timed out,
+    503) moves its agent to the next URL at once, as a real agent fails over, and is
+    retried there; the time of each agent's last answered hello is kept, so that a
+    benchmark can tell when every agent heartbeats to a live conductor again.
+    """
+
+    def __init__(self, agents: list[SimulatedAgent], urls: list[str], interval: float,
+                 connections: int, loop: asyncio.AbstractEventLoop,
+                 timeout: float = 30.0) -> None:
         self.agents = agents
-        self.url = url
+        self.urls = urls
         self.interval = interval
+        self.timeout = timeout
+        self.loop = loop
         self.stats = HelloStats()
-        self._due: list[tuple[float, int]] = []
-        self._cond = threading.Condition()
-        self._work: queue.Queue[SimulatedAgent | None] = queue.Queue()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._sender, name=f"sim-hello-{i}", daemon=True)
-                         for i in range(threads)]
-        self._scheduler = threading.Thread(target=self._schedule, name="sim-schedule",
-                                           daemon=True)
+        self.conductor_of = [a.index % len(urls) for a in agents]
+        self.last_ok = [0.0] * len(agents)  # time.time() of each agent's last answered hello
+        self._targets = []
+        for url in urls:
+            parts = urlsplit(url if "://" in url else f"http://{url}")
+            if parts.scheme != "http":
+                raise ValueError(f"simulate speaks plain HTTP to conductors, not {url}")
+            self._targets.append((parts.hostname or "127.0.0.1", parts.port or 80,
+                                  parts.path.rstrip("/")))
+        self._connections = connections
+        # Each agent is in exactly one place: a timer, a queue, or a hello in flight.
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._busy: set[int] = set()  # queued or in flight
+        self._again: set[int] = set()  # woken while busy: hello again as soon as done
+        self._queues: list[asyncio.Queue[int]] = []
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
 
     def start(self) -> None:
-        now = time.monotonic()
-        with self._cond:
-            self._due = [(now, a.index) for a in self.agents]
-            heapq.heapify(self._due)
-        for thread in self._threads:
-            thread.start()
-        self._scheduler.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
+
+    async def _start(self) -> None:
+        self._queues = [asyncio.Queue() for _ in self.urls]
+        for agent in self.agents:
+            self._due(agent.index)
+        for target, queue_ in enumerate(self._queues):
+            for _ in range(self._connections):
+                self._tasks.append(asyncio.ensure_future(self._sender(target, queue_)))
 
     def wake(self, agent: SimulatedAgent) -> None:
         """Hello now (a changed node reports at once, as a real agent does after discovery)."""
-        with self._cond:
-            heapq.heappush(self._due, (time.monotonic(), agent.index))
-            self._cond.notify()
+        self.loop.call_soon_threadsafe(self._wake, agent.index)
 
-    def _schedule(self) -> None:
-        while not self._stop.is_set():
-            with self._cond:
-                while not self._stop.is_set():
-                    now = time.monotonic()
-                    if self._due and self._due[0][0] <= now:
-                        _, index = heapq.heappop(self._due)
-                        break
-                    timeout = self._due[0][0] - now if self._due else 1.0
-                    self._cond.wait(min(timeout, 1.0))
-                else:
-                    return
-            self._work.put(self.agents[index])
+    def _wake(self, index: int) -> None:
+        if index in self._busy:
+            self._again.add(index)
+            return
+        timer = self._timers.pop(index, None)
+        if timer is not None:
+            timer.cancel()
+        self._due(index)
 
-    def _sender(self) -> None:
-        client = InternalClient(self.url, b"", timeout=120,  # each hello: its node's key
-                                destination=auth.CONDUCTOR)
-        while True:
-            agent = self._work.get()
-            if agent is None:
-                client.close()
-                return
-            body = {"status": "READY", "endpoint": f"127.0.0.1:{agent.port}",
-                    "hostname": agent.hostname, "heartbeat_interval": max(1, int(self.interval)),
-                    "hardware_digest": agent.digest, "drivers": ["fake"]}
-            ok = False
-            try:
-                answer = client.call("POST", "/hello", body, signer=agent.signer)
-                ok = True
-                pulled = bool(answer and answer.get("pulled"))
-            except (InternalError, requests.RequestException) as exc:
-                pulled = False
-                with self.stats.lock:
-                    self.stats.failed += 1
-                    self.stats.last_error = str(exc)[:300]
-            with self.stats.lock:
-                self.stats.sent += 1
-                self.stats.pulled += pulled
-            agent.hellos += 1
-            if ok:
-                agent.registered = True
-            with self._cond:
-                heapq.heappush(self._due, (time.monotonic() + (self.interval if ok else 1.0),
-                                           agent.index))
-                self._cond.notify()
+    def _due(self, index: int) -> None:
+        self._timers.pop(index, None)
+        if not self._stopping:
+            self._busy.add(index)
+            self._queues[self.conductor_of[index]].put_nowait(index)
+
+    def _later(self, index: int, delay: float) -> None:
+        self._busy.discard(index)
+        if index in self._again:
+            self._again.discard(index)
+            delay = 0.0
+        self._timers[index] = self.loop.call_later(delay, self._due, index)
+
+    async def _sender(self, target: int, queue_: asyncio.Queue[int]) -> None:
+        host, port, prefix = self._targets[target]
+        conn = _Connection(host, port)
+        try:
+            while not self._stopping:
+                index = await queue_.get()
+                if self.conductor_of[index] != target:  # moved since it was queued
+                    self._due(index)
+                    continue
+                ok = await self._hello(conn, prefix, self.agents[index])
+                if ok:
+                    self._later(index, self.interval)
+                else:  # fail over: the next conductor, at once
+                    conn.close()
+                    self.conductor_of[index] = (target + 1) % len(self.urls)
+                    with self.stats.lock:
+                        self.stats.failovers += len(self.urls) > 1
+                    self._later(index, 0.0 if len(self.urls) > 1 else 1.0)
+        finally:
+            conn.close()
+
+    async def _hello(self, conn: _Connection, prefix: str, agent: SimulatedAgent) -> bool:
+        body = orjson.dumps({
+            "status": "READY", "endpoint": f"127.0.0.1:{agent.port}",
+            "hostname": agent.hostname, "heartbeat_interval": max(1, int(self.interval)),
+            "hardware_digest": agent.digest, "drivers": ["fake"]})
+        path = prefix + "/hello"
+        signer = agent.signer
+        headers, nonce = signer.headers("POST", path, body, destination=auth.CONDUCTOR)
+        head = (f"POST {path} HTTP/1.1\r\nHost: {conn.host}:{conn.port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+        error = ""
+        pulled = False
+        reachable = True
+        try:
+            status, answer_headers, answer = await conn.request(head, body, self.timeout)
+            if status < 400 or auth.RESPONSE_HEADER.lower() in answer_headers:
+                signer.check_response(nonce, status, answer,
+                                      answer_headers.get(auth.RESPONSE_HEADER.lower()))
+            if status >= 400:  # answered: tried again an interval later, same conductor
+                error = f"{status}: {answer[:200]!r}"
+            else:
+                pulled = bool(orjson.loads(answer).get("pulled")) if answer else False
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError, ValueError, auth.ResponseError) as exc:
+            conn.close()
+            error = f"{exc.__class__.__name__}: {exc}"
+            reachable = False
+        with self.stats.lock:
+            self.stats.sent += 1
+            self.stats.pulled += pulled
+            if error:
+                self.stats.failed += 1
+                self.stats.last_error = error[:300]
+        agent.hellos += 1
+        if not error:
+            agent.registered = True
+            self.last_ok[agent.index] = time.time()
+            return True
+        return reachable
 
     def stop(self) -> None:
-        self._stop.set()
-        with self._cond:
-            self._cond.notify_all()
-        self._scheduler.join(timeout=5)
-        for _ in self._threads:
-            self._work.put(None)
-        for thread in self._threads:
-            thread.join(timeout=30)
+        def _stop() -> None:
+            self._stopping = True
+            for task in self._tasks:
+                task.cancel()
+
+        self.loop.call_soon_threadsafe(_stop)
 
 
 # ---- the run -----------------------------------------------------------------------------------
@@ -315,7 +413,9 @@ def emit(event: str, **fields: Any) -> None:
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     secret = internal_secret(conf)
-    url = args.conductor_url or conductor_url(conf)
+    configured = args.conductor_url or conductor_url(conf)
+    urls = ([u.strip() for u in configured.split(",") if u.strip()]
+            if isinstance(configured, str) else list(configured))
     interval = args.heartbeat_interval or conf.agent.heartbeat_interval
     started = time.monotonic()
     conf.set_override("attach_handles", args.attach_handles, group="fake_driver")
@@ -326,15 +426,18 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     emit("listening", agents=len(agents), devices=len(agents) * args.devices_per_agent,
          seconds=round(time.monotonic() - started, 3))
 
-    beats = Heartbeats(agents, url, interval, args.threads)
+    beats = Heartbeats(agents, urls, interval, args.connections or args.threads, servers.loop)
     t0 = time.monotonic()
     beats.start()
+    reporter = _StatusReporter(beats, servers, interval, args.status_every)
+    reporter.start()
     deadline = t0 + args.register_timeout
     while not all(a.registered for a in agents):
         if time.monotonic() > deadline:
             missing = sum(not a.registered for a in agents)
             emit("failed", reason=f"{missing} agents not registered within "
                                   f"{args.register_timeout} s", last_error=beats.stats.last_error)
+            reporter.stop()
             beats.stop()
             servers.stop()
             return 1
@@ -345,6 +448,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
 
     def snapshot() -> dict[str, int]:
         return {"hellos": beats.stats.sent, "failed": beats.stats.failed,
+                "failovers": beats.stats.failovers,
                 "pulls": sum(a.pulls for a in agents), "refused": servers.refused}
 
     if args.steady_seconds > 0:
@@ -377,11 +481,52 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         emit("churn_end", seconds=args.churn_seconds, rounds=rounds, devices_changed=changed,
              **{k: after[k] - before[k] for k in after})
 
+    if args.hold_seconds > 0:  # heartbeats only, while a benchmark does its part
+        before = snapshot()
+        emit("hold_start", **before)
+        time.sleep(args.hold_seconds)
+        after = snapshot()
+        emit("hold_end", seconds=args.hold_seconds,
+             **{k: after[k] - before[k] for k in after})
+
+    reporter.stop()
     beats.stop()
     servers.stop()
     emit("summary", agents=len(agents), devices_per_agent=args.devices_per_agent,
          seconds=round(time.monotonic() - started, 3), **snapshot())
-    return 0 if beats.stats.failed == 0 else 2
+    return 0 if beats.stats.failed == 0 or args.hold_seconds > 0 else 2
+
+
+class _StatusReporter:
+    """A ``status`` line every ``every`` seconds: counts, and how fresh the agents are
+    (``oldest_ok``: the oldest of the agents' last answered hellos; ``late``: agents
+    whose last answered hello is older than twice the interval)."""
+
+    def __init__(self, beats: Heartbeats, servers: HardwareServers, interval: float,
+                 every: float) -> None:
+        self.beats, self.servers, self.interval, self.every = beats, servers, interval, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sim-status", daemon=True)
+
+    def start(self) -> None:
+        if self.every > 0:
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            now = time.time()
+            last = self.beats.last_ok
+            per: dict[str, int] = {}
+            for target in self.beats.conductor_of:
+                url = self.beats.urls[target]
+                per[url] = per.get(url, 0) + 1
+            emit("status", hellos=self.beats.stats.sent, failed=self.beats.stats.failed,
+                 failovers=self.beats.stats.failovers, oldest_ok=round(min(last), 3),
+                 late=sum(1 for t in last if now - t > 2 * self.interval),
+                 agents_per_conductor=per, last_error=self.beats.stats.last_error[:120])
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -390,10 +535,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Fake devices per node (default 8).")
     parser.add_argument("--attach-handles", type=int, default=1,
                         help="Attach handles per device (default 1, a passthrough device).")
-    parser.add_argument("--conductor-url", help="Default: from [conductor] url/host_ip/port.")
+    parser.add_argument("--conductor-url",
+                        help="One conductor URL, or several separated by commas (agents are "
+                             "spread over them and fail over to the next). Default: from "
+                             "[conductor] url/host_ip/port.")
     parser.add_argument("--heartbeat-interval", type=float,
                         help="Seconds between hellos (default [agent] heartbeat_interval).")
-    parser.add_argument("--threads", type=int, default=8, help="Hello sender threads.")
+    parser.add_argument("--connections", type=int, default=0,
+                        help="Kept-alive connections per conductor the hellos share "
+                             "(default: --threads).")
+    parser.add_argument("--threads", type=int, default=8,
+                        help="Older name of --connections (default 8).")
+    parser.add_argument("--status-every", type=float, default=0.0,
+                        help="Print a status line every this many seconds (0: never).")
+    parser.add_argument("--hold-seconds", type=float, default=0.0,
+                        help="After the other phases, heartbeats only for this long.")
     parser.add_argument("--hostname-prefix", default="sim")
     parser.add_argument("--register-timeout", type=float, default=600.0)
     parser.add_argument("--steady-seconds", type=float, default=0.0,
