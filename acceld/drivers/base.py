@@ -26,9 +26,10 @@ from __future__ import annotations
 import abc
 import uuid as uuidlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from oslo_config import cfg
+if TYPE_CHECKING:  # annotations only: drivers stay importable with the standard library alone
+    from oslo_config import cfg
 
 # Device types the API shows (upstream's set).
 DEVICE_TYPES = ("GPU", "FPGA", "AICHIP", "QAT", "NIC", "SSD")

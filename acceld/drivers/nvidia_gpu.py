@@ -1,32 +1,40 @@
-"""NVIDIA GPUs: whole GPUs (PGPU), vGPU types (VGPU) and MIG state.
+"""NVIDIA GPUs: whole GPUs (PGPU), vGPU types (VGPU), MIG state and GPU health.
 
 Two sources, merged per PCI address:
 
-- NVML (``nvidia-ml-py``, module ``pynvml``) when it imports and initialises:
-  product name, GPU uuid, memory, driver version, MIG mode and MIG devices.
-- sysfs always: which functions are NVIDIA GPUs (vendor 0x10de *and* a
-  display class, so NVSwitch bridges and HDMI audio functions are not GPUs),
-  their driver binding, SR-IOV VFs, mdev vGPU types, and the vGPU 17+
-  vendor-specific VFIO type files. Without NVML (no driver, or GPUs bound to
-  vfio-pci, which NVML cannot see) sysfs alone describes the GPUs.
+- NVML (``nvidia-ml-py``, module ``pynvml``) when it imports and initialises: product
+  name, GPU uuid, memory, driver version, MIG state, the vGPU types the GPU supports with
+  their maximum instances, running vGPUs, and health (:mod:`acceld.drivers.nvidia_nvml`,
+  :mod:`acceld.drivers.nvidia_health`).
+- sysfs always: which functions are NVIDIA GPUs (vendor 0x10de *and* a display class, so
+  NVSwitch bridges and HDMI audio functions are not GPUs), their driver binding, SR-IOV
+  VFs, mdev vGPU types, the vGPU 17+ vendor-specific VFIO files, and PCIe AER/link health.
+  Without NVML (no driver, or GPUs bound to vfio-pci, which NVML cannot see) sysfs alone
+  describes the GPUs.
 
-What is offered. A GPU is offered either whole (one ``PGPU`` deployable with
-one PCI handle) or, when ``[nvidia_gpu] enabled_vgpu_types`` names a type it
-supports, as vGPUs of the first such type (one ``VGPU`` deployable; a GPU runs
-one vGPU type at a time, and offering both would double-book it):
+When NVML answers, a GPU bound to the ``nvidia`` driver that NVML neither enumerates nor
+reports lost is not this node's to offer (a container sees every GPU in /sys but only its
+own through NVML) and is left out.
 
-- mdev vGPUs (pre-Ampere on the PF; Ampere+ on each VF after sriov-manage):
-  ``MDEV`` handles whose uuid is derived from the slot, created on bind
-  (:meth:`prepare_attach_handle` writes it to ``create``) and removed on unbind.
-- vendor-specific VFIO (vGPU 17+, kernels >= 6.8; no mdev): ``PCI`` handles
-  on the VFs; bind writes the type id to ``nvidia/current_vgpu_type``, unbind
-  writes 0.
+Identity never depends on the source: the model and the traits come from the PCI device
+id, so a GPU keeps them when NVML is down or when it is rebound from ``nvidia`` to
+``vfio-pci``. Traits are upstream Cyborg's ``CUSTOM_NVIDIA_<PRODUCT_ID>`` (and
+``CUSTOM_NVIDIA_<PRODUCT_ID>_<VGPU_TYPE>`` for vGPUs) with acceld's readable
+``CUSTOM_NVIDIA_<PRODUCT>`` and ``CUSTOM_VGPU_<TYPE NAME>`` beside them.
 
-MIG: when MIG mode is enabled (NVML), the GPU's MIG devices are reported in
-``vendor_board_info["mig_devices"]`` and the deployable carries the trait
-``CUSTOM_NVIDIA_MIG_ENABLED``. A MIG instance is not a PCI function and has no
-attach type Nova can attach, so it is not a deployable of its own; VMs get MIG
-slices through MIG-backed vGPU types (e.g. ``NVIDIA H200X-1-18C``).
+What is offered (:mod:`acceld.drivers.nvidia_vgpu` plans the vGPU side):
+
+- vGPUs of the first type in ``[nvidia_gpu] enabled_vgpu_types`` the GPU knows: one
+  ``VGPU`` deployable whose handles never exceed what the card can hold;
+- else the whole GPU (one ``PGPU`` deployable, one PCI handle), unless vGPU guests or live
+  MIG devices run on it, or a configured type it should serve cannot be served (SR-IOV
+  not enabled, the MIG instances a MIG-backed type needs missing, an unknown type name):
+  then the hardware is ``setup_required`` with the reason and offers nothing.
+
+mdev vGPUs are created by acceld when an ARQ binds (before it is Bound) under the uuid the
+handle carries, which is also the attach handle's uuid; the consumer (Nova) attaches that
+existing mdev and must not create or remove it. The kernel refuses a second mdev with the
+same uuid, so the two can never both create it.
 """
 
 from __future__ import annotations
@@ -36,16 +44,24 @@ import logging
 import os
 import re
 import uuid as uuidlib
-from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable
-
-from oslo_config import cfg
+from typing import TYPE_CHECKING, Any
 
 from acceld.drivers import sysfs
-from acceld.drivers.traits import attributes, trait_part
 from acceld.drivers.base import (AttachHandle, Deployable, Driver, DriverError, HardwareRecord,
                                  hardware_uuid, pci_controlpath, pci_handle)
+from acceld.drivers.health import Health, worst
+from acceld.drivers.nvidia_health import DEFAULT_IGNORED_XIDS, XidMonitor, judge
+from acceld.drivers.nvidia_nvml import NvmlGpu, NvmlReport, read_nvml
+from acceld.drivers.nvidia_vgpu import (MIN_SLOT_PROBE, VgpuPlan, VgpuPlanner, mdev_handle,
+                                        read_vgpu_types)
+from acceld.drivers.pci_health import PciHealthMonitor
+from acceld.drivers.traits import attributes, trait_part
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+__all__ = ["NvidiaGpuDriver", "product_of", "upstream_vgpu_trait", "read_vgpu_types"]
 
 LOG = logging.getLogger(__name__)
 
@@ -53,58 +69,32 @@ VENDOR = "0x10de"
 # Display classes (base+sub): VGA, 3D controller, other display. Not 0x0680 (NVSwitch)
 # nor 0x0403 (the HDMI audio function of consumer cards).
 GPU_CLASSES = {0x0300, 0x0302, 0x0380}
-# Device id -> product, for traits that do not depend on whether NVML answered.
+# Device id -> product, for acceld's readable trait and the model.
 PRODUCTS = {
     "0x1eb8": "T4", "0x20b0": "A100", "0x20b2": "A100_80GB", "0x20b5": "A100_80GB",
     "0x20b7": "A30", "0x2235": "A40", "0x2330": "H100", "0x2331": "H100",
     "0x2321": "H100_NVL", "0x2335": "H200", "0x233b": "H200_NVL",
 }
-_MIB = 1024 * 1024
 _SLOT_NAMESPACE = uuidlib.UUID("1f0a8a0e-6f4c-4b53-9a57-6a0c8f3d2b11")
 
 
-def product_of(device_id: str, nvml_name: str | None) -> str:
-    """The trait's product part: from the id table, else NVML's name, else the device id."""
-    if device_id in PRODUCTS:
-        return PRODUCTS[device_id]
-    if nvml_name:
-        name = nvml_name.strip()
-        for prefix in ("NVIDIA ", "Tesla "):
-            if name.startswith(prefix):
-                name = name[len(prefix):]
-        return trait_part(name)
-    return device_id[2:].upper()
+def product_of(device_id: str) -> str:
+    """The readable product: from the id table, else the device id ('2684'). Never from
+    NVML, so that it does not change when NVML is away."""
+    return PRODUCTS.get(device_id) or device_id[2:].upper()
 
 
-@dataclass
-class NvmlGpu:
-    """What NVML says about one GPU."""
-
-    address: str
-    name: str | None = None
-    device_id: str | None = None
-    gpu_uuid: str | None = None
-    serial: str | None = None
-    memory_mib: int | None = None
-    mig_mode: str | None = None  # 'enabled' | 'disabled' | None (not supported)
-    mig_devices: list[dict[str, Any]] = field(default_factory=list)
+def upstream_product_id(device_id: str) -> str:
+    """Upstream's ``<PRODUCT_ID>``: lspci's hex device id, upper-cased ('2335')."""
+    return device_id[2:].upper() if device_id.startswith("0x") else device_id.upper()
 
 
-@dataclass
-class NvmlReport:
-    gpus: dict[str, NvmlGpu]
-    driver_version: str | None
-    cuda_driver_version: int | None
-
-
-@dataclass
-class VgpuOffer:
-    """One vGPU type a GPU can run, with a handle per instance it can hold."""
-
-    key: str  # mdev type id (nvidia-223) or the vendor VFIO type name
-    name: str
-    kind: str  # 'mdev' | 'vfio'
-    handles: list[AttachHandle]
+def upstream_vgpu_trait(device_id: str, vgpu_name: str) -> str:
+    """``CUSTOM_NVIDIA_<PRODUCT_ID>_<type>``, the type being the vGPU name's second word
+    with '-' as '_' (upstream: 'GRID T4-2B' on 1eb8 -> CUSTOM_NVIDIA_1EB8_T4_2B)."""
+    words = vgpu_name.split()
+    part = words[1] if len(words) > 1 else vgpu_name
+    return f"CUSTOM_NVIDIA_{upstream_product_id(device_id)}_{trait_part(part)}"
 
 
 def _load_pynvml() -> ModuleType | None:
@@ -120,13 +110,16 @@ class NvidiaGpuDriver(Driver):
     name = "nvidia_gpu"
     hardware_type = "GPU"
 
-    def __init__(self, conf: cfg.ConfigOpts, hostname: str,
+    def __init__(self, conf: "cfg.ConfigOpts", hostname: str,
                  nvml: ModuleType | None = None) -> None:
         super().__init__(conf, hostname)
         self.opts = conf.nvidia_gpu
         self.root = self.opts.sysfs_root
         # Tests pass a stand-in module; production imports pynvml lazily.
         self._nvml = nvml
+        self._learnt_names: dict[str, dict[int, str]] = {}
+        self._pci_health = PciHealthMonitor()
+        self._xids: XidMonitor | None = None
 
     # --- NVML ------------------------------------------------------------------
 
@@ -135,105 +128,79 @@ class NvidiaGpuDriver(Driver):
             return None
         return self._nvml if self._nvml is not None else _load_pynvml()
 
-    def read_nvml(self) -> NvmlReport | None:
+    def read_nvml(self, probe_addresses: list[str] = ()) -> NvmlReport | None:  # type: ignore[assignment]
         """Everything NVML knows, or None (not installed, no driver, disabled)."""
         nvml = self._nvml_module()
         if nvml is None:
             return None
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as exc:
-            LOG.info("nvidia_gpu: NVML unavailable (%s); reading sysfs only", exc)
-            return None
-        try:
-            return self._read_nvml(nvml)
-        except nvml.NVMLError as exc:
-            LOG.warning("nvidia_gpu: NVML enumeration failed (%s); reading sysfs only", exc)
-            return None
-        finally:
-            try:
-                nvml.nvmlShutdown()
-            except nvml.NVMLError:
-                pass
+        return read_nvml(nvml, list(probe_addresses))
 
-    def _read_nvml(self, nvml: ModuleType) -> NvmlReport:
-        def soft(fn: Callable[..., Any], *args: Any) -> Any:
-            """A call whose failure (NotSupported, NoPermission, ...) only loses one fact."""
-            try:
-                return fn(*args)
-            except nvml.NVMLError:
-                return None
+    def _critical_xids(self) -> tuple[dict[str, list[int]], dict[str, int]]:
+        nvml = self._nvml_module()
+        if nvml is None:
+            return {}, {}
+        if self._xids is None:
+            ignored = getattr(self.opts, "ignored_xids", None)
+            self._xids = XidMonitor(nvml, set(DEFAULT_IGNORED_XIDS if ignored is None
+                                              else ignored))
+        seen = self._xids.poll()
+        return seen, dict(self._xids.totals)
 
-        gpus: dict[str, NvmlGpu] = {}
-        for index in range(nvml.nvmlDeviceGetCount()):
-            try:
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                pci = nvml.nvmlDeviceGetPciInfo(handle)
-            except nvml.NVMLError as exc:
-                LOG.warning("nvidia_gpu: NVML GPU %d unreadable (%s)", index, exc)
-                continue
-            address = _nvml_address(pci)
-            gpu = NvmlGpu(address=address,
-                          device_id=f"0x{(pci.pciDeviceId >> 16) & 0xffff:04x}")
-            gpu.name = soft(nvml.nvmlDeviceGetName, handle)
-            gpu.gpu_uuid = soft(nvml.nvmlDeviceGetUUID, handle)
-            gpu.serial = soft(nvml.nvmlDeviceGetSerial, handle)
-            memory = soft(nvml.nvmlDeviceGetMemoryInfo, handle)
-            if memory is not None:
-                gpu.memory_mib = int(memory.total) // _MIB
-            self._read_mig(nvml, handle, gpu, soft)
-            gpus[address] = gpu
-        return NvmlReport(gpus=gpus,
-                          driver_version=soft(nvml.nvmlSystemGetDriverVersion),
-                          cuda_driver_version=soft(nvml.nvmlSystemGetCudaDriverVersion))
-
-    @staticmethod
-    def _read_mig(nvml: ModuleType, handle: Any, gpu: NvmlGpu,
-                  soft: Callable[..., Any]) -> None:
-        try:
-            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-        except nvml.NVMLError:  # NotSupported on GPUs without MIG (T4, A40, L40S ...)
-            return
-        gpu.mig_mode = "enabled" if current == nvml.NVML_DEVICE_MIG_ENABLE else "disabled"
-        if current != nvml.NVML_DEVICE_MIG_ENABLE:
-            return
-        for index in range(soft(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-            try:
-                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
-            except nvml.NVMLError_NotFound:  # an empty slot
-                continue
-            except nvml.NVMLError:
-                continue
-            memory = soft(nvml.nvmlDeviceGetMemoryInfo, mig)
-            gpu.mig_devices.append({
-                "uuid": soft(nvml.nvmlDeviceGetUUID, mig),
-                "gpu_instance_id": soft(nvml.nvmlDeviceGetGpuInstanceId, mig),
-                "compute_instance_id": soft(nvml.nvmlDeviceGetComputeInstanceId, mig),
-                "memory_mib": int(memory.total) // _MIB if memory is not None else None,
-            })
+    def close(self) -> None:
+        """Release the XID event set (and NVML's reference) the driver holds."""
+        if self._xids is not None:
+            self._xids.close()
+            self._xids = None
 
     # --- discovery -------------------------------------------------------------
 
     def discover(self) -> list[HardwareRecord]:
-        report = self.read_nvml()
         functions = {f.address: f for f in sysfs.list_pci_functions(self.root, vendors=[VENDOR])}
         gpus = {a for a, f in functions.items() if f.class_prefix in GPU_CLASSES and not f.is_vf}
+        bound_nvidia = sorted(a for a in gpus if functions[a].driver == "nvidia")
+        report = self.read_nvml(bound_nvidia)
         nvml_gpus = report.gpus if report else {}
+        lost = report.lost if report else set()
+        xids, xid_totals = self._critical_xids() if report else ({}, {})
+        if report:
+            hidden = [a for a in bound_nvidia if a not in nvml_gpus and a not in lost]
+            if hidden:
+                LOG.info("nvidia_gpu: %s bound to nvidia but not visible to NVML here (another "
+                         "container's or host's GPUs); not reported", ", ".join(hidden))
+            gpus -= set(hidden)
         driver_version = (report.driver_version if report and report.driver_version
                           else sysfs.read_attr(os.path.join(self.root, "module", "nvidia",
                                                             "version")))
+        addresses = sorted(gpus | set(nvml_gpus))
+        planner = VgpuPlanner(list(self.opts.enabled_vgpu_types),
+                              dict(getattr(self.opts, "vgpu_max_instances", None) or {}),
+                              self.slot_uuid, self._learnt_names)
+        plans = {}
+        for address in addresses:
+            function = functions.get(address)
+            if function is not None:
+                vfs = [functions[a] for a in function.virtfns if a in functions]
+                plans[address] = planner.plan(function, vfs, nvml_gpus.get(address))
+        known = set().union(*(p.known_names for p in plans.values())) if plans else set()
+        unknown = [t for t in self.opts.enabled_vgpu_types if t not in known]
+        self._pci_health.forget({a for a in addresses if a in functions})
         records = []
-        for address in sorted(gpus | set(nvml_gpus)):
+        for address in addresses:
+            health = worst(
+                judge(nvml_gpus.get(address), lost=address in lost, xids=xids.get(address, []),
+                      xid_total=xid_totals.get(address, 0)),
+                self._pci_health.check(address, functions[address].path, judge_speed=False)
+                if address in functions else Health())
             records.append(self._record(address, functions.get(address), nvml_gpus.get(address),
-                                        functions, driver_version, report))
+                                        plans.get(address), unknown, driver_version, report,
+                                        health))
         return records
 
     def _record(self, address: str, function: sysfs.PciFunction | None, gpu: NvmlGpu | None,
-                functions: dict[str, sysfs.PciFunction], driver_version: str | None,
-                report: NvmlReport | None) -> HardwareRecord:
+                plan: VgpuPlan | None, unknown_types: list[str], driver_version: str | None,
+                report: NvmlReport | None, health: Health) -> HardwareRecord:
         device_id = function.device if function else (gpu.device_id if gpu else "0x0000")
-        product = product_of(device_id, gpu.name if gpu else None)
-        model = gpu.name if gpu and gpu.name else f"NVIDIA {product}"
+        product = product_of(device_id)
         vendor_info: dict[str, Any] = {"product": product, "discovered_by":
                                        "nvml" if gpu else "sysfs"}
         if driver_version:
@@ -241,127 +208,90 @@ class NvidiaGpuDriver(Driver):
         if report and report.cuda_driver_version:
             vendor_info["cuda_driver_version"] = report.cuda_driver_version
         if gpu:
-            for key in ("gpu_uuid", "serial", "memory_mib", "mig_mode"):
-                value = getattr(gpu, key)
+            for key, value in (("name", gpu.name), ("gpu_uuid", gpu.gpu_uuid),
+                               ("serial", gpu.serial), ("memory_mib", gpu.memory_mib),
+                               ("mig_mode", gpu.mig_mode)):
                 if value is not None:
                     vendor_info[key] = value
             if gpu.mig_mode == "enabled":
                 vendor_info["mig_devices"] = gpu.mig_devices
         std_info = function.std_board_info() if function else {"vendor_id": VENDOR,
                                                                 "product_id": device_id}
-        traits = [f"CUSTOM_NVIDIA_{product}"]
-        if gpu and gpu.mig_mode == "enabled":
-            traits.append("CUSTOM_NVIDIA_MIG_ENABLED")
-        offer = self._vgpu_offer(address, function, functions) if function else None
-        if offer:
-            deployable = Deployable(
-                name=f"{address}_{re.sub(r'[^A-Za-z0-9_.:-]', '_', offer.key)}",
-                num_accelerators=len(offer.handles),
-                attributes=attributes("VGPU", traits + [f"CUSTOM_VGPU_{trait_part(offer.name)}"],
-                                       vgpu_type=offer.key, vgpu_name=offer.name,
-                                       vgpu_kind=offer.kind),
-                attach_handles=offer.handles)
-        else:
-            deployable = Deployable(name=address, num_accelerators=1,
-                                    attributes=attributes("PGPU", traits),
-                                    attach_handles=[pci_handle(address)])
-        deployables = [deployable] if deployable.num_accelerators > 0 else []
+        traits = [f"CUSTOM_NVIDIA_{upstream_product_id(device_id)}", f"CUSTOM_NVIDIA_{product}"]
+        deployables, status, reason = self._offer(address, device_id, traits, gpu, plan,
+                                                  unknown_types)
+        if plan and plan.offer:
+            vendor_info["vgpu_capacity_source"] = plan.offer.capacity_source
         return HardwareRecord(
             uuid=hardware_uuid(self.hostname, self.name, address),
-            type="GPU", vendor=VENDOR, model=model, driver_name=self.name,
+            type="GPU", vendor=VENDOR, model=f"NVIDIA {product}", driver_name=self.name,
             controlpath_id=pci_controlpath(address),
             acc_specs={"device_type": "GPU", "remote": False,
                        "num": sum(d.num_accelerators for d in deployables)},
+            acc_status=status, status_reason=reason,
             std_board_info=std_info, vendor_board_info=vendor_info,
-            deployables=deployables)
+            deployables=deployables, health=health.to_dict())
+
+    def _offer(self, address: str, device_id: str, traits: list[str], gpu: NvmlGpu | None,
+               plan: VgpuPlan | None, unknown_types: list[str]
+               ) -> tuple[list[Deployable], str, str | None]:
+        """The deployables, acc_status and status_reason of one GPU."""
+        if plan and plan.offer:
+            offer = plan.offer
+            if not offer.handles:
+                return [], "ready", None  # full of vGPUs another tool made
+            vgpu_traits = [upstream_vgpu_trait(device_id, offer.name), *traits,
+                           f"CUSTOM_VGPU_{trait_part(offer.name)}"]
+            return [Deployable(
+                name=f"{address}_{re.sub(r'[^A-Za-z0-9_.:-]', '_', offer.key)}",
+                num_accelerators=len(offer.handles),
+                attributes=attributes("VGPU", vgpu_traits, vgpu_type=offer.key,
+                                      vgpu_name=offer.name, vgpu_kind=offer.kind),
+                attach_handles=offer.handles)], "ready", None
+        if plan and plan.setup_reason:
+            return [], "setup_required", plan.setup_reason
+        if plan and plan.unmatched and unknown_types:
+            offers = ", ".join(sorted(n for n in plan.known_names if not n.startswith("nvidia-")))
+            return [], "setup_required", (
+                f"configured vGPU type(s) {', '.join(map(repr, unknown_types))} unknown on this "
+                f"host; {address} offers: {offers or 'no vGPU types'}")
+        if plan and plan.busy_reason:
+            return [], "setup_required", (
+                f"not offered whole: {plan.busy_reason} (enable their type in [nvidia_gpu] "
+                f"enabled_vgpu_types to offer it as vGPUs)")
+        if gpu and gpu.mig_devices:
+            return [], "setup_required", (
+                f"not offered whole: {len(gpu.mig_devices)} MIG device(s) live on it")
+        return [Deployable(name=address, num_accelerators=1,
+                           attributes=attributes("PGPU", traits),
+                           attach_handles=[pci_handle(address)])], "ready", None
 
     # --- vGPU ------------------------------------------------------------------
 
-    def _enabled(self, key: str, name: str) -> bool:
-        return key in self.opts.enabled_vgpu_types or name in self.opts.enabled_vgpu_types
-
-    def _vgpu_offer(self, pf: str, function: sysfs.PciFunction,
-                    functions: dict[str, sysfs.PciFunction]) -> VgpuOffer | None:
-        """The first enabled vGPU type (config order) this GPU offers, with its handles."""
-        if not self.opts.enabled_vgpu_types:
-            return None
-        vfs = [functions[a] for a in function.virtfns if a in functions]
-        offers = self._mdev_offers(function, vfs) + self._vfio_offers(vfs)
-        for wanted in self.opts.enabled_vgpu_types:
-            for offer in offers:
-                if wanted in (offer.key, offer.name):
-                    return offer
-        return None
-
     def slot_uuid(self, parent: str, type_id: str, slot: int) -> str:
-        """The mdev uuid of a slot: stable, so unbind finds the mdev that bind made."""
+        """The mdev uuid of a slot: stable, so unbind finds the mdev that bind made, and
+        derived from this host, so no other tool's mdev is ever taken for acceld's."""
         return str(uuidlib.uuid5(_SLOT_NAMESPACE, f"{self.hostname}/{parent}/{type_id}/{slot}"))
-
-    def _mdev_offers(self, pf: sysfs.PciFunction, vfs: list[sysfs.PciFunction]
-                     ) -> list[VgpuOffer]:
-        # Pre-Ampere: types on the PF. Ampere+ (mdev releases): types on each VF.
-        parents = [pf] if os.path.isdir(pf.join("mdev_supported_types")) else [
-            vf for vf in vfs if os.path.isdir(vf.join("mdev_supported_types"))]
-        offers: dict[str, VgpuOffer] = {}
-        for parent in parents:
-            types_dir = parent.join("mdev_supported_types")
-            for type_id in sysfs.list_dir(types_dir):
-                tdir = os.path.join(types_dir, type_id)
-                available = sysfs.read_int(os.path.join(tdir, "available_instances"))
-                if available is None or sysfs.read_attr(os.path.join(tdir, "device_api")) is None:
-                    continue  # both are mandatory in the mdev ABI
-                name = sysfs.read_attr(os.path.join(tdir, "name")) or type_id
-                if not self._enabled(type_id, name):
-                    continue
-                created = set(sysfs.list_dir(os.path.join(tdir, "devices")))
-                candidates = available + len(created)
-                ours = sum(1 for s in range(candidates)
-                           if self.slot_uuid(parent.address, type_id, s) in created)
-                offer = offers.setdefault(type_id, VgpuOffer(type_id, name, "mdev", []))
-                for slot in range(available + ours):
-                    offer.handles.append(AttachHandle(attach_type="MDEV", attach_info={
-                        "parent": parent.address, "asked_type": type_id,
-                        "vgpu_mark": f"{type_id}_{slot}",
-                        "uuid": self.slot_uuid(parent.address, type_id, slot)}))
-        return list(offers.values())
-
-    def _vfio_offers(self, vfs: list[sysfs.PciFunction]) -> list[VgpuOffer]:
-        """vGPU 17+: each VF takes one vGPU through ``nvidia/current_vgpu_type``."""
-        per_vf = {vf.address: read_vgpu_types(vf.join("nvidia", "creatable_vgpu_types"))
-                  for vf in vfs if os.path.isdir(vf.join("nvidia"))}
-        names = {tid: name for types in per_vf.values() if types for tid, name in types.items()}
-        offers: dict[str, VgpuOffer] = {}
-        for address, creatable in per_vf.items():
-            if creatable is None:
-                continue
-            current = sysfs.read_int(os.path.join(functions_path(self.root, address),
-                                                  "nvidia", "current_vgpu_type"))
-            if current is None:
-                continue
-            usable = set(creatable.values()) if current == 0 else (
-                {names[current]} if current in names else set())
-            for name in sorted(usable):
-                if not self._enabled(name, name):
-                    continue
-                handle = pci_handle(address)
-                handle.attach_info["vgpu_type"] = name
-                offers.setdefault(name, VgpuOffer(name, name, "vfio", [])).handles.append(handle)
-        return list(offers.values())
 
     # --- attach handles ----------------------------------------------------------
 
     def prepare_attach_handle(self, handle: AttachHandle) -> AttachHandle:
         info = handle.attach_info
         if handle.attach_type == "MDEV":
-            if os.path.exists(self._mdev_path(info)):
+            parent, type_id, path = self._mdev_target(info)
+            if os.path.exists(path):
+                made_as = sysfs.link_name(os.path.join(path, "mdev_type"))
+                if made_as not in (None, type_id):
+                    raise DriverError(f"mdev {info['uuid']} exists as type {made_as}, not "
+                                      f"{type_id}")
                 return handle  # already created (a retried bind)
-            create = os.path.join(functions_path(self.root, info["parent"]),
-                                  "mdev_supported_types", info["asked_type"], "create")
+            create = os.path.join(functions_path(self.root, parent), "mdev_supported_types",
+                                  type_id, "create")
             try:
                 sysfs.write_attr(create, info["uuid"])
             except OSError as exc:
                 raise DriverError(f"could not create vGPU {info['uuid']} of type "
-                                  f"{info['asked_type']} on {info['parent']}: {exc}") from exc
+                                  f"{type_id} on {parent}: {exc}") from exc
         elif handle.attach_type == "PCI" and "vgpu_type" in info:
             self._set_vfio_type(info, info["vgpu_type"])
         return handle
@@ -369,7 +299,7 @@ class NvidiaGpuDriver(Driver):
     def release_attach_handle(self, handle: AttachHandle) -> None:
         info = handle.attach_info
         if handle.attach_type == "MDEV":
-            path = self._mdev_path(info)
+            _parent, _type_id, path = self._mdev_target(info)
             if not os.path.exists(path):
                 return  # already gone
             try:
@@ -380,9 +310,8 @@ class NvidiaGpuDriver(Driver):
             self._set_vfio_type(info, None)
 
     def prepared_attach_handles(self) -> list[AttachHandle]:
-        """The mdevs acceld created: those whose uuid is the slot uuid
-        (:meth:`slot_uuid`, derived from this host, the parent, the type and the slot) of
-        a slot discovery offers. An mdev with any other uuid (made by Nova, libvirt or an
+        """The mdevs acceld created: those whose uuid is a slot uuid (:meth:`slot_uuid`) of
+        their parent and type. An mdev with any other uuid (made by Nova, libvirt or an
         operator) is never reported. Vendor-specific VFIO vGPU types carry no such mark
         and are not reported either."""
         found: list[AttachHandle] = []
@@ -394,19 +323,20 @@ class NvidiaGpuDriver(Driver):
                 if not created:
                     continue
                 available = sysfs.read_int(os.path.join(tdir, "available_instances")) or 0
-                for slot in range(available + len(created)):
+                for slot in range(max(MIN_SLOT_PROBE, available + len(created))):
                     uuid = self.slot_uuid(parent, type_id, slot)
                     if uuid in created:
-                        found.append(AttachHandle(attach_type="MDEV", attach_info={
-                            "parent": parent, "asked_type": type_id,
-                            "vgpu_mark": f"{type_id}_{slot}", "uuid": uuid}))
+                        found.append(mdev_handle(parent, type_id, slot, uuid))
         return found
 
-    def _mdev_path(self, info: dict[str, str]) -> str:
-        for key in ("parent", "asked_type", "uuid"):
+    def _mdev_target(self, info: dict[str, str]) -> tuple[str, str, str]:
+        """(parent address, type id, /sys/bus/mdev/devices/<uuid>) of an MDEV handle."""
+        for key in ("asked_type", "uuid"):
             if key not in info:
                 raise DriverError(f"MDEV attach handle lacks {key!r}: {info}")
-        return os.path.join(self.root, "bus", "mdev", "devices", info["uuid"])
+        parent = _address_of(info)
+        return parent, info["asked_type"], os.path.join(self.root, "bus", "mdev", "devices",
+                                                        info["uuid"])
 
     def _set_vfio_type(self, info: dict[str, str], name: str | None) -> None:
         address = _address_of(info)
@@ -421,8 +351,10 @@ class NvidiaGpuDriver(Driver):
             creatable = read_vgpu_types(os.path.join(vdir, "creatable_vgpu_types")) or {}
             ids = [tid for tid, tname in creatable.items() if tname == name]
             if not ids:
+                if current != 0 and self._type_name(address, current) == name:
+                    return  # the VF already runs it: ours from an earlier try
                 if current != 0:
-                    return  # the VF already runs a vGPU; it is ours from an earlier try
+                    raise DriverError(f"{address} already runs vGPU type id {current}")
                 raise DriverError(f"vGPU type {name!r} cannot be created on {address} now")
             if current not in (0, ids[0]):
                 raise DriverError(f"{address} already runs vGPU type id {current}")
@@ -432,39 +364,21 @@ class NvidiaGpuDriver(Driver):
         except OSError as exc:
             raise DriverError(f"could not set the vGPU type of {address}: {exc}") from exc
 
+    def _type_name(self, vf: str, type_id: int) -> str | None:
+        """A vendor type id's name as discovery learnt it for the VF's GPU."""
+        physfn = sysfs.link_name(os.path.join(functions_path(self.root, vf), "physfn"))
+        return self._learnt_names.get(physfn or "", {}).get(type_id)
+
 
 def functions_path(root: str, address: str) -> str:
     return os.path.join(sysfs.pci_devices_dir(root), address)
 
 
-def read_vgpu_types(path: str) -> dict[int, str] | None:
-    """Parse ``creatable_vgpu_types``: a header, then ``%-5d : name`` lines."""
-    text = sysfs.read_attr(path)
-    if text is None:
-        return None
-    types: dict[int, str] = {}
-    for line in text.splitlines():
-        tid, sep, name = line.partition(":")
-        tid = tid.strip()
-        if sep and tid.isdigit() and name.strip():
-            types[int(tid)] = name.strip()
-    return types
-
-
 def _address_of(info: dict[str, str]) -> str:
     try:
-        return f"{info['domain']}:{info['bus']}:{info['device']}.{info['function']}"
+        address = f"{info['domain']}:{info['bus']}:{info['device']}.{info['function']}"
     except KeyError as exc:
-        raise DriverError(f"PCI attach handle lacks {exc}: {info}") from exc
-
-
-def _nvml_address(pci: Any) -> str:
-    """NVML's bus id ('00000000:3B:00.0', bytes) as a sysfs address ('0000:3b:00.0')."""
-    legacy = getattr(pci, "busIdLegacy", b"")
-    if isinstance(legacy, bytes):
-        legacy = legacy.decode("ascii", "replace")
-    legacy = legacy.strip().lower()
-    if sysfs.is_pci_address(legacy):
-        return legacy
-    return f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0"
-
+        raise DriverError(f"attach handle lacks {exc}: {info}") from exc
+    if not sysfs.is_pci_address(address):
+        raise DriverError(f"attach handle names no PCI address: {info}")
+    return address

@@ -22,6 +22,7 @@ ERROR_CODES = {
     "NoPermission": (4, "Insufficient Permissions"),
     "NotFound": (6, "Not Found"),
     "DriverNotLoaded": (9, "Driver Not Loaded"),
+    "Timeout": (10, "Timeout"),
     "LibraryNotFound": (12, "NVML Shared Library Not Found"),
     "FunctionNotFound": (13, "Function Not Found"),
     "GpuIsLost": (15, "GPU is lost"),
@@ -38,6 +39,14 @@ class FakeMig:
 
 
 @dataclass
+class FakeVgpuType:
+    type_id: int
+    name: str
+    max_instances: int
+    gpu_instance_profile: int = 0xFFFFFFFF  # time-sliced; a GI profile id if MIG-backed
+
+
+@dataclass
 class FakeGpu:
     bus_id: str  # sysfs form, e.g. '0000:3b:00.0'
     device_id: int  # e.g. 0x2335
@@ -48,6 +57,13 @@ class FakeGpu:
     mig_mode: tuple[int, int] | None = None  # None: NotSupported
     mig_slots: list[FakeMig | None] = field(default_factory=list)
     lost: bool = False  # every call on it raises GpuIsLost
+    vgpu_types: list[FakeVgpuType] = field(default_factory=list)  # [] : no vGPU manager
+    active_vgpus: list[int] = field(default_factory=list)  # type id per running vGPU
+    gpu_instances: dict[int, int] = field(default_factory=dict)  # GI id -> profile id
+    ecc_volatile_uncorrected: int | None = 0  # None: NotSupported (GeForce)
+    retired_pages_pending: int | None = 0  # NVML_FEATURE_ENABLED (1) / DISABLED (0)
+    remapped_rows: tuple[int, int, int, int] | None = None  # None: NotSupported (pre-Ampere)
+    hidden: bool = False  # not enumerated (GetCount skips it), as a GPU that fell off
 
 
 @dataclass
@@ -67,6 +83,19 @@ class _PciInfo:
         self.pciSubSystemId = 0x162610DE
 
 
+class _GpuInstanceInfo:
+    def __init__(self, gi_id: int, profile_id: int) -> None:
+        self.id, self.profileId = gi_id, profile_id
+
+
+class _EventData:
+    """nvmlEventData_t: device handle, eventType bit, eventData (the XID)."""
+
+    def __init__(self, device: "_Handle", event_type: int, data: int) -> None:
+        self.device, self.eventType, self.eventData = device, event_type, data
+        self.gpuInstanceId = self.computeInstanceId = 0xFFFFFFFF
+
+
 class _Memory:
     def __init__(self, total: int) -> None:
         self.total, self.free, self.used = total, total, 0
@@ -76,7 +105,9 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
                 driver_version: str = "550.54.15") -> types.ModuleType:
     """A module object with the real names; ``init_error`` makes nvmlInit raise that error."""
     mod = types.ModuleType("pynvml")
-    state: dict[str, Any] = {"initialised": False, "init_calls": 0, "shutdown_calls": 0}
+    # NVML counts nvmlInit calls: it stays initialised until as many nvmlShutdown calls.
+    state: dict[str, Any] = {"initialised": 0, "init_calls": 0, "shutdown_calls": 0,
+                             "event_sets": {}, "next_set": 1}
     mod.state = state  # type: ignore[attr-defined]
 
     class NVMLError(Exception):
@@ -103,11 +134,21 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
         sub = type(f"NVMLError_{suffix}", (NVMLError,), {})
         NVMLError._valClassMapping[code] = sub
         setattr(mod, f"NVMLError_{suffix}", sub)
-    mod.NVML_DEVICE_MIG_DISABLE = 0  # type: ignore[attr-defined]
-    mod.NVML_DEVICE_MIG_ENABLE = 1  # type: ignore[attr-defined]
+    constants = {
+        "NVML_DEVICE_MIG_DISABLE": 0, "NVML_DEVICE_MIG_ENABLE": 1, "NVML_FEATURE_DISABLED": 0,
+        "NVML_FEATURE_ENABLED": 1, "NVML_MEMORY_ERROR_TYPE_CORRECTED": 0,
+        "NVML_MEMORY_ERROR_TYPE_UNCORRECTED": 1, "NVML_VOLATILE_ECC": 0,
+        "NVML_AGGREGATE_ECC": 1, "nvmlEventTypeXidCriticalError": 0x8,
+        "nvmlEventTypeDoubleBitEccError": 0x2, "NVML_ERROR_TIMEOUT": 10,
+        "NVML_ERROR_GPU_IS_LOST": 15,
+    }
+    for name, value in constants.items():
+        setattr(mod, name, value)
 
     def error(name: str) -> Exception:
         return NVMLError(ERROR_CODES[name][0])
+
+    visible = [g for g in gpus if not g.hidden]
 
     def check(handle: _Handle | None = None) -> None:
         if not state["initialised"]:
@@ -119,22 +160,32 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
         state["init_calls"] += 1
         if init_error:
             raise error(init_error)
-        state["initialised"] = True
+        state["initialised"] += 1
 
     def nvmlShutdown() -> None:
         check()
         state["shutdown_calls"] += 1
-        state["initialised"] = False
+        state["initialised"] -= 1
 
     def nvmlDeviceGetCount() -> int:
         check()
-        return len(gpus)
+        return len(visible)
 
     def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
         check()
-        if not 0 <= index < len(gpus):
+        if not 0 <= index < len(visible):
             raise error("InvalidArgument")
-        return _Handle(gpus[index])
+        return _Handle(visible[index])
+
+    def nvmlDeviceGetHandleByPciBusId(bus_id: str) -> _Handle:
+        check()
+        wanted = bus_id.lower()[-12:]
+        for gpu in gpus:
+            if gpu.bus_id.lower() == wanted:
+                if gpu.lost:
+                    raise error("GpuIsLost")
+                return _Handle(gpu)
+        raise error("NotFound")
 
     def nvmlDeviceGetPciInfo(handle: _Handle) -> _PciInfo:
         check(handle)
@@ -198,8 +249,119 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
             raise error("InvalidArgument")
         return handle.mig.compute_instance_id
 
+    def _vgpu_type(type_id: int) -> FakeVgpuType:
+        for gpu in gpus:
+            for t in gpu.vgpu_types:
+                if t.type_id == type_id:
+                    return t
+        raise error("InvalidArgument")
+
+    def nvmlDeviceGetSupportedVgpus(handle: _Handle) -> list[int]:
+        check(handle)
+        return [t.type_id for t in handle.gpu.vgpu_types]
+
+    def nvmlVgpuTypeGetName(type_id: int) -> str:
+        check()
+        return _vgpu_type(type_id).name
+
+    def nvmlVgpuTypeGetMaxInstances(handle: _Handle, type_id: int) -> int:
+        check(handle)
+        if type_id not in [t.type_id for t in handle.gpu.vgpu_types]:
+            raise error("InvalidArgument")
+        return _vgpu_type(type_id).max_instances
+
+    def nvmlVgpuTypeGetGpuInstanceProfileId(type_id: int) -> int:
+        check()
+        return _vgpu_type(type_id).gpu_instance_profile
+
+    def nvmlDeviceGetActiveVgpus(handle: _Handle) -> list[int]:
+        check(handle)
+        # vGPU instance ids: opaque numbers; the fake encodes (gpu index, position).
+        return [1000 * gpus.index(handle.gpu) + i for i in range(len(handle.gpu.active_vgpus))]
+
+    def nvmlVgpuInstanceGetType(instance: int) -> int:
+        check()
+        gpu_index, position = divmod(instance, 1000)
+        if not 0 <= gpu_index < len(gpus) or position >= len(gpus[gpu_index].active_vgpus):
+            raise error("NotFound")
+        return gpus[gpu_index].active_vgpus[position]
+
+    def nvmlDeviceGetGpuInstanceById(handle: _Handle, gi_id: int) -> tuple[FakeGpu, int]:
+        check(handle)
+        mode = handle.gpu.mig_mode
+        if mode is None:
+            raise error("NotSupported")
+        if mode[0] != 1:
+            raise error("InvalidArgument")
+        if gi_id not in handle.gpu.gpu_instances:
+            raise error("NotFound")
+        return (handle.gpu, gi_id)
+
+    def nvmlGpuInstanceGetInfo(instance: tuple[FakeGpu, int]) -> _GpuInstanceInfo:
+        check()
+        gpu, gi_id = instance
+        return _GpuInstanceInfo(gi_id, gpu.gpu_instances[gi_id])
+
+    def nvmlDeviceGetTotalEccErrors(handle: _Handle, error_type: int, counter_type: int) -> int:
+        check(handle)
+        if handle.gpu.ecc_volatile_uncorrected is None:
+            raise error("NotSupported")
+        if (error_type, counter_type) != (1, 0):
+            return 0  # only volatile uncorrected counts are modelled
+        return handle.gpu.ecc_volatile_uncorrected
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(handle: _Handle) -> int:
+        check(handle)
+        if handle.gpu.retired_pages_pending is None:
+            raise error("NotSupported")
+        return handle.gpu.retired_pages_pending
+
+    def nvmlDeviceGetRemappedRows(handle: _Handle) -> tuple[int, int, int, int]:
+        check(handle)
+        if handle.gpu.remapped_rows is None:
+            raise error("NotSupported")
+        return handle.gpu.remapped_rows
+
+    # --- events: a set buffers what happens to its registered GPUs after registration.
+    def nvmlEventSetCreate() -> int:
+        check()
+        number = state["next_set"]
+        state["next_set"] += 1
+        state["event_sets"][number] = {"gpus": {}, "queue": []}
+        return number
+
+    def nvmlDeviceRegisterEvents(handle: _Handle, event_types: int, event_set: int) -> None:
+        check(handle)
+        state["event_sets"][event_set]["gpus"][handle.gpu.bus_id] = event_types
+
+    def nvmlEventSetWait_v2(event_set: int, timeout_ms: int) -> _EventData:
+        check()
+        queue = state["event_sets"][event_set]["queue"]
+        if not queue:
+            raise error("Timeout")  # the fake never blocks: nothing will arrive meanwhile
+        return queue.pop(0)
+
+    def nvmlEventSetFree(event_set: int) -> None:
+        check()
+        del state["event_sets"][event_set]
+
+    def emit_xid(bus_id: str, xid: int) -> None:
+        """Test hook: the driver reports XID ``xid`` on a GPU (the real one's kernel log)."""
+        gpu = next(g for g in gpus if g.bus_id == bus_id)
+        for event_set in state["event_sets"].values():
+            if event_set["gpus"].get(bus_id, 0) & 0x8:
+                event_set["queue"].append(_EventData(_Handle(gpu), 0x8, xid))
+
+    mod.emit_xid = emit_xid  # type: ignore[attr-defined]
+
     for fn in (nvmlInit, nvmlShutdown, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex,
-               nvmlDeviceGetPciInfo, nvmlDeviceGetName, nvmlDeviceGetUUID, nvmlDeviceGetSerial,
+               nvmlDeviceGetHandleByPciBusId, nvmlDeviceGetSupportedVgpus, nvmlVgpuTypeGetName,
+               nvmlVgpuTypeGetMaxInstances, nvmlVgpuTypeGetGpuInstanceProfileId,
+               nvmlDeviceGetActiveVgpus, nvmlVgpuInstanceGetType, nvmlDeviceGetGpuInstanceById,
+               nvmlGpuInstanceGetInfo, nvmlDeviceGetTotalEccErrors,
+               nvmlDeviceGetRetiredPagesPendingStatus, nvmlDeviceGetRemappedRows,
+               nvmlEventSetCreate, nvmlDeviceRegisterEvents, nvmlEventSetWait_v2,
+               nvmlEventSetFree, nvmlDeviceGetPciInfo, nvmlDeviceGetName, nvmlDeviceGetUUID, nvmlDeviceGetSerial,
                nvmlDeviceGetMemoryInfo, nvmlSystemGetDriverVersion,
                nvmlSystemGetCudaDriverVersion, nvmlDeviceGetMigMode,
                nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMigDeviceHandleByIndex,
@@ -211,7 +373,17 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
 #: Every name the fake defines that the real module must also define.
 API_NAMES = [
     "NVMLError", *(f"NVMLError_{s}" for s in ERROR_CODES), "NVML_DEVICE_MIG_DISABLE",
-    "NVML_DEVICE_MIG_ENABLE", "nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount",
+    "NVML_DEVICE_MIG_ENABLE", "NVML_FEATURE_DISABLED", "NVML_FEATURE_ENABLED",
+    "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
+    "NVML_VOLATILE_ECC", "NVML_AGGREGATE_ECC", "nvmlEventTypeXidCriticalError",
+    "nvmlEventTypeDoubleBitEccError", "NVML_ERROR_TIMEOUT", "NVML_ERROR_GPU_IS_LOST",
+    "nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetSupportedVgpus", "nvmlVgpuTypeGetName",
+    "nvmlVgpuTypeGetMaxInstances", "nvmlVgpuTypeGetGpuInstanceProfileId",
+    "nvmlDeviceGetActiveVgpus", "nvmlVgpuInstanceGetType", "nvmlDeviceGetGpuInstanceById",
+    "nvmlGpuInstanceGetInfo", "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows",
+    "nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2",
+    "nvmlEventSetFree", "nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount",
     "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo", "nvmlDeviceGetName",
     "nvmlDeviceGetUUID", "nvmlDeviceGetSerial", "nvmlDeviceGetMemoryInfo",
     "nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion", "nvmlDeviceGetMigMode",

@@ -383,12 +383,13 @@ class SysfsTree:
 def populate_node(tree: SysfsTree) -> SysfsTree:
     """A node holding one of everything the in-tree drivers handle, plus bystanders."""
     t = tree
-    # NVIDIA: an H200 with vGPU 17+ VFs, an NVSwitch, a T4 with mdev types.
+    # NVIDIA: an H200 with vGPU 17+ VFs, an NVSwitch, a T4 with mdev types. MIG is off, so
+    # the VFs list time-sliced types only (MIG-backed ones need MIG mode and GPU instances).
     t.add_pci("0000:41:00.0", "0x10de", "0x2335", "0x030200", driver="nvidia", revision="0xa1")
     vfs = ["0000:41:00.4", "0000:41:00.5"]
     t.add_vfs("0000:41:00.0", vfs, "0x2335", driver="nvidia", total=16)
     for vf in vfs:
-        t.add_nvidia_vfio(vf, {1414: "NVIDIA H200X-1-18C", 1428: "NVIDIA H200X-141C"})
+        t.add_nvidia_vfio(vf, {1418: "NVIDIA H200X-18C", 1428: "NVIDIA H200X-141C"})
     t.add_pci("0000:05:00.0", "0x10de", "0x22a3", "0x068000", driver="nvidia")
     t.add_pci("0000:06:00.0", "0x10de", "0x1eb8", "0x030200", driver="nvidia")
     t.add_mdev_type("0000:06:00.0", "nvidia-223", "GRID T4-2B", 8)
@@ -434,7 +435,8 @@ def node_overrides(tree: SysfsTree, tmp_path: Path) -> dict[str, object]:
                       "ascend")}
     overrides.update({
         "nvidia_gpu__use_nvml": False,
-        "nvidia_gpu__enabled_vgpu_types": ["NVIDIA H200X-1-18C"],
+        "nvidia_gpu__enabled_vgpu_types": ["NVIDIA H200X-18C"],
+        "nvidia_gpu__vgpu_max_instances": {"NVIDIA H200X-18C": 7},  # no NVML here
         "nvme__mounts_path": str(mounts),
         "nvme__swaps_path": str(swaps),
         "nvme__udev_data_dir": str(tmp_path / "udev-data"),

@@ -312,11 +312,13 @@ def test_vfio_vgpu_types_are_known_as_acceld_s_from_the_journal_only(tmp_path):
     tree.add_pci("0000:41:00.0", "0x10de", "0x2335", "0x030200", driver="nvidia")
     vfs = [f"0000:41:00.{i}" for i in range(4, 7)]
     tree.add_vfs("0000:41:00.0", vfs, "0x2335", driver="nvidia", total=16)
-    types = {1414: "NVIDIA H200X-1-18C", 1428: "NVIDIA H200X-141C"}
+    # One 18C vGPU runs (time-sliced, MIG off): the free VFs list only that type now.
+    types = {1418: "NVIDIA H200X-18C"}
     tree.add_nvidia_vfio(vfs[0], types)
     tree.add_nvidia_vfio(vfs[1], types)
-    tree.add_nvidia_vfio(vfs[2], {}, current=1428)  # set by someone else: never reported
-    drv = nvidia_driver(tmp_path, tree, use_nvml=False, enabled_vgpu_types=["NVIDIA H200X-1-18C"])
+    tree.add_nvidia_vfio(vfs[2], {}, current=1418)  # set by someone else: never reported
+    drv = nvidia_driver(tmp_path, tree, use_nvml=False, enabled_vgpu_types=["NVIDIA H200X-18C"],
+                        vgpu_max_instances={"NVIDIA H200X-18C": 7})
     handle = drv.discover()[0].deployables[0].attach_handles[0]
     journal = HostStepJournal(str(tmp_path / "journal"))
     steps = AttachSteps({drv.name: drv}.get, "node1", journal)
@@ -324,7 +326,7 @@ def test_vfio_vgpu_types_are_known_as_acceld_s_from_the_journal_only(tmp_path):
             "attach_info": handle.attach_info}
     steps.run("prepare", body)
     current = tree.device_dir(vfs[0]) / "nvidia" / "current_vgpu_type"
-    assert current.read_text() == "1414"
+    assert current.read_text() == "1418"
     assert drv.prepared_attach_handles() == []  # a VF's vGPU type carries no mark
     assert host_steps([drv], journal) == [{"driver_name": drv.name, "attach_type": "PCI",
                                            "attach_info": handle.attach_info}]

@@ -1,0 +1,237 @@
+"""What NVML (``nvidia-ml-py``, module ``pynvml``) says about this node's NVIDIA GPUs.
+
+Reading only: identity (name, uuid, memory), MIG state, the vGPU types a GPU supports with
+NVML's maximum instances per type, the vGPU instances running on it, and the health facts
+the driver judges (volatile uncorrectable ECC errors, pending page retirement, row
+remapping). Each fact NVML refuses (NotSupported on a T4, NoPermission, an old driver
+without the function) is left out alone; it never loses the GPU.
+
+Kept free of anything beyond the standard library (the module object is passed in), so the
+offline GPU check (``bench/gpu_check.py``) runs it where no package index is reachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable
+
+LOG = logging.getLogger(__name__)
+
+_MIB = 1024 * 1024
+# nvmlVgpuTypeGetGpuInstanceProfileId answers this for time-sliced (not MIG-backed) types.
+NO_GPU_INSTANCE_PROFILE = 0xFFFFFFFF
+# GPU instance ids are small (7 instances at most, ids below 15 on A100/H100/H200).
+_MAX_GPU_INSTANCE_ID = 32
+# pynvml's constants, with their values in case an old binding lacks one.
+_VOLATILE_ECC = 0
+_UNCORRECTED = 1
+_FEATURE_ENABLED = 1
+
+
+@dataclass
+class NvmlVgpuType:
+    """One vGPU type a GPU supports (``nvmlDeviceGetSupportedVgpus``: it never empties)."""
+
+    type_id: int
+    name: str
+    max_instances: int | None = None  # nvmlVgpuTypeGetMaxInstances on this GPU
+    gpu_instance_profile: int | None = None  # MIG-backed types: the GI profile id they need
+
+
+@dataclass
+class NvmlHealthFacts:
+    """Raw facts the health judgement reads; None where NVML did not answer."""
+
+    ecc_volatile_uncorrected: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows: tuple[int, int, bool, bool] | None = None  # corr, unc, pending, failure
+    lost: bool = False
+
+
+@dataclass
+class NvmlGpu:
+    """What NVML says about one GPU."""
+
+    address: str
+    name: str | None = None
+    device_id: str | None = None
+    gpu_uuid: str | None = None
+    serial: str | None = None
+    memory_mib: int | None = None
+    mig_mode: str | None = None  # 'enabled' | 'disabled' | None (not supported)
+    mig_devices: list[dict[str, Any]] = field(default_factory=list)
+    gpu_instance_profiles: list[int] = field(default_factory=list)  # one per GPU instance
+    vgpu_types: dict[int, NvmlVgpuType] = field(default_factory=dict)
+    active_vgpu_types: list[int] = field(default_factory=list)  # a type id per running vGPU
+    health: NvmlHealthFacts = field(default_factory=NvmlHealthFacts)
+
+
+@dataclass
+class NvmlReport:
+    gpus: dict[str, NvmlGpu]
+    driver_version: str | None
+    cuda_driver_version: int | None
+    # GPUs NVML reports lost (GpuIsLost) by sysfs address: known only by bus id lookups.
+    lost: set[str] = field(default_factory=set)
+
+
+def nvml_address(pci: Any) -> str:
+    """NVML's bus id ('00000000:3B:00.0', bytes) as a sysfs address ('0000:3b:00.0')."""
+    legacy = getattr(pci, "busIdLegacy", b"")
+    if isinstance(legacy, bytes):
+        legacy = legacy.decode("ascii", "replace")
+    legacy = legacy.strip().lower()
+    if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", legacy):
+        return legacy
+    return f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0"
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+class NvmlReader:
+    """One pass over NVML between an init and a shutdown the caller owns."""
+
+    def __init__(self, nvml: ModuleType) -> None:
+        self.nvml = nvml
+
+    def soft(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A call whose failure (NotSupported, NoPermission, ...) only loses one fact."""
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError:
+            return None
+
+    def read(self, probe_addresses: list[str] = ()) -> NvmlReport:  # type: ignore[assignment]
+        """Every GPU NVML enumerates; ``probe_addresses`` (GPUs sysfs shows bound to the
+        nvidia driver that enumeration missed) are looked up by bus id to tell a lost GPU."""
+        nvml = self.nvml
+        gpus: dict[str, NvmlGpu] = {}
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                pci = nvml.nvmlDeviceGetPciInfo(handle)
+            except nvml.NVMLError as exc:
+                LOG.warning("nvidia_gpu: NVML GPU %d unreadable (%s)", index, exc)
+                continue
+            gpu = self.read_gpu(handle, pci)
+            gpus[gpu.address] = gpu
+        lost = set()
+        for address in probe_addresses:
+            if address not in gpus and self._is_lost(address):
+                lost.add(address)
+        return NvmlReport(gpus=gpus,
+                          driver_version=_text(self.soft(nvml.nvmlSystemGetDriverVersion)),
+                          cuda_driver_version=self.soft(nvml.nvmlSystemGetCudaDriverVersion),
+                          lost=lost)
+
+    def _is_lost(self, address: str) -> bool:
+        nvml = self.nvml
+        try:
+            handle = nvml.nvmlDeviceGetHandleByPciBusId(address)
+            nvml.nvmlDeviceGetPciInfo(handle)
+        except nvml.NVMLError as exc:
+            return int(getattr(exc, "value", 0)) == 15  # NVML_ERROR_GPU_IS_LOST
+        return False
+
+    def read_gpu(self, handle: Any, pci: Any) -> NvmlGpu:
+        nvml, soft = self.nvml, self.soft
+        gpu = NvmlGpu(address=nvml_address(pci),
+                      device_id=f"0x{(pci.pciDeviceId >> 16) & 0xffff:04x}")
+        gpu.name = _text(soft(nvml.nvmlDeviceGetName, handle))
+        gpu.gpu_uuid = _text(soft(nvml.nvmlDeviceGetUUID, handle))
+        gpu.serial = _text(soft(nvml.nvmlDeviceGetSerial, handle))
+        memory = soft(nvml.nvmlDeviceGetMemoryInfo, handle)
+        if memory is not None:
+            gpu.memory_mib = int(memory.total) // _MIB
+        self._read_mig(handle, gpu)
+        self._read_vgpu(handle, gpu)
+        self._read_health(handle, gpu)
+        return gpu
+
+    def _read_mig(self, handle: Any, gpu: NvmlGpu) -> None:
+        nvml, soft = self.nvml, self.soft
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        except nvml.NVMLError:  # NotSupported on GPUs without MIG (T4, A40, L40S ...)
+            return
+        gpu.mig_mode = "enabled" if current == nvml.NVML_DEVICE_MIG_ENABLE else "disabled"
+        if current != nvml.NVML_DEVICE_MIG_ENABLE:
+            return
+        for index in range(soft(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+            except nvml.NVMLError:  # NotFound: an empty slot
+                continue
+            memory = soft(nvml.nvmlDeviceGetMemoryInfo, mig)
+            gpu.mig_devices.append({
+                "uuid": _text(soft(nvml.nvmlDeviceGetUUID, mig)),
+                "gpu_instance_id": soft(nvml.nvmlDeviceGetGpuInstanceId, mig),
+                "compute_instance_id": soft(nvml.nvmlDeviceGetComputeInstanceId, mig),
+                "memory_mib": int(memory.total) // _MIB if memory is not None else None,
+            })
+        # GPU instances exist without compute instances (MIG-backed vGPUs need only the GI),
+        # so they are probed by id rather than found through MIG device handles.
+        for gi_id in range(1, _MAX_GPU_INSTANCE_ID):
+            instance = soft(nvml.nvmlDeviceGetGpuInstanceById, handle, gi_id)
+            if instance is None:
+                continue
+            info = soft(nvml.nvmlGpuInstanceGetInfo, instance)
+            if info is not None:
+                gpu.gpu_instance_profiles.append(int(info.profileId))
+
+    def _read_vgpu(self, handle: Any, gpu: NvmlGpu) -> None:
+        nvml, soft = self.nvml, self.soft
+        for type_id in soft(nvml.nvmlDeviceGetSupportedVgpus, handle) or []:
+            type_id = int(type_id)
+            name = _text(soft(nvml.nvmlVgpuTypeGetName, type_id))
+            if not name:
+                continue
+            profile = soft(nvml.nvmlVgpuTypeGetGpuInstanceProfileId, type_id)
+            gpu.vgpu_types[type_id] = NvmlVgpuType(
+                type_id=type_id, name=str(name).strip(),
+                max_instances=soft(nvml.nvmlVgpuTypeGetMaxInstances, handle, type_id),
+                gpu_instance_profile=(None if profile in (None, NO_GPU_INSTANCE_PROFILE)
+                                      else int(profile)))
+        for instance in soft(nvml.nvmlDeviceGetActiveVgpus, handle) or []:
+            type_id = soft(nvml.nvmlVgpuInstanceGetType, instance)
+            gpu.active_vgpu_types.append(int(type_id) if type_id is not None else -1)
+
+    def _read_health(self, handle: Any, gpu: NvmlGpu) -> None:
+        nvml, soft = self.nvml, self.soft
+        facts = gpu.health
+        facts.ecc_volatile_uncorrected = soft(
+            nvml.nvmlDeviceGetTotalEccErrors, handle,
+            getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", _UNCORRECTED),
+            getattr(nvml, "NVML_VOLATILE_ECC", _VOLATILE_ECC))
+        pending = soft(nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+        if pending is not None:
+            facts.retired_pages_pending = int(pending) == getattr(
+                nvml, "NVML_FEATURE_ENABLED", _FEATURE_ENABLED)
+        rows = soft(nvml.nvmlDeviceGetRemappedRows, handle)
+        if rows is not None:
+            corr, unc, is_pending, failure = rows
+            facts.remapped_rows = (int(corr), int(unc), bool(is_pending), bool(failure))
+
+
+def read_nvml(nvml: ModuleType, probe_addresses: list[str]) -> NvmlReport | None:
+    """Init, read, shut down. None when NVML cannot start (no library, no driver)."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        LOG.info("nvidia_gpu: NVML unavailable (%s); reading sysfs only", exc)
+        return None
+    try:
+        return NvmlReader(nvml).read(probe_addresses)
+    except nvml.NVMLError as exc:
+        LOG.warning("nvidia_gpu: NVML enumeration failed (%s); reading sysfs only", exc)
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
