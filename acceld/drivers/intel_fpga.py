@@ -160,6 +160,12 @@ class IntelFpgaDriver(Driver):
         self.root = self.opts.sysfs_root
         self.pci_health = PciHealthMonitor()
 
+    @classmethod
+    def claims_pci(cls, conf: cfg.ConfigOpts, function: sysfs.PciFunction) -> bool:
+        """Known Intel/Silicom FPGA PFs and VFs (see acceld.drivers.claims)."""
+        ids = (function.vendor, function.device)
+        return ids in PF_PRODUCTS or ids in VF_IDS
+
     def _product(self, function: sysfs.PciFunction) -> str | None:
         product = PF_PRODUCTS.get((function.vendor, function.device))
         if product == "OFS" and function.subsystem_device in OFS_SUBSYSTEMS:

@@ -40,6 +40,11 @@ def state_health(address: str, state: str | None) -> Health:
     return Health(UNHEALTHY, f"QAT device {address} is {state} (qat/state)")
 
 
+CLAIMED_IDS = frozenset(GENERATIONS) | {vf for _gen, vf in GENERATIONS.values()}
+# vfio-pci refuses these (vfio_pci_dev_in_denylist) unless loaded with disable_denylist=1.
+VFIO_DENYLIST = frozenset({"0x0435", "0x0443", "0x37c8", "0x37c9", "0x19e2", "0x19e3"})
+
+
 class IntelQatDriver(Driver):
     """QAT PFs; their VFs are the accelerators."""
 
@@ -51,6 +56,11 @@ class IntelQatDriver(Driver):
         self.opts = conf.intel_qat
         self.root = self.opts.sysfs_root
         self.pci_health = PciHealthMonitor()
+
+    @classmethod
+    def claims_pci(cls, conf: cfg.ConfigOpts, function: sysfs.PciFunction) -> bool:
+        """QAT PFs and their VFs, by id (see acceld.drivers.claims)."""
+        return function.vendor == VENDOR and function.device in CLAIMED_IDS
 
     def discover(self) -> list[HardwareRecord]:
         functions = {f.address: f for f in sysfs.list_pci_functions(self.root, vendors=[VENDOR])}

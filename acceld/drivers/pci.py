@@ -3,10 +3,17 @@
 It reads ``<sysfs_root>/bus/pci/devices/*`` (vendor, device, class, ...), keeps
 the functions that a Nova-style allow-list (``[pci_driver] device_spec``)
 admits and whose class is one of ``[pci_driver] device_classes``, and types
-each by its class code: 03xx GPU, 1200 FPGA (vendors that make FPGAs) or
-AICHIP, 0b40 QAT, 0108 SSD, 02xx NIC. Each function is one device with one
-deployable and one PCI attach handle, except an SR-IOV PF with admitted VFs:
-its VFs become the attach handles of the PF's deployable.
+each by its class code: 03xx GPU, 1200 FPGA (FPGA vendors, Intel's FPGA ids) or
+AICHIP (an Intel NPU, Ascend, Gaudi), 0b40 QAT, 0108 SSD, 02xx NIC. Each function
+is one device with one deployable and one PCI attach handle, except an SR-IOV PF
+with admitted VFs: its VFs become the attach handles of the PF's deployable.
+
+Functions another enabled driver claims (``nvidia_gpu``, ``intel_fpga`` ...; see
+acceld.drivers.claims) are left to it. A function that cannot be given to a VM (the
+boot VGA device, or an IOMMU group shared with a device the host keeps; see
+acceld.drivers.pci_isolation) is reported ``setup_required`` with the reason.
+Traits are upstream Cyborg's (``OWNER_CYBORG``, ``CUSTOM_PCI_<VENDOR>``,
+``CUSTOM_PCI_PRODUCT_ID_<pid>``) followed by acceld's ``CUSTOM_PCI_<vid>_<pid>``.
 """
 
 from __future__ import annotations
@@ -19,15 +26,28 @@ from typing import Any, Callable
 
 import orjson
 
+from acceld.drivers import sysfs
 from acceld.drivers.base import (Deployable, Driver, DriverError,
                                  HardwareRecord, hardware_uuid, pci_controlpath, pci_handle)
+from acceld.drivers.claims import claimed_by_others
+from acceld.drivers.intel_fpga import PF_PRODUCTS as INTEL_FPGA_PFS, VF_IDS as INTEL_FPGA_VFS
+from acceld.drivers.intel_qat import VFIO_DENYLIST as QAT_VFIO_DENYLIST
+from acceld.drivers.pci_health import PciHealthMonitor
+from acceld.drivers.pci_isolation import split_assignable
+from acceld.drivers.traits import upstream_vendor
 
 LOG = logging.getLogger(__name__)
 
 _ADDRESS = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
-# Vendors whose "processing accelerators" (class 1200) are FPGAs: Intel (PAC, N3000),
-# Xilinx/AMD Alveo, Altera.
-FPGA_VENDORS = {0x8086, 0x10EE, 0x1172}
+# Vendors whose "processing accelerators" (class 1200) are all FPGAs: Xilinx/AMD Alveo,
+# Altera, Silicom (N5010). Intel's class-1200 functions are FPGAs only by id (PAC, N3000,
+# D5005, OFS): its NPUs and Gaudi accelerators share the class.
+FPGA_VENDORS = {0x10EE, 0x1172, 0x1C2C}
+INTEL_FPGA_IDS = {int(device, 16) for vendor, device in (*INTEL_FPGA_PFS, *INTEL_FPGA_VFS)
+                  if vendor == "0x8086"}
+# (vendor, product) that vfio-pci refuses to bind unless loaded with disable_denylist=1
+# (vfio_pci_dev_in_denylist: the older QAT generations, PFs and VFs).
+VFIO_DENYLIST = {(0x8086, int(device, 16)) for device in QAT_VFIO_DENYLIST}
 STANDARD_RCS = {"PGPU", "VGPU", "FPGA", "PCI_DEVICE", "SRIOV_NET_VF"}
 STANDARD_TRAIT_PREFIXES = ("CUSTOM_", "HW_", "COMPUTE_", "OWNER_", "STORAGE_", "MISC_")
 _SPEC_KEYS = {"vendor_id", "product_id", "address", "resource_class", "traits"}
@@ -38,14 +58,15 @@ _GLOB_LIMITS = (0xFFFF, 0xFF, 0x1F, 0x7)
 _REGEX_FIELDS = (("domain", "%04x"), ("bus", "%02x"), ("slot", "%02x"), ("function", "%1x"))
 
 
-def device_type(class_code: int, vendor: int) -> str | None:
+def device_type(class_code: int, vendor: int, product: int | None = None) -> str | None:
     """The API's device type for a PCI class code (24 bits), or None if not an accelerator."""
     base_sub = class_code >> 8
     base = base_sub >> 8
     if base == 0x03:
         return "GPU"
     if base_sub == 0x1200:
-        return "FPGA" if vendor in FPGA_VENDORS else "AICHIP"
+        fpga = vendor in FPGA_VENDORS or (vendor == 0x8086 and product in INTEL_FPGA_IDS)
+        return "FPGA" if fpga else "AICHIP"
     if base_sub == 0x0B40:
         return "QAT"
     if base_sub == 0x0108:
@@ -324,6 +345,8 @@ class PciDriver(Driver):
         except SpecError as exc:
             raise DriverError(f"[pci_driver] {exc}") from None
         self.default_rc = normalize_rc(conf.pci_driver.rc)
+        self.pci_health = PciHealthMonitor()
+        self._warned_denylist: set[str] = set()
 
     def admitted(self, functions: dict[str, PciFunction]) -> dict[str, tuple[PciFunction,
                                                                              DeviceSpec]]:
@@ -332,16 +355,38 @@ class PciDriver(Driver):
         for address, dev in functions.items():
             if (dev.class_code >> 8) not in self.classes:
                 continue
-            if device_type(dev.class_code, dev.vendor) is None:
+            if device_type(dev.class_code, dev.vendor, dev.product) is None:
                 continue
             spec = next((s for s in self.specs if s.match(dev, functions)), None)
             if spec is not None:
                 out[address] = (dev, spec)
         return out
 
+    def _unclaimed(self, admitted: dict[str, tuple[PciFunction, DeviceSpec]]
+                   ) -> dict[str, tuple[PciFunction, DeviceSpec]]:
+        """``admitted`` less what another enabled driver claims (one driver per device)."""
+        root = self.conf.pci_driver.sysfs_root
+        functions = [f for f in (sysfs.read_pci_function(root, a) for a in admitted) if f]
+        claimed = claimed_by_others(self.conf, self.name, functions)
+        for address, owner in claimed.items():
+            LOG.debug("pci: %s is left to the %s driver", address, owner)
+        return {a: v for a, v in admitted.items() if a not in claimed}
+
+    def _warn_denylisted(self, dev: PciFunction) -> None:
+        if (dev.vendor, dev.product) not in VFIO_DENYLIST or dev.address in self._warned_denylist:
+            return
+        flag = sysfs.read_attr(os.path.join(self.conf.pci_driver.sysfs_root, "module",
+                                            "vfio_pci", "parameters", "disable_denylist"))
+        if flag in ("Y", "1"):
+            return
+        self._warned_denylist.add(dev.address)
+        LOG.warning("pci: %s (%04x:%04x) is on vfio-pci's denylist: vfio-pci will refuse to "
+                    "bind it (and a VM cannot get it) unless the vfio_pci module is loaded "
+                    "with disable_denylist=1", dev.address, dev.vendor, dev.product)
+
     def discover(self) -> list[HardwareRecord]:
         functions = scan(self.conf.pci_driver.sysfs_root)
-        admitted = self.admitted(functions)
+        admitted = self._unclaimed(self.admitted(functions))
         vfs_of: dict[str, list[PciFunction]] = {}
         for dev, _spec in admitted.values():
             if dev.physfn and dev.physfn in admitted:
@@ -351,15 +396,32 @@ class PciDriver(Driver):
             if dev.physfn and dev.physfn in admitted:
                 continue  # an attach handle of its PF's deployable
             records.append(self._record(dev, spec, vfs_of.get(address, [])))
+        self.pci_health.forget(set(admitted))
         return records
 
     def _record(self, dev: PciFunction, spec: DeviceSpec,
                 vfs: list[PciFunction]) -> HardwareRecord:
-        kind = device_type(dev.class_code, dev.vendor)
+        kind = device_type(dev.class_code, dev.vendor, dev.product)
         assert kind is not None
-        handles = [pci_handle(vf.address) for vf in vfs] or [pci_handle(dev.address)]
-        traits = ["OWNER_CYBORG", f"CUSTOM_PCI_{dev.vendor:04X}_{dev.product:04X}"]
+        root = self.conf.pci_driver.sysfs_root
+        handle_functions = vfs or [dev]
+        handles = [pci_handle(f.address) for f in handle_functions]
+        for function in handle_functions:
+            self._warn_denylisted(function)
+        # Upstream's traits (OWNER_CYBORG, CUSTOM_PCI_<VENDOR> when it names the vendor,
+        # CUSTOM_PCI_PRODUCT_ID_<pid>), then acceld's, then the allow-list entry's.
+        vendor_name = upstream_vendor(f"{dev.vendor:04x}")
+        traits = ["OWNER_CYBORG"] + ([f"CUSTOM_PCI_{vendor_name}"] if vendor_name else [])
+        traits += [f"CUSTOM_PCI_PRODUCT_ID_{dev.product:04X}",
+                   f"CUSTOM_PCI_{dev.vendor:04X}_{dev.product:04X}"]
         traits += [t for t in spec.traits if t not in traits]
+        isolation = split_assignable(root, [f.address for f in handle_functions])
+        status, reason = ("setup_required", isolation.reason()) if isolation.problems else (
+            "ready", None)
+        devices_dir = os.path.join(root, "bus", "pci", "devices")
+        health = self.pci_health.check_many(
+            [(f.address, os.path.join(devices_dir, f.address))
+             for f in [dev, *vfs]])
         attributes = {"rc": spec.resource_class or self.default_rc}
         attributes.update({f"trait{i}": trait for i, trait in enumerate(traits)})
         board: dict[str, Any] = {
@@ -386,8 +448,10 @@ class PciDriver(Driver):
             driver_name=self.name,
             controlpath_id=pci_controlpath(dev.address),
             acc_specs={"remote": 0, "num": len(handles), "device_type": kind},
+            acc_status=status, status_reason=reason,
             std_board_info=board,
             vendor_board_info={},
             deployables=[Deployable(name=dev.address, num_accelerators=len(handles),
                                     attributes=attributes, attach_handles=handles)],
+            health=health.to_dict(),
         )
