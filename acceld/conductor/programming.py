@@ -44,6 +44,7 @@ import falcon
 from oslo_config import cfg
 from sqlalchemy import Connection
 
+from acceld import request_ids
 from acceld.clients.agent import AgentCallError, AgentCaller, AgentUnavailable
 from acceld.conductor.service import PeriodicTask
 from acceld.db import deployables as dep_db
@@ -342,18 +343,27 @@ class ProgrammingComponent:
             self._pool = ThreadPoolExecutor(self.conf.conductor.program_workers,
                                             thread_name_prefix="program")
 
+        # The worker thread's lines and calls name the request that asked for the program.
+        global_id = request_ids.current_global_id()
+
         def job() -> None:
-            try:
-                with self.db.write() as conn:
-                    dep_db.program_begins(conn, deployable_id, request_id)
-                self._run(uuid, deployable_id, request_id, kind, image_id, function_id)
-            except ProgramError as exc:
-                LOG.info("Asynchronous program of deployable %s failed: %s", uuid,
-                         exc.message)
-            except Exception:  # noqa: BLE001 - recorded on the deployable by _run
-                LOG.exception("Asynchronous program of deployable %s failed", uuid)
+            with request_ids.bound(global_id):
+                self._run_submitted(uuid, deployable_id, request_id, kind, image_id,
+                                    function_id)
 
         self._pool.submit(job)
+
+    def _run_submitted(self, uuid: str, deployable_id: int, request_id: str, kind: str,
+                       image_id: str | None, function_id: str | None) -> None:
+        """An asynchronous program, in a worker thread: its outcome is on the deployable."""
+        try:
+            with self.db.write() as conn:
+                dep_db.program_begins(conn, deployable_id, request_id)
+            self._run(uuid, deployable_id, request_id, kind, image_id, function_id)
+        except ProgramError as exc:
+            LOG.info("Asynchronous program of deployable %s failed: %s", uuid, exc.message)
+        except Exception:  # noqa: BLE001 - recorded on the deployable by _run
+            LOG.exception("Asynchronous program of deployable %s failed", uuid)
 
     def fail_stale(self) -> None:
         """FAILED for programs whose conductor stopped: no live one outlasts the lease
