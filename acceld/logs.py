@@ -138,7 +138,7 @@ def setup(conf: cfg.ConfigOpts, service: str) -> None:
     _service = service
     root = logging.getLogger()
     previous = root.handlers[:]
-    oslo_log.setup(conf, PRODUCT, fix_eventlet=False)
+    oslo_log.setup(conf, PRODUCT)
     for handler in root.handlers:
         if type(handler) is logging.StreamHandler and handler.stream is sys.stdout:
             handler.setStream(sys.stderr)
