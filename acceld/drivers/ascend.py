@@ -14,6 +14,7 @@ from acceld.drivers import sysfs
 from acceld.drivers.base import (Deployable, Driver, HardwareRecord, hardware_uuid,
                                  pci_controlpath, pci_handle)
 from acceld.drivers.pci_health import PciHealthMonitor
+from acceld.drivers.pci_isolation import require_isolation
 from acceld.drivers.traits import attributes
 
 VENDOR = "0x19e5"
@@ -52,7 +53,7 @@ class AscendDriver(Driver):
         version = read_driver_version(self.opts.version_info_path)
         chips = [f for f in sysfs.list_pci_functions(self.root, vendors=[VENDOR])
                  if f.class_prefix == 0x1200 and not f.is_vf]
-        records = [self._record(f, version) for f in chips]
+        records = [require_isolation(self._record(f, version), self.root) for f in chips]
         self.pci_health.forget({f.address for f in chips})
         return records
 

@@ -26,6 +26,7 @@ from oslo_config import cfg
 from acceld.drivers import sysfs
 from acceld.drivers.health import DEGRADED, HEALTHY, UNHEALTHY, UNKNOWN, Health, worst
 from acceld.drivers.pci_health import PciHealthMonitor
+from acceld.drivers.pci_isolation import require_isolation
 from acceld.drivers.base import (Deployable, Driver, DriverError, HardwareRecord, NotSupported,
                                  hardware_uuid, pci_address_parts, pci_controlpath, pci_handle)
 from acceld.drivers.tools import resolve_tool, run_tool
@@ -188,7 +189,8 @@ class IntelFpgaDriver(Driver):
 
     def discover(self) -> list[HardwareRecord]:
         pfs, functions = self._pfs()
-        records = [self._record(pf, fpga, functions) for pf, fpga in pfs]
+        records = [require_isolation(self._record(pf, fpga, functions), self.root)
+                   for pf, fpga in pfs]
         self.pci_health.forget(set(functions))
         return records
 

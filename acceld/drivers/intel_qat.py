@@ -15,6 +15,7 @@ from oslo_config import cfg
 from acceld.drivers import sysfs
 from acceld.drivers.health import HEALTHY, UNHEALTHY, UNKNOWN, Health, worst
 from acceld.drivers.pci_health import PciHealthMonitor
+from acceld.drivers.pci_isolation import require_isolation
 from acceld.drivers.base import (Deployable, Driver, HardwareRecord, hardware_uuid,
                                  pci_controlpath, pci_handle)
 from acceld.drivers.traits import attributes, trait_part
@@ -64,8 +65,8 @@ class IntelQatDriver(Driver):
 
     def discover(self) -> list[HardwareRecord]:
         functions = {f.address: f for f in sysfs.list_pci_functions(self.root, vendors=[VENDOR])}
-        records = [self._record(f, functions) for f in functions.values()
-                   if f.device in GENERATIONS and not f.is_vf]
+        records = [require_isolation(self._record(f, functions), self.root)
+                   for f in functions.values() if f.device in GENERATIONS and not f.is_vf]
         self.pci_health.forget(set(functions))
         return records
 

@@ -19,6 +19,7 @@ from acceld.drivers import sysfs
 from acceld.drivers.base import (AttachHandle, Deployable, Driver, HardwareRecord,
                                  hardware_uuid, pci_controlpath, pci_handle)
 from acceld.drivers.pci_health import PciHealthMonitor
+from acceld.drivers.pci_isolation import require_isolation
 from acceld.drivers.traits import attributes, trait_part
 
 LOG = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class NicDriver(Driver):
             if pf.address in seen:
                 continue
             seen.add(pf.address)
-            records.append(self._record(pf, physnet, interface))
+            records.append(require_isolation(self._record(pf, physnet, interface), self.root))
         self.pci_health.forget({a for r in records for d in r.deployables
                                 for a in [d.name] + [_address(h.attach_info)
                                                      for h in d.attach_handles]})

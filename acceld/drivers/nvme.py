@@ -31,6 +31,7 @@ from acceld.drivers.health import worst
 from acceld.drivers.nvme_usage import (NAMESPACE_RE, Controller, HostUsage, read_mounted_devices,
                                        smart_health)
 from acceld.drivers.pci_health import PciHealthMonitor
+from acceld.drivers.pci_isolation import require_isolation
 from acceld.drivers.traits import attributes, product_id_part, upstream_vendor
 
 LOG = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class NvmeDriver(Driver):
             if reason:
                 LOG.info("nvme: %s not offered: %s", function.address, reason)
                 continue
-            records.append(self._record(function, controller))
+            records.append(require_isolation(self._record(function, controller), self.root))
         for address in sorted(wanted - seen):
             LOG.warning("nvme: configured address %s is not an NVMe controller on this node",
                         address)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from acceld.drivers import sysfs
+from acceld.drivers.base import HardwareRecord
 
 # vfio_driver_allowed in the kernel: drivers that only keep others off a device.
 STUB_DRIVERS = frozenset({"pci-stub"})
@@ -115,3 +116,25 @@ def split_assignable(sysfs_root: str, addresses: list[str],
         else:
             ok.append(address)
     return Assignable(ok, problems)
+
+
+def handle_addresses(record: HardwareRecord) -> list[str]:
+    """The PCI addresses of a record's PCI attach handles (what VMs would get)."""
+    out = []
+    for deployable in record.deployables:
+        for handle in deployable.attach_handles:
+            info = handle.attach_info
+            if handle.attach_type == "PCI" and {"domain", "bus", "device", "function"} <= set(info):
+                out.append(f"{info['domain']}:{info['bus']}:{info['device']}.{info['function']}")
+    return out
+
+
+def require_isolation(record: HardwareRecord, sysfs_root: str) -> HardwareRecord:
+    """A ready record whose handles cannot all be given to VMs becomes ``setup_required``
+    with the reason (the device stays in the inventory, visible, but is not offered)."""
+    if record.acc_status != "ready":
+        return record
+    judged = split_assignable(sysfs_root, handle_addresses(record))
+    if judged.problems:
+        record.acc_status, record.status_reason = "setup_required", judged.reason()
+    return record

@@ -25,6 +25,7 @@ from acceld.drivers import sysfs
 from acceld.drivers.base import (Deployable, Driver, DriverError, HardwareRecord, NotSupported,
                                  hardware_uuid, pci_controlpath, pci_handle)
 from acceld.drivers.pci_health import PciHealthMonitor
+from acceld.drivers.pci_isolation import require_isolation
 from acceld.drivers.tools import resolve_tool, run_tool
 from acceld.drivers.traits import attributes, product_id_part
 
@@ -80,7 +81,7 @@ class XilinxFpgaDriver(Driver):
 
     def discover(self) -> list[HardwareRecord]:
         cards = self._cards()
-        records = [self._record(mgmt, user) for mgmt, user in cards]
+        records = [require_isolation(self._record(mgmt, user), self.root) for mgmt, user in cards]
         self.pci_health.forget({f.address for card in cards for f in card if f is not None})
         return records
 

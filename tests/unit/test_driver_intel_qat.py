@@ -105,3 +105,12 @@ def test_health_down_state_is_unhealthy_and_aer_counts(tmp_path, tree):
     assert record.health["state"] == "unhealthy"
     assert record.health["reason"] == f"QAT device {PF} is down (qat/state)"
     assert record.acc_specs["device_type"] == record.type == "QAT"
+
+
+def test_vf_sharing_its_iommu_group_with_a_host_device_needs_setup(tmp_path, tree):
+    # A host-bound device (the DSA) joins the first VF's IOMMU group.
+    tree.add_pci("0000:6b:01.0", "0x8086", "0x0b25", "0x088000", driver="idxd", iommu_group=60)
+    [record] = driver(tmp_path, tree).discover()
+    assert record.acc_status == "setup_required"
+    assert f"IOMMU group 60 of {VFS[0]} also holds 0000:6b:01.0 (bound to idxd)" in \
+        record.status_reason

@@ -258,3 +258,14 @@ def test_critical_warning_parsing():
 def test_programming_is_not_supported(tmp_path, tree):
     with pytest.raises(NotSupported):
         driver(tmp_path, tree).program(FREE, "/tmp/fw.bin", kind="firmware")
+
+
+def test_controller_sharing_its_iommu_group_with_a_host_device_needs_setup(tmp_path):
+    t = SysfsTree(tmp_path / "sys")
+    t.add_pci(FREE, "0x144d", "0xa80a", "0x010802", driver="vfio-pci", iommu_group=14)
+    t.add_pci("0000:3c:00.1", "0x8086", "0xa352", "0x010601", driver="ahci", iommu_group=14)
+    [record] = driver(tmp_path, t, addresses=[FREE]).discover()
+    assert record.acc_status == "setup_required" and "bound to ahci" in record.status_reason
+    t.bind("0000:3c:00.1", "vfio-pci")
+    [record] = driver(tmp_path, t, addresses=[FREE]).discover()
+    assert record.acc_status == "ready"
