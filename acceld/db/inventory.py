@@ -331,6 +331,32 @@ def _sync_attributes(conn: Connection, dep_id: int, wanted: dict[str, str],
     return bool(new or changed or gone)
 
 
+def _mdev_uuid(handle: Any) -> str:
+    """A new handle's uuid. An MDEV handle's is its mdev's uuid (``attach_info["uuid"]``),
+    so an ARQ's ``attach_handle_uuid`` names the mdev its consumer attaches (upstream
+    Cyborg's contract); any other handle gets a fresh one."""
+    mdev = handle.attach_info.get("uuid") if handle.attach_type == "MDEV" else None
+    try:
+        return str(uuidlib.UUID(mdev)) if isinstance(mdev, str) else str(uuidlib.uuid4())
+    except ValueError:
+        return str(uuidlib.uuid4())
+
+
+def _fresh_uuids_where_taken(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """An mdev uuid already held by another handle row (a handle whose info changed, kept
+    while in use) gets a fresh uuid rather than failing the whole reconcile."""
+    if not any(row["attach_type"] == "MDEV" for row in rows):
+        return
+    wanted = [row["uuid"] for row in rows]
+    taken = set(conn.execute(select(attach_handles.c.uuid).where(
+        attach_handles.c.uuid.in_(wanted))).scalars())
+    seen: set[str] = set()
+    for row in rows:
+        if row["uuid"] in taken or row["uuid"] in seen:
+            row["uuid"] = str(uuidlib.uuid4())
+        seen.add(row["uuid"])
+
+
 def _sync_handles(conn: Connection, dep_id: int, wanted: list[Any], existing: dict[str, Any],
                   changes: Changes) -> None:
     keys = set()
@@ -339,9 +365,10 @@ def _sync_handles(conn: Connection, dep_id: int, wanted: list[Any], existing: di
         key = _handle_key(handle.attach_type, handle.attach_info)
         keys.add(key)
         if key not in existing:
-            new.append({"uuid": str(uuidlib.uuid4()), "deployable_id": dep_id,
+            new.append({"uuid": _mdev_uuid(handle), "deployable_id": dep_id,
                         "attach_type": handle.attach_type,
                         "attach_info": json_text(handle.attach_info), "in_use": False})
+    _fresh_uuids_where_taken(conn, new)
     if new:
         conn.execute(insert(attach_handles), new)
         changes.added += len(new)
