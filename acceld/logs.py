@@ -18,9 +18,11 @@ strings ...) and formats every line with the thread's request context
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
+from typing import Any
 
 from oslo_config import cfg
 from oslo_log import formatters
@@ -49,6 +51,17 @@ def redact(text: str) -> str:
     return text
 
 
+def _redact_values(value: Any) -> Any:
+    """``value`` (decoded JSON) with every string in it redacted."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redact_values(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redact_values(item) for item in value]
+    return value
+
+
 class RedactingFormatter(logging.Formatter):
     """Redacts what another formatter (oslo.log's context or JSON formatter, or one from
     ``log_config_append``) writes: the message is formatted and redacted before the inner
@@ -67,8 +80,7 @@ class RedactingFormatter(logging.Formatter):
 
         self.inner.formatException = redacted_exception  # type: ignore[method-assign]
         # A structured (JSON) line is not redacted as a whole: the patterns would break its
-        # syntax (``"auth_token": null``); its message and traceback already are, and
-        # oslo.context masks the token in the context it adds.
+        # syntax (``"auth_token": null``); each of its strings is, after decoding.
         self._whole_line = not isinstance(self.inner, (formatters.JSONFormatter,
                                                        formatters.FluentFormatter))
 
@@ -78,7 +90,17 @@ class RedactingFormatter(logging.Formatter):
         clean.args = None
         clean.exc_text = None
         line = self.inner.format(clean)
-        return redact(line) if self._whole_line else line
+        if self._whole_line:
+            return redact(line)
+        # Structured: every string in it (error_summary, extras, ...), keeping its syntax.
+        if isinstance(line, str):
+            return json.dumps(_redact_values(json.loads(line)))
+        return _redact_values(line)
+
+    def formatException(self, ei) -> str:  # type: ignore[no-untyped-def, override]
+        """Handlers that format a traceback themselves (the journal's EXCEPTION_TEXT)."""
+        formatted = self.inner.formatException(ei)
+        return formatted if isinstance(formatted, str) else "\n".join(formatted)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return self.inner.formatTime(record, datefmt)
