@@ -120,6 +120,7 @@
     up: "ok", down: "bad", enabled: "ok", maintaining: "warn", healthy: "ok", degraded: "warn",
     unhealthy: "bad", unknown: "", Bound: "ok", BindFailed: "bad", BindStarted: "busy",
     Initial: "", Deleting: "warn", Unbound: "", UnbindFailed: "bad",
+    disabled: "warn", quarantined: "bad", recovered: "ok", vanished: "warn", returned: "ok",
   };
   const badge = (text, field) => el("span", { class: "badge " + (TONES[text] || ""),
     "data-field": field }, text);

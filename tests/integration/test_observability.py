@@ -1,0 +1,201 @@
+"""Issue 14 on a real all-in-one: `curl /metrics` of the API, the conductor and the agent
+against a known inventory and a bind, and the dashboard in headless Chromium.
+
+One all-in-one (two API workers, the fake FPGA) serves both tests of this module.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+import uuid
+from typing import Any, Callable
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import allinone, browser
+from tests.support.net import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HOST = "obs-node"
+REFRESH = 2  # seconds between the dashboard's refreshes in the browser test
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Any:
+    tmp = tmp_path_factory.mktemp("observability")
+    ports = {name: free_port() for name in ("conductor", "agent", "m_api", "m_conductor",
+                                            "m_agent")}
+    conf = tmp / "acceld.conf"
+    conf.write_text(
+        f"[DEFAULT]\nhost = {HOST}\n[api]\nworkers = 2\n"
+        f"[conductor]\nport = {ports['conductor']}\n"
+        f"[agent]\nport = {ports['agent']}\nenabled_drivers = fake\nheartbeat_interval = 1\n"
+        f"[metrics]\napi_enabled = true\napi_port = {ports['m_api']}\n"
+        f"conductor_enabled = true\nconductor_port = {ports['m_conductor']}\n"
+        f"agent_enabled = true\nagent_port = {ports['m_agent']}\n")
+    launched = allinone.launch(str(tmp / "state"), str(conf))
+    try:
+        api = launched.url  # .../accelerator/v2
+        device = wait_for(lambda: next(iter(requests.get(
+            f"{api}/devices", timeout=10).json()["devices"]), None), "the fake FPGA")
+        deployable = requests.get(f"{api}/deployables", timeout=10).json()["deployables"][0]
+        yield {"api": api, "root": api.rsplit("/accelerator/v2", 1)[0], "device": device,
+               "deployable": deployable, "launched": launched, "state": str(tmp / "state"),
+               "metrics": {s: f"http://127.0.0.1:{ports['m_' + s]}/metrics"
+                           for s in ("api", "conductor", "agent")}}
+    finally:
+        allinone.stop(launched.proc)
+
+
+def wait_for(probe: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.2)
+
+
+def bind(stack: dict) -> tuple[str, str]:
+    """One ARQ of a fresh one-FPGA profile bound to the fake FPGA; (arq, instance)."""
+    api = stack["api"]
+    name = f"dp-{uuid.uuid4().hex[:8]}"
+    assert requests.post(f"{api}/device_profiles", json=[
+        {"name": name, "groups": [{"resources:FPGA": "1"}]}], timeout=10).status_code == 201
+    arq = requests.post(f"{api}/accelerator_requests", json={"device_profile_name": name},
+                        timeout=10).json()["arqs"][0]["uuid"]
+    instance = str(uuid.uuid4())
+    patch = {arq: [{"op": "add", "path": "/hostname", "value": HOST},
+                   {"op": "add", "path": "/device_rp_uuid",
+                    "value": stack["deployable"]["rp_uuid"]},
+                   {"op": "add", "path": "/instance_uuid", "value": instance}]}
+    assert requests.patch(f"{api}/accelerator_requests", json=patch,
+                          timeout=10).status_code == 202
+    wait_for(lambda: requests.get(f"{api}/accelerator_requests/{arq}", timeout=10)
+             .json()["state"] == "Bound", f"ARQ {arq} Bound")
+    return arq, instance
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset], float]:
+    resp = requests.get(url, timeout=10)
+    assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/plain")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for f in text_string_to_metric_families(resp.text) for s in f.samples}
+
+
+def value(samples: dict, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def test_each_service_serves_its_metrics(stack):
+    arq, _ = bind(stack)
+    # Twenty requests on twenty connections, spread over the two workers by the kernel.
+    for _ in range(20):
+        assert requests.get(f"{stack['api']}/attributes", timeout=10,
+                            headers={"Connection": "close"}).status_code == 200
+    api = scrape(stack["metrics"]["api"])
+    assert value(api, "acceld_inventory_up") == 1
+    assert value(api, "acceld_devices", type="FPGA", vendor=stack["device"]["vendor"],
+                 host=HOST, status="enabled",
+                 health=stack["device"].get("health", "unknown")) == 1
+    assert value(api, "acceld_attach_handles", resource_class="FPGA", state="in_use") == 1
+    assert value(api, "acceld_attach_handles", resource_class="FPGA", state="free") == 15
+    assert value(api, "acceld_arqs", state="Bound") == 1
+    assert value(api, "acceld_agent_up", host=HOST) == 1
+    assert value(api, "acceld_agents", state="down") == 0
+    # Counted in whichever worker answered, summed by the master: exactly twenty.
+    assert value(api, "acceld_api_requests_total", route="/v2/attributes", method="GET",
+                 status="200") == 20
+    assert value(api, "acceld_api_request_duration_seconds_count", route="/v2/attributes",
+                 method="GET") == 20
+    assert not any("/accelerator/" in dict(labels).get("route", "") for _, labels in api)
+    files = glob.glob(os.path.join(stack["state"], "metrics", "api-*", "counter_*.db"))
+    assert files, "the API workers count into the multiprocess directory"
+
+    conductor = scrape(stack["metrics"]["conductor"])
+    assert value(conductor, "acceld_binds_total", outcome="bound") == 1
+    assert value(conductor, "acceld_bind_duration_seconds_count", outcome="bound") == 1
+    assert value(conductor, "acceld_nova_events_total", result="delivered") == 1
+    assert value(conductor, "acceld_heartbeats_total") >= 1
+    assert value(conductor, "acceld_reconciles_total", outcome="ok") >= 1
+    assert value(conductor, "acceld_reconcile_duration_seconds_count") >= 1
+    assert value(conductor, "acceld_api_requests_total", route="/v2/attributes",
+                 method="GET", status="200") is None  # each service its own families
+
+    agent = scrape(stack["metrics"]["agent"])
+    assert value(agent, "acceld_discoveries_total", driver="fake", outcome="ok") >= 1
+    assert value(agent, "acceld_discovery_duration_seconds_count", driver="fake") >= 1
+    # Metrics never appear on the public API's port.
+    assert requests.get(f"{stack['root']}/metrics", timeout=10).status_code == 404
+    assert requests.delete(f"{stack['api']}/accelerator_requests/{arq}",
+                           timeout=10).status_code in (204, 409)
+
+
+def test_dashboard_in_headless_chromium(stack):
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    driver = browser.chrome()
+    api, device = stack["api"], stack["device"]["uuid"]
+    try:
+        driver.get(f"{stack['root']}/dashboard?refresh={REFRESH}")
+        wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+
+        def cell(selector: str) -> str:
+            found = driver.find_elements(By.CSS_SELECTOR, selector)
+            return found[0].text if found else ""
+
+        row = f"#devices tr[data-uuid='{device}']"
+        wait.until(lambda d: cell(f"{row} [data-field=status]") == "enabled")
+        assert cell(f"#hosts tr[data-host='{HOST}'] [data-field=state]") == "up"
+        assert cell(f"{row} td:nth-child(1)") == HOST
+        assert cell(f"{row} td:nth-child(2)") == "FPGA"
+        used_before = int(cell(f"{row} [data-field=handles]").split("/")[0])
+
+        # A bind made through the API shows within one refresh: the ARQ, its instance and
+        # its state, and one more handle in use on the device.
+        arq, instance = bind(stack)
+        quick = WebDriverWait(driver, REFRESH + 3, poll_frequency=0.1)
+        try:
+            quick.until(lambda d: cell(f"#arqs tr[data-uuid='{arq}'] [data-field=state]")
+                        == "Bound")
+        except TimeoutException:
+            pytest.fail(f"the bind of {arq} did not show within one refresh")
+        assert instance in cell(f"#arqs tr[data-uuid='{arq}']")
+        assert cell(f"{row} [data-field=handles]").startswith(f"{used_before + 1} /")
+
+        # A disable made through the API shows within one refresh.
+        assert requests.post(f"{api}/devices/{device}/disable", timeout=10).status_code == 200
+        try:
+            quick.until(lambda d: cell(f"{row} [data-field=status]") == "maintaining")
+        except TimeoutException:
+            pytest.fail("the disable did not show within one refresh")
+
+        # The filters offer the host and the type, and keep the device when chosen.
+        for select, choice in (("filter-host", HOST), ("filter-type", "FPGA")):
+            Select(driver.find_element(By.ID, select)).select_by_value(choice)
+        assert cell(f"{row} td:nth-child(1)") == HOST
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#devices tbody tr[data-uuid]")) == 1
+        # A device's events: those of the disable among them (from microversion 2.6).
+        driver.find_element(By.CSS_SELECTOR, row).click()
+        wait.until(lambda d: "selected" in d.find_element(By.CSS_SELECTOR, row)
+                   .get_attribute("class"))
+        wait.until(lambda d: d.find_element(By.ID, "events-device").text == device[:8])
+        if driver.find_element(By.ID, "version").text.endswith("2.6"):  # device events
+            wait.until(lambda d: "disabled" in d.find_element(By.ID, "events").text)
+        path = browser.artefact("dashboard.png")
+        driver.save_screenshot(path)
+        print(f"dashboard screenshot: {path}")
+
+        errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        assert errors == [], errors
+    finally:
+        driver.quit()
+        requests.post(f"{api}/devices/{device}/enable", timeout=10)
