@@ -7,7 +7,9 @@ own HTTP errors (unknown route, wrong method, ...), into that shape. Any other
 exception is a bug: it is logged with its traceback and answered with a bare
 500 that reveals nothing, except an unreachable database (acceld.db.outage),
 which is an outage: 503 with ``Retry-After``, one WARNING when it starts and
-one when it ends, no traceback.
+one when it ends, no traceback; and a transaction the database rolled back to
+break a deadlock or a Galera write conflict (acceld.db.retry) that was not run
+again: 503 with ``Retry-After: 1`` and a WARNING, nothing of it was kept.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import falcon
 import orjson
 
 from acceld.db import outage as db_outage
+from acceld.db.retry import is_deadlock
 
 LOG = logging.getLogger(__name__)
 
@@ -135,6 +138,13 @@ def handle_unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception,
         watcher.down(ex, "the API answers 503 until it is back")
         _respond(resp, 503, "The database cannot be reached; try again later.",
                  {"Retry-After": str(db_outage.RETRY_AFTER_SECONDS)})
+        return
+    if is_deadlock(ex):
+        LOG.warning("%s %s: the database rolled the request's transaction back (deadlock "
+                    "or write conflict); answered 503, to be retried: %s", req.method,
+                    req.path, getattr(ex, "orig", ex))
+        _respond(resp, 503, "The request conflicted with a concurrent one and was rolled "
+                            "back; try again.", {"Retry-After": "1"})
         return
     LOG.exception("Unexpected error in %s %s", req.method, req.path)
     _respond(resp, 500, "An unexpected error prevented the server from fulfilling the request.")

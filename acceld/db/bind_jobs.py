@@ -26,6 +26,7 @@ from sqlalchemy import (Connection, Row, case, delete, exists, func, insert, or_
 
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
+from acceld.db.retry import retry_on_deadlock
 from acceld.db.models import bind_jobs as jobs
 from acceld.db.models import utcnow
 
@@ -54,6 +55,7 @@ def _claimable(now):  # type: ignore[no-untyped-def]
     return or_(jobs.c.lease_expires_at.is_(None), jobs.c.lease_expires_at < now)
 
 
+@retry_on_deadlock
 def claim(db: Database, phase: str, token: str, limit: int, lease_seconds: float) -> list[Row]:
     """Lease the claimable jobs of ``phase`` of one instance (the one whose job is oldest;
     at most ``limit``) to ``token``; return them.
@@ -100,6 +102,7 @@ def _skip_locked(db: Database, query):  # type: ignore[no-untyped-def]
     return query if db.is_sqlite else query.with_for_update(skip_locked=True)
 
 
+@retry_on_deadlock
 def renew(db: Database, tokens: Sequence[str], lease_seconds: float) -> int:
     """Extend the leases of every job still held by one of ``tokens`` (claims in progress).
 
@@ -123,6 +126,7 @@ def lock_owned(conn: Connection, job_id: int, token: str) -> bool:
         phase=NOTIFY, updated_at=utcnow())).rowcount == 1
 
 
+@retry_on_deadlock
 def finish(db: Database, job_ids: Sequence[int], token: str) -> int:
     """Drop jobs whose Nova event went out (or needs no sending), if still ours."""
     if not job_ids:
@@ -132,6 +136,7 @@ def finish(db: Database, job_ids: Sequence[int], token: str) -> int:
                                                jobs.c.lease_owner == token)).rowcount
 
 
+@retry_on_deadlock
 def retry_later(db: Database, job_ids: Sequence[int], token: str, delay: float,
                 refund: bool = False) -> None:
     """Give the lease up so that a later scan (any conductor) tries again after ``delay``.

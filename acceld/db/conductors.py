@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
+from acceld.db.retry import retry_on_deadlock
 from acceld.db.models import conductors
 
 # A row silent for this many times the liveness bound is deleted by whoever sees it.
@@ -32,6 +33,7 @@ class Member:
     age: float  # seconds since its heartbeat, by the database's clock
 
 
+@retry_on_deadlock
 def beat(db: Database, name: str, url: str | None) -> None:
     """Record ``name``'s heartbeat now (registering it when it has no row)."""
     now = sql_now(db.backend)
@@ -67,6 +69,7 @@ def live(db: Database, dead_after: float) -> list[str]:
     return [m.name for m in found if m.age <= dead_after]
 
 
+@retry_on_deadlock
 def prune(db: Database, stale: list[Member]) -> int:
     """Delete rows that have not beaten since they were read (compare-and-set)."""
     deleted = 0
@@ -78,6 +81,7 @@ def prune(db: Database, stale: list[Member]) -> int:
     return deleted
 
 
+@retry_on_deadlock
 def leave(db: Database, name: str) -> bool:
     """Remove ``name`` at a clean stop, so that its peers take its hosts at their next beat."""
     with db.write() as conn:

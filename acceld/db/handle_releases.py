@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Row, delete, insert, or_, select, update
 
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
+from acceld.db.retry import retry_on_deadlock
 from acceld.db.models import attach_handles as handles
 from acceld.db.models import deployables, devices, handle_releases, utcnow
 from acceld.drivers.base import needs_attach_step
@@ -76,6 +77,7 @@ def _claimable(now):  # type: ignore[no-untyped-def]
                handle_releases.c.lease_expires_at < now)
 
 
+@retry_on_deadlock
 def claim(db: Database, token: str, limit: int, lease_seconds: float,
           owns: Callable[[str], bool] | None = None) -> list[Row]:
     """Lease up to ``limit`` due releases to ``token``; each row carries the handle and the
@@ -144,6 +146,7 @@ def reclaim(conn: Connection, handle_id: int) -> str:
     return "queued"
 
 
+@retry_on_deadlock
 def queue_orphans(db: Database, hostname: str,
                   steps: Sequence[tuple[str, str, dict[str, str]]]) -> dict[str, list[str]]:
     """Decide, against the database, which host-step resources an agent reported are
@@ -206,6 +209,7 @@ def _canonical(info: dict[str, str]) -> str:
     return orjson.dumps(info, option=orjson.OPT_SORT_KEYS).decode()
 
 
+@retry_on_deadlock
 def finish(db: Database, release_id: int, handle_id: int, token: str) -> bool:
     """The agent released the handle: free it and drop the row, if the claim is still ours
     (a prepare that landed after the release voids the claim, see :func:`reclaim`)."""
@@ -221,6 +225,7 @@ def finish(db: Database, release_id: int, handle_id: int, token: str) -> bool:
         return True
 
 
+@retry_on_deadlock
 def retry_later(db: Database, release_id: int, token: str, delay: float, error: str) -> None:
     """Give the lease up; the release is due again after ``delay`` seconds."""
     with db.write() as conn:

@@ -16,11 +16,13 @@ from sqlalchemy.exc import IntegrityError
 
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
+from acceld.db.retry import retry_on_deadlock
 from acceld.db.models import leases
 
 LOG = logging.getLogger(__name__)
 
 
+@retry_on_deadlock
 def acquire(db: Database, name: str, owner: str, seconds: float) -> bool:
     """Take or renew lease ``name`` for ``owner``; False if another owner holds it."""
     with db.write() as conn:
@@ -39,6 +41,7 @@ def acquire(db: Database, name: str, owner: str, seconds: float) -> bool:
         return False
 
 
+@retry_on_deadlock
 def release(db: Database, name: str, owner: str) -> bool:
     """Give lease ``name`` back if ``owner`` still holds it; False if it had lapsed or moved."""
     with db.write() as conn:

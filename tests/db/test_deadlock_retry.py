@@ -1,0 +1,123 @@
+"""Writes the database rolled back to break a deadlock (PostgreSQL 40P01, MariaDB 1213) or a
+Galera write conflict (1213, "WSREP detected deadlock/conflict") are run again.
+
+The deadlock is real and forced: two transactions each lock one lease row, meet at a
+barrier, then each asks for the other's row. Without the retry one of them fails; with it
+both finish. The API answers such a failure 503 with Retry-After, not a 500.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import psycopg.errors
+import pymysql.err
+import pytest
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from acceld.db import device_profiles
+from acceld.db.models import leases
+from acceld.db.retry import is_deadlock, retry_on_deadlock
+from tests.helpers import ADMIN
+
+GALERA = ("WSREP detected deadlock/conflict and aborted the transaction. Try restarting the "
+          "transaction")
+
+
+def wrapped(orig: Exception) -> OperationalError:
+    return OperationalError("UPDATE leases SET owner=%s", {}, orig)
+
+
+def test_deadlocks_and_galera_conflicts_are_told_from_other_errors():
+    assert is_deadlock(wrapped(pymysql.err.OperationalError(1213, GALERA)))
+    assert is_deadlock(wrapped(pymysql.err.OperationalError(1213, "Deadlock found")))
+    assert is_deadlock(wrapped(psycopg.errors.DeadlockDetected("deadlock detected")))
+    assert is_deadlock(wrapped(psycopg.errors.SerializationFailure("could not serialize")))
+    assert not is_deadlock(wrapped(pymysql.err.OperationalError(2003, "Can't connect")))
+    assert not is_deadlock(IntegrityError("INSERT", {}, pymysql.err.IntegrityError(
+        1062, "Duplicate entry")))
+    assert not is_deadlock(ValueError("1213"))
+
+
+def crossing(db, fn_for: Callable[[Callable[..., Any]], Callable[..., Any]]
+             ) -> tuple[list[Any], list[BaseException], list[int]]:
+    """Two transactions locking lease rows a and b in opposite orders, meeting in between
+    on their first attempt; ``fn_for`` wraps each (or not). Results, errors, attempts."""
+    with db.write() as conn:
+        conn.execute(insert(leases), [
+            {"name": name, "owner": "nobody", "expires_at": "2030-01-01 00:00:00"}
+            for name in ("a", "b")])
+    barrier = threading.Barrier(2, timeout=20)
+    attempts = [0, 0]
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def transaction(index: int, first: str, second: str) -> str:
+        attempts[index] += 1
+        with db.write() as conn:
+            conn.execute(update(leases).where(leases.c.name == first).values(owner=first))
+            if attempts[index] == 1:
+                barrier.wait()
+            conn.execute(update(leases).where(leases.c.name == second).values(owner=second))
+        return f"{first}{second}"
+
+    def run(index: int, first: str, second: str) -> None:
+        try:
+            results.append(fn_for(transaction)(index, first, second))
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=args)
+               for args in ((0, "a", "b"), (1, "b", "a"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return results, errors, attempts
+
+
+def test_the_forced_interleaving_deadlocks_a_plain_write(db):
+    if db.is_sqlite:
+        pytest.skip("SQLite takes its write lock at BEGIN: no deadlock")
+    results, errors, _ = crossing(db, lambda fn: fn)
+    assert len(results) == 1 and len(errors) == 1, (results, errors)
+    assert is_deadlock(errors[0]), errors[0]
+
+
+def test_a_deadlock_victim_is_run_again_and_both_writes_land(db):
+    if db.is_sqlite:
+        pytest.skip("SQLite takes its write lock at BEGIN: no deadlock")
+    results, errors, attempts = crossing(db, retry_on_deadlock)
+    assert errors == [] and sorted(results) == ["ab", "ba"]
+    assert sorted(attempts) == [1, 2]  # the victim ran twice, the other once
+    with db.read() as conn:
+        owners = dict(conn.execute(select(leases.c.name, leases.c.owner)).all())
+    assert set(owners.values()) <= {"a", "b"}
+
+
+def test_retries_are_bounded(caplog):
+    calls = []
+
+    @retry_on_deadlock
+    def always() -> None:
+        calls.append(1)
+        raise wrapped(pymysql.err.OperationalError(1213, GALERA))
+
+    with pytest.raises(OperationalError):
+        always()
+    assert len(calls) == 5
+    assert any("after 5 attempts" in r.getMessage() for r in caplog.records)
+
+
+def test_the_api_answers_a_deadlock_503_with_retry_after(client, monkeypatch, caplog):
+    def conflict(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise wrapped(pymysql.err.OperationalError(1213, GALERA))
+
+    monkeypatch.setattr(device_profiles, "list_profiles", conflict)
+    resp = client.simulate_get("/accelerator/v2/device_profiles", headers=ADMIN)
+    assert resp.status_code == 503, resp.text
+    assert resp.headers["Retry-After"] == "1"
+    assert "Traceback" not in caplog.text
+    assert "rolled the request's transaction back" in caplog.text
