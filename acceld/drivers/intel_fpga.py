@@ -26,7 +26,7 @@ from oslo_config import cfg
 from acceld.drivers import sysfs
 from acceld.drivers.health import DEGRADED, HEALTHY, UNHEALTHY, UNKNOWN, Health, worst
 from acceld.drivers.pci_health import PciHealthMonitor
-from acceld.drivers.pci_isolation import require_isolation
+from acceld.drivers.pci_isolation import is_vfio_driver, require_isolation
 from acceld.drivers.base import (Deployable, Driver, DriverError, HardwareRecord, NotSupported,
                                  hardware_uuid, pci_address_parts, pci_controlpath, pci_handle)
 from acceld.drivers.tools import resolve_tool, run_tool
@@ -160,12 +160,25 @@ class IntelFpgaDriver(Driver):
         self.opts = conf.intel_fpga
         self.root = self.opts.sysfs_root
         self.pci_health = PciHealthMonitor()
+        self._afu_ids: dict[str, str] = {}
+        self._interface_ids: dict[str, str] = {}
 
     @classmethod
     def claims_pci(cls, conf: cfg.ConfigOpts, function: sysfs.PciFunction) -> bool:
         """Known Intel/Silicom FPGA PFs and VFs (see acceld.drivers.claims)."""
         ids = (function.vendor, function.device)
         return ids in PF_PRODUCTS or ids in VF_IDS
+
+    @staticmethod
+    def _remembered(seen: dict[str, str], function: sysfs.PciFunction,
+                    value: str | None) -> str | None:
+        """An id read now is remembered; while the function is bound to a VFIO driver (given
+        to a VM: the FME or port files are gone from the host) the remembered one is used,
+        so that its traits do not change when libvirt rebinds it."""
+        if value:
+            seen[function.address] = value
+            return value
+        return seen.get(function.address) if is_vfio_driver(function.driver) else None
 
     def _product(self, function: sysfs.PciFunction) -> str | None:
         product = PF_PRODUCTS.get((function.vendor, function.device))
@@ -197,25 +210,27 @@ class IntelFpgaDriver(Driver):
     def _record(self, pf: sysfs.PciFunction, fpga: FpgaFunction,
                 functions: dict[str, sysfs.PciFunction]) -> HardwareRecord:
         product = self._product(pf) or pf.device[2:].upper()
+        interface_id = self._remembered(self._interface_ids, pf, fpga.interface_id)
         base_traits = ["CUSTOM_FPGA_INTEL", f"CUSTOM_FPGA_INTEL_{product}"]
-        if fpga.interface_id:
-            base_traits.append(f"CUSTOM_FPGA_REGION_INTEL_{fpga.interface_id.upper()}")
+        if interface_id:
+            base_traits.append(f"CUSTOM_FPGA_REGION_INTEL_{interface_id.upper()}")
         units: list[tuple[sysfs.PciFunction, FpgaFunction]] = []
         for vf_address in pf.virtfns:
             vf = functions.get(vf_address)
             if vf is not None:
                 units.append((vf, FpgaFunction(vf)))
-        if not units and fpga.port:
-            units.append((pf, fpga))
+        if not units and (fpga.port or is_vfio_driver(pf.driver)):
+            units.append((pf, fpga))  # on vfio-pci its port is inside a VM now
         deployables = []
         for function, unit in units:
+            afu_id = self._remembered(self._afu_ids, function, unit.afu_id)
             traits = list(base_traits)
-            if unit.afu_id:
-                traits.append(f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{unit.afu_id.upper()}")
+            if afu_id:
+                traits.append(f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{afu_id.upper()}")
             deployables.append(Deployable(
                 name=function.address, num_accelerators=1,
-                attributes=attributes("FPGA", traits, region_id=fpga.interface_id,
-                                      function_id=unit.afu_id),
+                attributes=attributes("FPGA", traits, region_id=interface_id,
+                                      function_id=afu_id),
                 attach_handles=[pci_handle(function.address)]))
         status, reason = "ready", None
         if not deployables:
@@ -227,7 +242,7 @@ class IntelFpgaDriver(Driver):
         members = [pf] + [function for function, _unit in units if function is not pf]
         health = worst(self.pci_health.check_many([(f.address, f.path) for f in members]),
                        fpga_error_health(fpga.fme, [u.port for _f, u in units if u.port]))
-        vendor_info = {"product": product, "stack": fpga.stack, "interface_id": fpga.interface_id,
+        vendor_info = {"product": product, "stack": fpga.stack, "interface_id": interface_id,
                        "fme_bitstream_id": fpga.bitstream_id, "ports_num": fpga.ports_num}
         return HardwareRecord(
             uuid=hardware_uuid(self.hostname, self.name, pf.address),

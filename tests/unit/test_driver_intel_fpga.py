@@ -67,7 +67,7 @@ def test_dfl_pf_without_vfs(tmp_path, tree):
 
 def test_vfs_become_the_deployables(tmp_path, tree):
     vfs = ["0000:5e:00.1", "0000:5e:00.2"]
-    tree.add_vfs(PF, vfs, "0x09c5", driver="vfio-pci", total=2)
+    tree.add_vfs(PF, vfs, "0x09c5", driver="dfl-pci", total=2)
     # The port moved to the VFs: the PF keeps only the FME.
     port = tree.device_dir(PF) / "fpga_region" / "region0" / "dfl-port.0"
     for f in port.iterdir():
@@ -241,7 +241,7 @@ def test_legacy_stack_error_registers(tmp_path):
 
 def test_aer_rise_on_a_vf_makes_the_card_unhealthy(tmp_path, tree):
     vfs = ["0000:5e:00.1"]
-    tree.add_vfs(PF, vfs, "0x09c5", driver="vfio-pci", total=1)
+    tree.add_vfs(PF, vfs, "0x09c5", driver="dfl-pci", total=1)
     tree.add_dfl_vf(vfs[0], region=2, port=1, afu_id=NLB0)
     tree.set_aer(PF)
     tree.set_aer(vfs[0])
@@ -250,3 +250,42 @@ def test_aer_rise_on_a_vf_makes_the_card_unhealthy(tmp_path, tree):
     tree.set_aer(vfs[0], fatal=1)
     health = drv.discover()[0].health
     assert health["state"] == "unhealthy" and vfs[0] in health["reason"]
+
+
+def _give_to_a_vm(tree, address):
+    """What libvirt does for a managed hostdev: unbind from dfl-pci, bind vfio-pci. The
+    FME/port devices dfl-pci made go away with it."""
+    import shutil
+    tree.bind(address, "vfio-pci")
+    shutil.rmtree(tree.device_dir(address) / "fpga_region", ignore_errors=True)
+
+
+def test_traits_and_model_survive_a_rebind_to_vfio(tmp_path, tree):
+    drv = driver(tmp_path, tree)
+    [before] = drv.discover()
+    _give_to_a_vm(tree, PF)
+    [after] = drv.discover()
+    assert after.model == before.model and after.acc_status == "ready"
+    assert after.deployables[0].attributes == before.deployables[0].attributes
+    assert "CUSTOM_FPGA_FUNCTION_ID_INTEL_D8424DC4A4A3C413F89E433683F9040B" in \
+        after.deployables[0].attributes.values()
+
+
+def test_vf_traits_survive_a_rebind_to_vfio(tmp_path, tree):
+    vf = "0000:5e:00.1"
+    tree.add_vfs(PF, [vf], "0x09c5", driver="dfl-pci", total=1)
+    port = tree.device_dir(PF) / "fpga_region" / "region0" / "dfl-port.0"
+    for f in port.iterdir():
+        f.unlink()
+    port.rmdir()
+    tree.add_dfl_vf(vf, region=2, port=1, afu_id=NLB0)
+    drv = driver(tmp_path, tree)
+    [before] = drv.discover()
+    _give_to_a_vm(tree, vf)
+    [after] = drv.discover()
+    assert after.deployables[0].attributes == before.deployables[0].attributes
+    # A function never seen with its port (agent restarted while the VM runs) keeps the
+    # traits the ids give.
+    [fresh] = driver(tmp_path, tree).discover()
+    assert fresh.model == before.model
+    assert "CUSTOM_FPGA_INTEL_PAC_ARRIA10" in fresh.deployables[0].attributes.values()
