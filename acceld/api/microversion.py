@@ -26,6 +26,10 @@ VERSIONS: list[tuple[str, str]] = [
     ("2.5", "acceld: ARQ lists are paginated (limit, marker); a deployable program can be "
             "started asynchronously (202) and followed on the deployable; DELETE "
             "/hosts/{hostname} retires a host."),
+    ("2.6", "acceld: device health (admin): devices show health, health_reason, "
+            "health_since and quarantined, lists filter by ?health= and ?quarantined=, a "
+            "device shows its bound instances; GET /devices/{uuid}/events; PATCH "
+            "/devices/{uuid} returns a quarantined device to service."),
 ]
 
 

@@ -178,6 +178,15 @@ API_RULES = [
     # acceld 2.5.
     _op("acceld:host:delete", _ADMIN, [("DELETE", "/v2/hosts/{hostname}")],
         "Retire a host: remove its inventory, agent and Placement providers."),
+    # acceld 2.6: device health. Without this rule a device reader sees no health fields and
+    # may not filter by them.
+    _op("acceld:device:get_health", _ADMIN,
+        [("GET", "/v2/devices"), ("GET", "/v2/devices/{uuid}")],
+        "See devices' health, quarantine and bound instances; filter by health."),
+    _op("acceld:device_event:get_all", _ADMIN, [("GET", "/v2/devices/{uuid}/events")],
+        "List a device's events (health, quarantine, operator, programs, vanish)."),
+    _op("acceld:device:return_to_service", _ADMIN, [("PATCH", "/v2/devices/{uuid}")],
+        "Return a device quarantined for its health to service."),
 ]
 
 RULES = BASE_RULES + LEGACY_RULES + API_RULES

@@ -42,6 +42,7 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v2/devices/{uuid}": {"GET": devices.show_device, "PATCH": devices.patch_device},
     "/v2/devices/{uuid}/enable": {"POST": devices.enable_device},
     "/v2/devices/{uuid}/disable": {"POST": devices.disable_device},
+    "/v2/devices/{uuid}/events": {"GET": devices.list_events},
     "/v2/deployables": {"GET": deployables.list_deployables},
     "/v2/deployables/{uuid}": {
         "GET": deployables.show_deployable,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from sqlalchemy import Connection, Row, select, update
 
-from acceld.db.models import devices, utcnow
+from acceld.db.models import (accelerator_requests, attach_handles, deployables, devices,
+                              utcnow)
 
 # The stored values of the operator status. The seed's 'disabled' is stored as upstream's
 # 'maintaining'; bind refuses any device whose status is not ENABLED.
@@ -16,18 +17,33 @@ MAINTAINING = "maintaining"
 _COLUMNS = (devices.c.id, devices.c.uuid, devices.c.type, devices.c.vendor, devices.c.model,
             devices.c.std_board_info, devices.c.vendor_board_info, devices.c.hostname,
             devices.c.status, devices.c.status_reason, devices.c.acc_status, devices.c.created_at,
-            devices.c.updated_at)
+            devices.c.updated_at, devices.c.health, devices.c.health_reason,
+            devices.c.health_since, devices.c.quarantined)
 
 FILTERS = ("type", "vendor", "hostname")
+HEALTH_FILTERS = ("health", "quarantined")  # microversion 2.6
 
 
-def list_devices(conn: Connection, filters: dict[str, str]) -> Sequence[Row]:
-    """One query; every filter is an indexed equality on its column."""
+def list_devices(conn: Connection, filters: dict[str, Any]) -> Sequence[Row]:
+    """One query; every filter is an indexed equality on its column (``quarantined`` a
+    boolean, already parsed)."""
     query = select(*_COLUMNS).order_by(devices.c.id)
-    for name in FILTERS:
+    for name in FILTERS + HEALTH_FILTERS:
         if name in filters:
             query = query.where(devices.c[name] == filters[name])
     return conn.execute(query).all()
+
+
+def bound_instances(conn: Connection, device_id: int) -> Sequence[Row]:
+    """The ARQs that hold one of the device's attach handles (bound, or binding), with their
+    instances: who sits on the device (to move them off an unhealthy one). One query."""
+    return conn.execute(select(
+        accelerator_requests.c.uuid, accelerator_requests.c.instance_uuid,
+        accelerator_requests.c.state, deployables.c.uuid.label("deployable_uuid")).select_from(
+        accelerator_requests.join(attach_handles, attach_handles.c.id ==
+                                  accelerator_requests.c.attach_handle_id)
+        .join(deployables, deployables.c.id == attach_handles.c.deployable_id)).where(
+        deployables.c.device_id == device_id).order_by(accelerator_requests.c.id)).all()
 
 
 def get_by_uuid(conn: Connection, uuid: str) -> Row | None:

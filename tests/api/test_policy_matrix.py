@@ -136,6 +136,9 @@ CASES: list[Case] = [
          lambda w: f"/{w.device}/enable"),
     Case("/v2/devices/{uuid}/disable", "POST", "cyborg:device:disable", ADMIN_ONLY, 200,
          lambda w: f"/{w.device}/disable"),
+    # 2.6: a device's events (health, quarantine, operator, programs).
+    Case("/v2/devices/{uuid}/events", "GET", "acceld:device_event:get_all", ADMIN_ONLY, 200,
+         lambda w: f"/{w.device}/events", headers={"OpenStack-API-Version": "accelerator 2.6"}),
     Case("/v2/deployables", "GET", "cyborg:deployable:get_all", MANAGER_OR_ADMIN, 200),
     Case("/v2/deployables/{uuid}", "GET", "cyborg:deployable:get_one", MANAGER_OR_ADMIN, 200,
          lambda w: f"/{w.deployable}"),

@@ -6,7 +6,16 @@ and checks again before taking a handle, acceld.conductor.bind_target.lock_devic
 so the ``UPDATE`` here either commits first or waits for that bind), ARQs
 already bound to it stay bound, and the
 device's Placement providers are flagged for the sync to reserve their
-inventory (acceld.db.placement_flags.mark_dirty); enabling frees it.
+inventory (acceld.db.placement_flags.mark_dirty); enabling frees it. Each change is
+a device event naming the user and the reason given (acceld.db.device_events).
+
+From 2.6, to callers the ``acceld:device:get_health`` rule allows (administrators by
+default), devices show ``health``, ``health_reason``, ``health_since`` and ``quarantined``
+(acceld.conductor.health), lists filter by ``?health=`` and ``?quarantined=``, and a shown
+device lists the ARQs and instances bound to it (``bound_arqs``) so they can be moved off a
+failing device. ``GET /v2/devices/{uuid}/events`` is the device's history, newest first,
+paginated like ARQ lists; ``PATCH /v2/devices/{uuid}`` with ``/quarantined`` ``false``
+returns a quarantined device to service. Below 2.6 nothing of this exists.
 """
 
 from __future__ import annotations
@@ -14,9 +23,11 @@ from __future__ import annotations
 
 import falcon
 
-from acceld.api import errors, wire
+from acceld.api import errors, pagination, wire
 from acceld.api.microversion import Version
 from acceld.api.schemas import devices as schemas
+from acceld.conductor import health
+from acceld.db import device_events
 from acceld.db import devices as db
 from acceld.db import placement_flags
 
@@ -24,9 +35,18 @@ COLLECTION = "devices"
 STATUS_VERSION = Version(2, 3)
 # Why a device is maintaining, and whether its hardware is ready (the seed's acc_status).
 REASON_VERSION = Version(2, 4)
+HEALTH_VERSION = Version(2, 6)
+HEALTH_RULE = "acceld:device:get_health"
+EVENTS_RULE = "acceld:device_event:get_all"
+RETURN_RULE = "acceld:device:return_to_service"
 
 
-def to_wire(req: falcon.Request, row) -> dict:  # type: ignore[no-untyped-def]
+def _sees_health(req: falcon.Request) -> bool:
+    return req.context.version >= HEALTH_VERSION and req.context.api.policy.allows(
+        HEALTH_RULE, req.context.ctx)
+
+
+def to_wire(req: falcon.Request, row, sees_health: bool = False) -> dict:  # type: ignore[no-untyped-def]
     body = {
         "uuid": row.uuid,
         "type": row.type,
@@ -41,6 +61,11 @@ def to_wire(req: falcon.Request, row) -> dict:  # type: ignore[no-untyped-def]
     if req.context.version >= REASON_VERSION:
         body["status_reason"] = row.status_reason
         body["acc_status"] = row.acc_status
+    if sees_health:
+        body["health"] = row.health
+        body["health_reason"] = row.health_reason
+        body["health_since"] = wire.timestamp(row.health_since)
+        body["quarantined"] = bool(row.quarantined)
     body["links"] = wire.self_link(req, COLLECTION, row.uuid)
     body["created_at"] = wire.timestamp(row.created_at)
     body["updated_at"] = wire.timestamp(row.updated_at)
@@ -50,22 +75,77 @@ def to_wire(req: falcon.Request, row) -> dict:  # type: ignore[no-untyped-def]
 def list_devices(req: falcon.Request, resp: falcon.Response) -> None:
     api = req.context.api
     api.policy.authorize("cyborg:device:get_all", req.context.ctx)
-    params = wire.query_params(req, db.FILTERS)
-    wire.validate(schemas.LIST_QUERY, params, "query string")
+    sees_health = _sees_health(req)
+    if req.context.version >= HEALTH_VERSION:
+        params = wire.query_params(req, db.FILTERS + db.HEALTH_FILTERS)
+        if not sees_health and any(name in params for name in db.HEALTH_FILTERS):
+            api.policy.authorize(HEALTH_RULE, req.context.ctx)  # 403: a health filter
+        wire.validate(schemas.LIST_QUERY_V2_6, params, "query string")
+    else:
+        params = wire.query_params(req, db.FILTERS)
+        wire.validate(schemas.LIST_QUERY, params, "query string")
+    filters: dict = dict(params)
+    if "quarantined" in filters:
+        filters["quarantined"] = filters["quarantined"] == "true"
     with api.db.read() as conn:
-        rows = db.list_devices(conn, params)
-    wire.respond(resp, {"devices": [to_wire(req, r) for r in rows]})
+        rows = db.list_devices(conn, filters)
+    wire.respond(resp, {"devices": [to_wire(req, r, sees_health) for r in rows]})
 
 
 def show_device(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
     api = req.context.api
     api.policy.authorize("cyborg:device:get_one", req.context.ctx)
     wire.query_params(req, ())
+    sees_health = _sees_health(req)
     with api.db.read() as conn:
         row = db.get_by_uuid(conn, wire.canonical_uuid(uuid))
+        bound = db.bound_instances(conn, row.id) if row is not None and sees_health else []
     if row is None:
         raise _not_found(uuid)
-    wire.respond(resp, to_wire(req, row))
+    body = to_wire(req, row, sees_health)
+    if sees_health:
+        body["bound_arqs"] = [{"uuid": b.uuid, "instance_uuid": b.instance_uuid,
+                               "state": b.state, "deployable_uuid": b.deployable_uuid}
+                              for b in bound]
+    wire.respond(resp, body)
+
+
+def list_events(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
+    """GET /v2/devices/{uuid}/events (2.6): newest first, ``limit``/``marker`` pages."""
+    if req.context.version < HEALTH_VERSION:
+        raise errors.NotFound("The resource could not be found.")
+    api = req.context.api
+    api.policy.authorize(EVENTS_RULE, req.context.ctx)
+    params = wire.query_params(req, pagination.PARAMS)
+    page = pagination.requested(req, params)
+    device_uuid = wire.canonical_uuid(uuid)
+    with api.db.read() as conn:
+        if db.get_by_uuid(conn, device_uuid) is None and device_events.newest_first(
+                conn, device_uuid, 1) == []:
+            raise _not_found(uuid)  # a removed device's history stays readable
+        before = None
+        if page.marker is not None:
+            before = device_events.marker_id(conn, device_uuid, _event_uuid(page.marker))
+            if before is None:
+                raise errors.BadRequest(f"Marker {page.marker} could not be found.")
+        rows = device_events.newest_first(conn, device_uuid, page.limit + 1, before)
+    more = len(rows) > page.limit
+    rows = rows[:page.limit]
+    body: dict = {"events": [{"uuid": r.uuid, "device_uuid": r.device_uuid,
+                              "hostname": r.hostname, "kind": r.kind, "detail": r.detail,
+                              "actor": r.actor, "created_at": wire.timestamp(r.created_at)}
+                             for r in rows]}
+    if more:
+        body["events_links"] = pagination.next_links(
+            req, f"{COLLECTION}/{device_uuid}/events", params, rows[-1].uuid)
+    wire.respond(resp, body)
+
+
+def _event_uuid(marker: str) -> str:
+    value = wire.canonical_uuid(marker)
+    if not value:
+        raise errors.BadRequest(f"Invalid marker {marker!r}: expected an event uuid.")
+    return value
 
 
 def enable_device(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
@@ -88,14 +168,19 @@ def patch_device(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
     status asked is checked once the body is valid.
     """
     api = req.context.api
-    try:
-        api.policy.authorize("cyborg:device:enable", req.context.ctx)
-    except errors.Forbidden:
-        api.policy.authorize("cyborg:device:disable", req.context.ctx)
+    v2_6 = req.context.version >= HEALTH_VERSION
+    rules = ["cyborg:device:enable", "cyborg:device:disable"] + ([RETURN_RULE] if v2_6 else [])
+    if not any(api.policy.allows(rule, req.context.ctx) for rule in rules):
+        api.policy.authorize(rules[1], req.context.ctx)  # 403, before the body is read
     wire.query_params(req, ())
     body = wire.read_json(req)
-    wire.validate(schemas.STATUS_PATCH, body)
+    wire.validate(schemas.PATCH_V2_6 if v2_6 else schemas.STATUS_PATCH, body)
     op = body[0]
+    if op["path"] == "/quarantined":
+        api.policy.authorize(RETURN_RULE, req.context.ctx)
+        _return_to_service(req, uuid, op.get("reason"))
+        wire.no_content(resp)
+        return
     enable = op["value"] == "enabled"
     api.policy.authorize("cyborg:device:enable" if enable else "cyborg:device:disable",
                          req.context.ctx)
@@ -118,6 +203,29 @@ def _set_status(req: falcon.Request, uuid: str, status: str, reason: str | None,
         if db.set_status(conn, row.id, status, reason):
             # The Placement sync reserves a disabled device's inventory, and frees it again.
             placement_flags.mark_dirty(conn, device_uuid=row.uuid)
+            kind = device_events.ENABLED if status == db.ENABLED else device_events.DISABLED
+            device_events.record(conn, row.uuid, row.hostname, kind,
+                                 f"{'Enabled' if status == db.ENABLED else 'Disabled'} by an "
+                                 f"operator{': ' + reason if reason else ''}",
+                                 actor=req.context.ctx.user_id)
+
+
+def _return_to_service(req: falcon.Request, uuid: str, reason: str | None) -> None:
+    """An operator's word ends a quarantine (any [conductor] health_recovery); 409 while
+    the device's last report is unhealthy, or when it is not quarantined."""
+    api = req.context.api
+    with api.db.write() as conn:
+        row = db.get_by_uuid(conn, wire.canonical_uuid(uuid))
+        if row is None:
+            raise _not_found(uuid)
+        try:
+            health.release_by_operator(conn, row.id, req.context.ctx.user_id, reason)
+        except health.NotQuarantined:
+            raise errors.Conflict(f"Device {uuid} is not quarantined.") from None
+        except health.StillUnhealthy as still:
+            raise errors.Conflict(
+                f"Device {uuid} still reports unhealthy ({still.args[0] or 'no reason given'});"
+                " it is returned to service once its node reports it healthy.") from None
 
 
 def _not_found(uuid: str) -> errors.NotFound:
