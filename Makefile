@@ -15,7 +15,7 @@ STAMP_KEYSTONE := .keystone/template-30.0.0/template.json
 PLACEMENT_VENV := .placement/venv
 STAMP_PLACEMENT := $(PLACEMENT_VENV)/.installed
 
-.PHONY: run test test-tools bench venv clean
+.PHONY: run test test-tools bench venv clean gpu-wheelhouse
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,13 @@ test: $(STAMP_TEST) $(STAMP_KEYSTONE) $(STAMP_PLACEMENT) $(STAMP_TOOLS)
 # scale simulation; prints the table and writes it to docs/performance.md. Not part of `make test`.
 bench: $(STAMP_TEST) $(STAMP_PLACEMENT)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# nvidia-ml-py (pynvml) as one pure-Python wheel in bench/wheelhouse, for
+# bench/gpu_discovery_check.sh on GPU machines without a package index: the wheel travels
+# with the checkout and is imported from the zip as it is, nothing installed.
+gpu-wheelhouse:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --dest bench/wheelhouse \
+		'nvidia-ml-py>=12'
 
 clean:
 	rm -rf $(VENV) $(STATE_PATH) .pytest_cache
