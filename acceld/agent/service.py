@@ -95,6 +95,9 @@ class Agent:
         self.server: InternalServer | None = None
         self.hello: HelloLoop | None = None
         self.host_step_audit: Any = None  # acceld.agent.host_steps.HostStepAudit, once started
+        # Discoveries run since start: each hello carries it, and the conductor counts a new
+        # one as one more health report of the node's devices (acceld.conductor.health).
+        self.discoveries = 0
 
     # What the routes and other components use
 
@@ -102,10 +105,17 @@ class Agent:
         return next((d for d in self.drivers if d.name == name), None)
 
     def hardware(self) -> tuple[list[Any], str]:
+        records, hardware_digest, _ = self.snapshot()
+        return records, hardware_digest
+
+    def snapshot(self) -> tuple[list[Any], str, int]:
+        """The records, their digest and the discovery count, read together: a hello never
+        pairs a discovery's count with the hardware of an earlier one."""
         with self._lock:
             records = [r for rs in self._records.values() for r in rs]
             records += [r for ext in self.external.values() for r in ext.records]
-        return records, digest(records)
+            count = self.discoveries
+        return records, digest(records), count
 
     def client(self, endpoint: str, timeout: float = 30.0) -> InternalClient:
         url = internal_url(self.conf, endpoint)
@@ -130,6 +140,8 @@ class Agent:
             for ext in list(self.external.values()):
                 self._call_external(ext, "POST", "/discovery", {})
             self._expire_external()
+            with self._lock:
+                self.discoveries += 1
             _, after = self.hardware()
         if after != before and self.hello is not None:
             self.hello.wake()
@@ -221,9 +233,10 @@ class Agent:
         return advertised_endpoint(self.conf, self.conf.agent.host_ip, self.server.port)
 
     def hello_body(self) -> dict[str, Any]:
+        _, hardware_digest, discoveries = self.snapshot()
         return {"status": "READY", "endpoint": self.endpoint(), "hostname": self.hostname,
                 "heartbeat_interval": self.conf.agent.heartbeat_interval,
-                "hardware_digest": self.hardware()[1],
+                "hardware_digest": hardware_digest, "discovery": discoveries,
                 "drivers": [d.name for d in self.drivers]}
 
     def start(self) -> "Agent":

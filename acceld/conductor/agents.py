@@ -36,7 +36,9 @@ from sqlalchemy.exc import IntegrityError
 
 from acceld.clients.agent import agent_client
 from acceld.clients.internal import InternalClient, InternalError, internal_url
+from acceld.conductor import health
 from acceld.conductor.membership import EVERYTHING, Ownership
+from acceld.conductor.liveness import Liveness
 from acceld.conductor.reconcile import apply_report
 from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
@@ -59,6 +61,8 @@ HELLO_SCHEMA = strict_validator({
         "hostname": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$"},
         "heartbeat_interval": {"type": "integer", "minimum": 1, "maximum": 3600},
         "hardware_digest": {"type": ["string", "null"], "maxLength": 64},
+        # How many discoveries the agent has run: a new one is one more health report.
+        "discovery": {"type": "integer", "minimum": 0, "maximum": 2 ** 62},
         "drivers": {"type": "array", "items": {"type": "string", "maxLength": 100}},
         "type": {"type": "string"},
     },
@@ -83,7 +87,10 @@ class AgentsComponent:
         self._secret: bytes | None = None
         self._guard = threading.Lock()
         self._node_locks: dict[str, threading.Lock] = {}
+        # Unchanged heartbeats are answered from memory and stamped in batches.
+        self.liveness = Liveness(db, conf.conductor.heartbeat_flush_interval)
         self.ownership: Ownership = EVERYTHING
+        self.health_policy = health.HealthPolicy.from_conf(conf)
 
     # Component protocol
 
@@ -99,14 +106,21 @@ class AgentsComponent:
         return ["/hello"]
 
     def periodic_tasks(self) -> list[PeriodicTask]:
-        return [PeriodicTask("agent-liveness", self.conf.conductor.agent_check_interval,
-                             self.sweep)]
+        tasks = [PeriodicTask("agent-liveness", self.conf.conductor.agent_check_interval,
+                              self.sweep)]
+        if self.liveness.enabled:
+            tasks.append(PeriodicTask("heartbeat-flush", self.liveness.flush_interval,
+                                      self.liveness.flush))
+        return tasks
 
     def start(self) -> None:
         self._secret = internal_secret(self.conf)
 
     def stop(self) -> None:
-        pass
+        try:  # the hellos heard since the last flush
+            self.liveness.flush()
+        except Exception as exc:  # noqa: BLE001 - stopping; the agents hello again
+            LOG.warning("Could not record the last heartbeats while stopping: %s", exc)
 
     # Hello and heartbeat
 
@@ -120,16 +134,29 @@ class AgentsComponent:
         endpoint = body["endpoint"]
         hostname = self._speaker(req, body.get("hostname"))
         interval = body.get("heartbeat_interval", self.conf.agent.heartbeat_interval)
-        beat = self._heartbeat(hostname, endpoint, interval)
+        digest = body.get("hardware_digest")
+        if self.liveness.unchanged(hostname, endpoint, interval, digest, body.get("discovery")):
+            respond(resp, {"status": "OK", "hostname": hostname, "pulled": False,
+                           "heartbeat_interval": interval})
+            return
+        try:
+            self._full_hello(resp, hostname, endpoint, interval, digest, body.get("discovery"))
+        finally:
+            self.liveness.learn(hostname)
+
+    def _full_hello(self, resp: falcon.Response, hostname: str, endpoint: str, interval: int,
+                    digest: str | None, discovery: int | None) -> None:
+        """A hello that changes something (or from a host not remembered): recorded in its
+        own transaction, hardware pulled when the digest differs."""
+        beat = self._heartbeat(hostname, endpoint, interval, discovery, digest)
         if beat.new:
             LOG.info("Agent of host %s registered from %s", hostname, endpoint)
         elif beat.previous_state == "down":
             LOG.info("Agent of host %s is back (last contact before this: %s UTC)", hostname,
                      beat.previous_seen)
-        digest = body.get("hardware_digest")
         pulled = False
         if digest is None or digest != beat.stored_digest:
-            self.pull(hostname, endpoint)
+            self.pull(hostname, endpoint, counted=beat.new_discovery)
             pulled = True
         respond(resp, {"status": "OK", "hostname": hostname, "pulled": pulled,
                        "heartbeat_interval": interval})
@@ -152,19 +179,31 @@ class AgentsComponent:
         return node
 
     @metrics.heartbeat
-    def _heartbeat(self, hostname: str, endpoint: str, interval: int) -> agents_db.Heartbeat:
-        try:
-            with self.db.write() as conn:
-                return agents_db.record_heartbeat(conn, hostname, endpoint, interval)
-        except IntegrityError:  # two first hellos of one host raced; the row exists now
-            with self.db.write() as conn:
-                return agents_db.record_heartbeat(conn, hostname, endpoint, interval)
+    def _heartbeat(self, hostname: str, endpoint: str, interval: int,
+                   discovery: int | None = None,
+                   digest: str | None = None) -> agents_db.Heartbeat:
+        """Record the contact; a new discovery of unchanged hardware counts as one more
+        health report in the same transaction (under the agent row's lock, which a
+        reconcile of the node holds too)."""
+        for attempt in (1, 2):
+            try:
+                with self.db.write() as conn:
+                    beat = agents_db.record_heartbeat(conn, hostname, endpoint, interval,
+                                                      discovery=discovery)
+                    if (not beat.new and beat.new_discovery and digest is not None
+                            and digest == beat.stored_digest):
+                        health.count_unchanged_report(conn, hostname, self.health_policy)
+                    return beat
+            except IntegrityError:  # two first hellos of one host raced; the row exists now
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def _node_lock(self, hostname: str) -> threading.Lock:
         with self._guard:
             return self._node_locks.setdefault(hostname, threading.Lock())
 
-    def pull(self, hostname: str, endpoint: str) -> None:
+    def pull(self, hostname: str, endpoint: str, counted: bool = True) -> None:
         """GET the node's hardware and reconcile it; HTTP errors for the agent to log."""
         with self._node_lock(hostname):
             client = self._client(endpoint, hostname)
@@ -177,7 +216,7 @@ class AgentsComponent:
                                f"{exc}", 502) from None
             finally:
                 client.close()
-            outcome = apply_report(self.db, hostname, report)
+            outcome = apply_report(self.db, hostname, report, self.health_policy, counted)
         if outcome.problems:
             raise _problem("Refused hardware record(s), the rest of the report was applied: "
                            + outcome.describe_problems(), 400)

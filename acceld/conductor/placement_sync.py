@@ -6,8 +6,8 @@ conductor wants a provider named after the deployable (uuid
 device's host (found by name; Nova creates it, acceld never does), with one
 inventory of the deployable's ``rc`` attribute, ``total = max_unit =
 num_accelerators``, and the ``trait*`` attributes plus ``OWNER_CYBORG`` as traits.
-``reserved = total`` while the device is disabled (``maintaining``), not ready
-(``acc_status``), vanished while in use, or its agent is down (optional).
+``reserved = total`` while the device is disabled (``maintaining``), quarantined for its
+health, not ready (``acc_status``), vanished while in use, or its agent is down (optional).
 
 Work is proportional to change. The ``placement_sync`` table keeps, per
 provider, a digest of what was last written and a ``dirty`` flag.
@@ -102,7 +102,8 @@ def desired_providers(conn: Connection, hostnames: Iterable[str] | None,
     rows = conn.execute(
         select(deployables.c.id, deployables.c.name, deployables.c.rp_uuid,
                deployables.c.num_accelerators, devices.c.hostname, devices.c.status,
-               devices.c.acc_status, devices.c.vanished, agents.c.state.label("agent_state"))
+               devices.c.acc_status, devices.c.vanished, devices.c.quarantined,
+               agents.c.state.label("agent_state"))
         .join(devices, deployables.c.device_id == devices.c.id)
         .outerjoin(agents, agents.c.hostname == devices.c.hostname)
         .where(*host_filter)).all()
@@ -136,7 +137,7 @@ def _desired(row: Any, attrs: dict[str, str], reserve_down_agents: bool) -> Desi
                         row.name, attrs[key])
     total = max(0, int(row.num_accelerators or 0))
     unavailable = (row.status == "maintaining" or row.acc_status != "ready"
-                   or bool(row.vanished)
+                   or bool(row.vanished) or bool(row.quarantined)
                    or (reserve_down_agents and row.agent_state == "down"))
     return DesiredProvider(
         rp_uuid=row.rp_uuid or provider_uuid(row.name), name=row.name, hostname=row.hostname,

@@ -15,10 +15,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from acceld.conductor import health
 from acceld.db import agents as agents_db
-from acceld.db import inventory
+from acceld.db import inventory, placement_flags
 from acceld.db.engine import Database
 from acceld.metrics import record as metrics
+from acceld.drivers.health import Health
 from acceld.drivers.record_schema import Problem, check_node
 
 LOG = logging.getLogger(__name__)
@@ -36,8 +38,14 @@ class Outcome:
 
 
 @metrics.reconcile
-def apply_report(db: Database, hostname: str, report: Any) -> Outcome:
-    """Check and apply one report of ``hostname``; returns what changed and what was refused."""
+def apply_report(db: Database, hostname: str, report: Any,
+                 policy: health.HealthPolicy | None = None, counted: bool = True) -> Outcome:
+    """Check and apply one report of ``hostname``; returns what changed and what was refused.
+
+    Each device's health is applied after the diff, in the same transaction
+    (acceld.conductor.health); ``counted`` says whether the report is a new discovery of
+    the node's agent (one more healthy report for a quarantined device's recovery).
+    """
     hardware = report.get("hardware") if isinstance(report, dict) else None
     digest = report.get("digest") if isinstance(report, dict) else None
     checked = check_node(hardware)
@@ -51,6 +59,12 @@ def apply_report(db: Database, hostname: str, report: Any) -> Outcome:
         agent = agents_db.lock_agent(conn, hostname)
         changes = inventory.reconcile_node(conn, hostname, checked.records,
                                            keep_drivers=keep_drivers, keep_all=keep_all)
+        dirty = health.apply_reported(
+            conn, hostname, [(row, device_id, Health.from_dict(record.health))
+                             for row, device_id, record in changes.reported],
+            counted, policy or health.HealthPolicy())
+        if dirty:
+            placement_flags.flag_providers(conn, hostname, dirty)
         # Held devices wait for a release that no hardware change announces: forget the
         # digest so the next heartbeat pulls again (a diff that writes nothing until then).
         stored = digest if isinstance(digest, str) and not changes.held else None
