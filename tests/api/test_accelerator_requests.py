@@ -189,14 +189,14 @@ def test_list_show_and_ownership(client, db, profile):
     assert {a["uuid"] for a in result.json["arqs"]} == {mine[0]["uuid"], theirs[0]["uuid"]}
 
 
-@pytest.mark.parametrize("ident", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize("ident", ["fefe3c32-46c0-46f6-b5e9-000b7874ecb8", "not-a-uuid"])
 def test_show_unknown_is_404(client, ident):
     assert client.simulate_get(f"{URL}/{ident}", headers=NOVA).status_code == 404
 
 
 @pytest.mark.parametrize("query, words", [
     ("instance=abc", "instance"),
-    (f"instance={uuid.uuid4()}&bind_state=started", "bind_state"),
+    ("instance=44f3b55d-fc81-4182-bb46-f17702538547&bind_state=started", "bind_state"),
     ("bind_state=", "bind_state"),
     ("color=red", "color"),
 ])
@@ -674,7 +674,8 @@ def test_delete_of_another_projects_arq_is_404(client, db, profile):
 
 @pytest.mark.parametrize("query, words", [
     ("", "exactly one"),
-    (f"arqs={uuid.uuid4()}&instance={uuid.uuid4()}", "exactly one"),
+    ("arqs=8aa41943-0bd2-41d4-804e-dd0f3fb47332&instance=d15f6ce5-40fb-4acb-aad7-b713b5c33826",
+     "exactly one"),
     ("instance=abc", "instance"),
     ("arqs=abc", "arqs"),
     ("arqs=,", "names no"),

@@ -155,7 +155,7 @@ def test_program_fields_of_a_never_programmed_deployable_are_null(client, db):
     assert body["program_status"] is None and body["program_reason"] is None
 
 
-@pytest.mark.parametrize("ident", [str(uuid.uuid4()), "nope"])
+@pytest.mark.parametrize("ident", ["3533b44e-28b9-42c3-a62e-59e92c2b638d", "nope"])
 def test_show_unknown_is_404(client, db, ident):
     result = client.simulate_get(f"{URL}/{ident}", headers=ADMIN)
     assert result.status_code == 404

@@ -123,7 +123,7 @@ def test_show(client, db):
     assert set(result.json) == FIELDS_2_0
 
 
-@pytest.mark.parametrize("ident", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize("ident", ["3e3aa4ee-50d8-4b85-8116-96ad833503f0", "not-a-uuid"])
 def test_show_unknown_is_404(client, db, ident):
     result = client.simulate_get(f"{URL}/{ident}", headers=ADMIN)
     assert result.status_code == 404
