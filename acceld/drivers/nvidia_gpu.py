@@ -56,6 +56,7 @@ from acceld.drivers.nvidia_nvml import NvmlGpu, NvmlReport, read_nvml
 from acceld.drivers.nvidia_vgpu import (MIN_SLOT_PROBE, VgpuPlan, VgpuPlanner, mdev_handle,
                                         read_vgpu_types)
 from acceld.drivers.pci_health import PciHealthMonitor
+from acceld.drivers.pci_isolation import require_isolation
 from acceld.drivers.traits import attributes, trait_part
 
 if TYPE_CHECKING:
@@ -120,6 +121,12 @@ class NvidiaGpuDriver(Driver):
         self._learnt_names: dict[str, dict[int, str]] = {}
         self._pci_health = PciHealthMonitor()
         self._xids: XidMonitor | None = None
+
+    @classmethod
+    def claims_pci(cls, conf: "cfg.ConfigOpts", function: sysfs.PciFunction) -> bool:
+        """NVIDIA display-class functions (GPUs and their VFs): the ``pci`` driver leaves
+        them to this one (acceld.drivers.claims)."""
+        return function.vendor == VENDOR and function.class_prefix in GPU_CLASSES
 
     # --- NVML ------------------------------------------------------------------
 
@@ -191,9 +198,11 @@ class NvidiaGpuDriver(Driver):
                       xid_total=xid_totals.get(address, 0)),
                 self._pci_health.check(address, functions[address].path, judge_speed=False)
                 if address in functions else Health())
-            records.append(self._record(address, functions.get(address), nvml_gpus.get(address),
-                                        plans.get(address), unknown, driver_version, report,
-                                        health))
+            record = self._record(address, functions.get(address), nvml_gpus.get(address),
+                                  plans.get(address), unknown, driver_version, report, health)
+            # A GPU whose IOMMU group holds a function the host keeps (the HDMI audio
+            # function on snd_hda_intel), or the host's console, cannot go to a VM.
+            records.append(require_isolation(record, self.root))
         return records
 
     def _record(self, address: str, function: sysfs.PciFunction | None, gpu: NvmlGpu | None,

@@ -681,3 +681,28 @@ def test_product_names_and_upstream_vgpu_traits():
     assert upstream_vgpu_trait("0x1eb8", "GRID T4-2B") == "CUSTOM_NVIDIA_1EB8_T4_2B"
     assert upstream_vgpu_trait("0x2335", "NVIDIA H200X-1-18C") == "CUSTOM_NVIDIA_2335_H200X_1_18C"
     assert upstream_vgpu_trait("0x2235", "NVIDIA A40-24Q") == "CUSTOM_NVIDIA_2235_A40_24Q"
+
+
+# --- IOMMU groups ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("audio_driver,status", [("snd_hda_intel", "setup_required"),
+                                                 ("vfio-pci", "ready"), (None, "ready")])
+def test_gpu_and_its_audio_function_in_one_iommu_group(tmp_path, audio_driver, status):
+    """A consumer GPU shares its IOMMU group with its HDMI audio function: the GPU can go to
+    a VM only once the audio function has left the host driver too."""
+    t = SysfsTree(tmp_path / "sys")
+    t.add_pci("0000:17:00.0", "0x10de", "0x2684", "0x030000", driver="vfio-pci", iommu_group=27)
+    t.add_pci("0000:17:00.1", "0x10de", "0x22ba", "0x040300", driver=audio_driver,
+              iommu_group=27)
+    [record] = driver(tmp_path, t, use_nvml=False).discover()
+    assert record.acc_status == status
+    if status != "ready":
+        assert "0000:17:00.1 (bound to snd_hda_intel)" in record.status_reason
+
+
+def test_nvidia_gpu_claims_its_functions_from_the_pci_driver(tmp_path, tree):
+    from acceld.drivers import sysfs
+    claimed = {f.address for f in sysfs.list_pci_functions(str(tree.root))
+               if NvidiaGpuDriver.claims_pci(None, f)}
+    assert claimed == {H200, "0000:65:00.0"}  # not the NVSwitch, the audio function, the NIC
