@@ -1,10 +1,13 @@
 """Chaos: binds keep arriving while a conductor, Placement and an agent die, and a device
 is disabled; at the end every ARQ, Nova event, handle and Placement provider is right.
 
-Real processes on loopback (issue 11 item 12): two ``acceld conductor`` processes, two
-``acceld agent`` processes with the fake driver (several devices each), a real Placement
-(tests.support.placement), a recording Nova (tests.support.nova) and the public API in
-process, all on one PostgreSQL database the test creates. The test plays Nova: for each
+Real processes on loopback (issue 11 item 12, issue 15's Done-when): two ``acceld
+conductor`` processes sharing the hosts by the hash ring, two ``acceld agent`` processes
+with the fake driver (several devices each) that know both conductors and fail over, a
+real Placement (tests.support.placement), a recording Nova (tests.support.nova) and two
+public API replicas (one in process, one ``acceld api`` process; binds alternate between
+them, as behind a load balancer), all on one PostgreSQL database the test creates. The
+conductors' ring names are picked so that each owns one host. The test plays Nova: for each
 instance it creates an ARQ, claims the device in Placement, asks the bind and, once Nova
 heard the outcome, unbinds or deletes it and gives the allocation back.
 
@@ -15,12 +18,15 @@ The chaos steps happen at fixed points of that loop, never at random times:
    SIGKILL while it holds some (frozen first and looked at, so that the kill lands on
    pending claims and not between Nova's receipt of an event and its job's deletion, where
    delivery is at least once: docs/arqs.md); ``cond-b`` is thawed and takes the dead one's
-   claims over once their lease lapses while binds go on, then ``cond-a`` is started again;
+   claims over once their lease lapses while binds go on; it drops ``cond-a`` from the
+   ring and owns its host within the liveness bound, and the agent that reported to
+   ``cond-a`` fails over to ``cond-b`` (and back once ``cond-a`` is started again);
 2. Placement is stopped (SIGTERM by PID) for OUTAGE seconds (30, the issue's figure),
    while binds keep arriving (instances Placement had allocated before it went away);
    it is started again on the same port and database;
 3. agent ``chaos-2`` is killed with SIGKILL; once its host is marked down, the binds
    asked for it (allocated before the kill) wait the outage out (no event while it is
+   away; it is marked down by the conductor the ring gives its host, and only that one;
    away) and end Bound once it is back, and an instance with an mdev (a host step) is
    deleted: its handle stays in use, its release queued, until the agent is started again
    and has removed the mdev;
@@ -48,13 +54,16 @@ from falcon import testing
 from sqlalchemy import select
 
 from acceld.api.app import build_app
+from acceld.clients.conductor import FailoverClient
+from acceld.conductor.hashring import HashRing
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arq_table
 from acceld.db.models import attach_handles, bind_jobs, deployables, devices, handle_releases
 from acceld.services.secrets import ensure_secret_file
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE, version
-from tests.support.chaos import AcceldProcess, kill_holding_claims, wait_until, write_conf
+from tests.support.chaos import (AcceldProcess, HttpApi, kill_holding_claims, wait_until,
+                                 write_conf)
 from tests.support.databases import private_database
 from tests.support.net import free_port
 from tests.support.nova import RecordingNova
@@ -80,6 +89,9 @@ HEARTBEAT = 1
 DOWN_AFTER = 4  # heartbeats: margin for cond-b's short freeze in step 1
 LIVE = 6  # instances kept bound at once outside the chaos steps
 SETTLE = 60.0  # the most the end may take to settle after the last step
+RING_BEAT = 0.5  # [conductor] member_heartbeat_interval
+RING_DEAD = 3.0  # [conductor] member_dead_after: a killed conductor's hosts move after this
+FAILBACK = 5  # [conductor] failback_interval of the agents and the API process
 
 # Why a bind may fail, by the step that asked it.
 DISABLED = "device {device} is disabled"
@@ -106,6 +118,26 @@ class Instance:
     state: str | None = None
     reason: str | None = None
     retired: bool = False
+
+
+def ring_names() -> dict[str, str]:
+    """Ring names for cond-a and cond-b under which each owns one of HOSTS."""
+    for i in range(100):
+        names = {"cond-a": f"cond-a-{i}", "cond-b": "cond-b"}
+        ring = HashRing(names.values())
+        if {ring.owner(host) for host in HOSTS} == set(names.values()):
+            return names
+    raise AssertionError("no names split the hosts")
+
+
+def preferring(first: str, urls: list[str], host: str) -> list[str]:
+    """``urls`` in an order whose client for ``host`` starts at ``first``."""
+    for order in (urls, urls[::-1]):
+        client = FailoverClient(order, b"-", prefer=host)
+        client.close()
+        if client.urls[0] == first:
+            return order
+    raise AssertionError(first)
 
 
 @pytest.fixture
@@ -141,19 +173,26 @@ class Cloud:
         self.state = tmp_path / "state"
         ensure_secret_file(str(self.state))
         self.db = Database(db_url)
-        ports = {name: free_port() for name in ("cond-a", "cond-b", *HOSTS)}
+        ports = {name: free_port() for name in ("cond-a", "cond-b", "api-2", *HOSTS)}
         self.ports = ports
-        # Agents report to cond-b; the API wakes cond-a (and falls back on the conductors'
-        # polling while cond-a is dead). Both work the same bind jobs.
-        conductor_url = f"http://127.0.0.1:{ports['cond-b']}"
-        api_conductor_url = f"http://127.0.0.1:{ports['cond-a']}"
+        self.names = ring_names()
+        # Agents know both conductors: chaos-1 reports to cond-a (and fails over to cond-b
+        # when it is killed), chaos-2 to cond-b. The in-process API wakes cond-a only (and
+        # falls back on the conductors' polling while cond-a is dead); the API process knows
+        # both. Both conductors work the same bind jobs.
+        self.urls = {name: f"http://127.0.0.1:{ports[name]}" for name in ("cond-a", "cond-b")}
+        both = [self.urls["cond-a"], self.urls["cond-b"]]
+        conductor_url = self.urls["cond-b"]
+        api_conductor_url = self.urls["cond-a"]
         common: dict[str, dict[str, object]] = {
             "DEFAULT": {"state_path": self.state},
             "database": {"connection": db_url},
             "conductor": {"url": conductor_url, "bind_poll_interval": 0.2,
                           "bind_workers": 2, "bind_lease_seconds": LEASE,
                           "bind_timeout": BIND_TIMEOUT, "agent_check_interval": 0.25,
-                          "agent_down_intervals": DOWN_AFTER},
+                          "agent_down_intervals": DOWN_AFTER,
+                          "member_heartbeat_interval": RING_BEAT,
+                          "member_dead_after": RING_DEAD, "failback_interval": FAILBACK},
             "agent": {"heartbeat_interval": HEARTBEAT, "discovery_interval": 2,
                       "enabled_drivers": "fake"},
             "nova": {"auth_type": "none", "endpoint_override": nova.url,
@@ -167,6 +206,7 @@ class Cloud:
         for name in ("cond-a", "cond-b"):
             sections = {k: dict(v) for k, v in common.items()}
             sections["conductor"]["port"] = ports[name]
+            sections["conductor"]["name"] = self.names[name]
             # cond-a lingers before each bind transaction, so that a kill finds it
             # holding claims (tests.support.chaos.kill_holding_claims).
             if name == "cond-a":
@@ -185,6 +225,8 @@ class Cloud:
             sections = {k: dict(v) for k, v in common.items()}
             sections["DEFAULT"]["host"] = host
             sections["agent"]["port"] = ports[host]
+            sections["conductor"]["url"] = ",".join(preferring(
+                self.urls["cond-a" if host == "chaos-1" else "cond-b"], both, host))
             sections["fake_driver"] = {"spec_file": spec,
                                        "state_dir": tmp_path / f"{host}-fake"}
             conf = write_conf(tmp_path / f"{host}.conf", sections)
@@ -194,6 +236,15 @@ class Cloud:
             str(self.state), database__connection=db_url,
             conductor__url=api_conductor_url),
             self.db))
+        sections = {k: dict(v) for k, v in common.items()}
+        sections["conductor"]["url"] = ",".join(both)
+        sections["api"] = {"workers": 1}
+        conf = write_conf(tmp_path / "api-2.conf", sections)
+        self.processes["api-2"] = AcceldProcess(
+            "api-2", ["api", "--config-file", conf, "--port", str(ports["api-2"])], tmp_path,
+            ports["api-2"])
+        self.api_2 = HttpApi(f"http://127.0.0.1:{ports['api-2']}")
+        self.binds = 0
         self.devices: dict[str, Device] = {}
         self.instances: list[Instance] = []
         self.disabled: set[str] = set()
@@ -284,13 +335,16 @@ class Cloud:
         self.instances.append(instance)
         return instance
 
-    def bind(self, *instances: Instance) -> None:
-        """One PATCH asking the binds of ``instances``."""
+    def bind(self, *instances: Instance, via: object = None) -> None:
+        """One PATCH asking the binds of ``instances``, through ``via`` or else each API
+        replica in turn (as a load balancer would)."""
         body = {i.arq: [
             {"op": "add", "path": "/hostname", "value": i.device.host},
             {"op": "add", "path": "/device_rp_uuid", "value": i.device.rp_uuid},
             {"op": "add", "path": "/instance_uuid", "value": i.uuid}] for i in instances}
-        resp = self.api.simulate_patch(ARQS, json=body, headers=SERVICE)
+        self.binds += 1
+        api = via or (self.api, self.api_2)[self.binds % 2]
+        resp = api.simulate_patch(ARQS, json=body, headers=SERVICE)  # type: ignore[attr-defined]
         assert resp.status_code == 202, resp.text
 
     def boot(self, step: str, host: str | None = None) -> Instance:
@@ -343,9 +397,9 @@ class Cloud:
     def start(self) -> None:
         for host in HOSTS:
             self.placement.create_compute_node(host)
-        for name in ("cond-b", "cond-a", *HOSTS):
+        for name in ("cond-b", "cond-a", "api-2", *HOSTS):
             self.processes[name].launch()
-        for name in ("cond-b", "cond-a", *HOSTS):
+        for name in ("cond-b", "cond-a", "api-2", *HOSTS):
             self.processes[name].wait_ready()
         for rc, name in PROFILES.items():  # one profile per request
             resp = self.api.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN,
@@ -361,7 +415,25 @@ class Cloud:
     def stop(self) -> None:
         for proc in reversed(list(self.processes.values())):
             proc.stop()
+        self.api_2.close()
         self.db.dispose()
+
+    def ring_lines(self, name: str) -> list[str]:
+        """The ring changes a conductor logged (acceld.conductor.membership)."""
+        return [line for line in self.processes[name].log_path.read_text(
+            errors="replace").splitlines() if "Conductor ring of " in line]
+
+    def log_size(self, name: str) -> int:
+        return self.processes[name].log_path.stat().st_size
+
+    def conductor_outages(self, name: str, since: int = 0) -> list[str]:
+        """What a process logged of conductors going away and coming back (from byte
+        ``since`` of its log on)."""
+        with open(self.processes[name].log_path, "rb") as log:
+            log.seek(since)
+            text = log.read().decode(errors="replace")
+        return [line.split(" acceld.clients.conductor ")[-1] for line in text.splitlines()
+                if "Conductor http" in line and ("unavailable" in line or "again" in line)]
 
 
 @pytest.fixture
@@ -385,17 +457,32 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
     # meanwhile, so that the claims are cond-a's (woken by the API) whatever the timing.
     cloud.make_room(2)
     batch = [cloud.schedule(cloud.pick(), "conductor-kill", {"Bound"}) for _ in range(6)]
+    wait_until(lambda: any("2 member(s)" in line for line in cloud.ring_lines("cond-b")),
+               10, "cond-b to see both conductors in the ring", cloud.explain)
+    agent_log_at_kill = {host: cloud.log_size(host) for host in HOSTS}
     cloud.processes["cond-b"].freeze()
     try:
-        cloud.bind(*batch)
+        cloud.bind(*batch, via=cloud.api)
         died_with = kill_holding_claims(cloud.processes["cond-a"], cloud.db, timeout=20)
+        killed = time.monotonic()
     finally:
         cloud.processes["cond-b"].thaw()
     assert died_with >= 1
+    # cond-b drops the dead conductor from the ring and owns its host too, within the
+    # liveness bound (plus a heartbeat, plus the time cond-b itself was frozen).
+    dead_name = cloud.names["cond-a"]
+    wait_until(lambda: any(f"gone: {dead_name}" in line and "owns 2 of 2 hosts" in line
+                           for line in cloud.ring_lines("cond-b")),
+               RING_DEAD + 2 * RING_BEAT + 10, "cond-b to take the dead conductor's host",
+               cloud.explain)
+    figures["ownership_moved_s"] = time.monotonic() - killed
     cloud.steady(3, "conductor-down")
     for inst in batch:  # its claims are taken over once their lease lapsed
         cloud.resolve(inst, LEASE + 30)
     cloud.processes["cond-a"].start()
+    wait_until(lambda: any(f"joined: {dead_name}" in line and "owns 1 of 2 hosts" in line
+                           for line in cloud.ring_lines("cond-b")),
+               10, "cond-a back in the ring with its host", cloud.explain)
     cloud.steady(3, "conductor-back")
 
     # 2. Placement away for OUTAGE seconds while binds keep arriving.
@@ -430,6 +517,11 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
     cloud.processes["chaos-2"].kill9()
     wait_until(lambda: cloud.host_states()["chaos-2"] == "down",
                HEARTBEAT * DOWN_AFTER + 10, "chaos-2 marked down", cloud.explain)
+    # By the conductor the ring gives chaos-2, and by no other.
+    owner = HashRing(cloud.names.values()).owner("chaos-2")
+    marked_by = [name for name in ("cond-a", "cond-b") if "Agent of host chaos-2 is down"
+                 in cloud.processes[name].log_path.read_text(errors="replace")]
+    assert [cloud.names[name] for name in marked_by] == [owner], cloud.explain()
     mdev_handle = cloud.handle_of(vgpu)
     cloud.retire(vgpu)
     cloud.bind(*agent_waiting)
@@ -546,6 +638,19 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
                     "again" if "available again" in line else "start")
     assert outage_logs and all(v == ["start", "again"] for v in outage_logs.values()), \
         outage_logs
+
+    # The agent of cond-a's host failed over when cond-a was killed and came back to it
+    # after it returned, each of its clients (hellos, host-step reports) logging the outage
+    # once when it began and once when it ended; cond-b never went away for it, and the
+    # other agent (chaos-2, on cond-b, started again in step 3) never lost its conductor.
+    lines = cloud.conductor_outages("chaos-1", agent_log_at_kill["chaos-1"])
+    of_a = [line for line in lines if cloud.urls["cond-a"] in line]
+    went = [line for line in of_a if "is unavailable" in line]
+    back = [line for line in of_a if "is available again" in line]
+    assert went and len(went) == len(back) == len(of_a) / 2, lines
+    assert not any("is unavailable" in line for line in lines if line not in of_a), lines
+    assert not any("is unavailable" in line for line in cloud.conductor_outages(
+        "chaos-2", agent_log_at_kill["chaos-2"])), cloud.processes["chaos-2"].log()
 
     figures["total_s"] = time.monotonic() - started
     print(f"\nchaos: {len(cloud.instances)} binds, "

@@ -185,3 +185,43 @@ def kill_holding_claims(conductor: AcceldProcess, db: Database, timeout: float) 
         time.sleep(0.01)
     raise AssertionError(f"{conductor.name} never held bind claims without a notification "
                          f"within {timeout} s:\n{conductor.log()}")
+
+
+class HttpResult:
+    """What a falcon TestClient's simulate_* returns, for an answer over HTTP."""
+
+    def __init__(self, resp: Any) -> None:
+        self.status_code = resp.status_code
+        self.text = resp.text
+        self.headers = resp.headers
+        self.json = resp.json() if resp.content else None
+
+
+class HttpApi:
+    """An ``acceld api`` process, called like the in-process falcon TestClient (so that a
+    test can send the same calls to either of two API replicas)."""
+
+    def __init__(self, url: str) -> None:
+        import requests
+
+        self.url = url.rstrip("/")
+        self._session = requests.Session()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> HttpResult:
+        return HttpResult(self._session.request(method, self.url + path, timeout=30,
+                                                **kwargs))
+
+    def simulate_get(self, path: str, **kwargs: Any) -> HttpResult:
+        return self._call("GET", path, **kwargs)
+
+    def simulate_post(self, path: str, **kwargs: Any) -> HttpResult:
+        return self._call("POST", path, **kwargs)
+
+    def simulate_patch(self, path: str, **kwargs: Any) -> HttpResult:
+        return self._call("PATCH", path, **kwargs)
+
+    def simulate_delete(self, path: str, **kwargs: Any) -> HttpResult:
+        return self._call("DELETE", path, **kwargs)
+
+    def close(self) -> None:
+        self._session.close()
