@@ -26,6 +26,8 @@ def conf_text(tmp_path: Path) -> str:
         group, _, option = key.partition("__")
         if isinstance(value, list):
             text = ",".join(value)
+        elif isinstance(value, dict):  # oslo.config's Dict: key:value,key:value
+            text = ",".join(f"{k}:{v}" for k, v in value.items())
         elif isinstance(value, bool):
             text = str(value).lower()
         else:
