@@ -48,6 +48,7 @@ from acceld import request_ids
 from acceld.clients.agent import AgentCallError, AgentCaller, AgentUnavailable
 from acceld.conductor.service import PeriodicTask
 from acceld.db import deployables as dep_db
+from acceld.db import device_events
 from acceld.db import leases
 from acceld.db.clock import db_now
 from acceld.db.engine import Database
@@ -128,19 +129,26 @@ class Programmer:
                     raise ProgramError(502, f"The agent of host {target.hostname} answered "
                                             "without the image id it programmed.")
             except ProgramError as exc:
+                failure = _program_event(target, kind, request, f"failed: {exc.message}")
                 if exc.timed_out:
                     # The agent may still be writing the device: binds stay out for one
                     # more program_timeout (+ 30 s), then the mark lapses.
-                    self._unhold(target.id, lease.owner, keep_for=lease.timeout + 30)
+                    self._unhold(target.id, lease.owner, keep_for=lease.timeout + 30,
+                                 event=failure)
                 else:
-                    self._unhold(target.id, lease.owner)
+                    self._unhold(target.id, lease.owner, event=failure)
                 raise
-            except BaseException:
-                self._unhold(target.id, lease.owner)
+            except BaseException as exc:
+                self._unhold(target.id, lease.owner, event=_program_event(
+                    target, kind, request, f"failed: {exc.__class__.__name__}: {exc}"))
                 raise
             with self.db.write() as conn:
                 found = dep_db.end_programming(conn, target.id, lease.owner,
                                                written if kind == "bitstream" else None)
+                if found:
+                    device_events.record(conn, target.device_uuid, target.hostname,
+                                         device_events.PROGRAM_SUCCEEDED,
+                                         f"{kind} {written} programmed into {target.name}")
             if not found:
                 raise ProgramError(404, f"Deployable {deployable_uuid} was removed "
                                         "while it was being programmed.")
@@ -163,11 +171,16 @@ class Programmer:
         dep_db.begin_programming(conn, target.id, lease.owner, until)
         return True
 
-    def _unhold(self, deployable_id: int, owner: str, keep_for: float | None = None) -> None:
+    def _unhold(self, deployable_id: int, owner: str, keep_for: float | None = None,
+                event: tuple[str, str, str] | None = None) -> None:
         """A failed program gives the deployable back to binds (its mark would lapse);
-        ``keep_for``: not yet, only after that many more seconds (a timed-out program)."""
+        ``keep_for``: not yet, only after that many more seconds (a timed-out program).
+        ``event``: (device uuid, host, detail) of the failure, for the device's history."""
         try:
             with self.db.write() as conn:
+                if event is not None:
+                    device_events.record(conn, event[0], event[1],
+                                         device_events.PROGRAM_FAILED, event[2])
                 if keep_for is None:
                     dep_db.end_programming(conn, deployable_id, owner, None)
                 else:
@@ -222,6 +235,13 @@ class Programmer:
     def _lease(self, deployable_uuid: str, name: str):  # type: ignore[no-untyped-def]
         return _ProgramLease(self.db, deployable_uuid, name,
                              float(self.conf.conductor.program_timeout))
+
+
+def _program_event(target: Any, kind: str, request: dict, outcome: str) -> tuple[str, str, str]:
+    """A program's failure as a device event: (device uuid, host, detail)."""
+    image = request.get("image_id") or f"function {request.get('function_id')}"
+    return (target.device_uuid, target.hostname,
+            f"{kind} {image} into {target.name} {outcome}")
 
 
 def refuse_if_held(conn: Connection, deployable_id: int, name: str) -> None:

@@ -37,9 +37,11 @@ from typing import Any, Iterable
 import orjson
 from sqlalchemy import Connection, delete, false, insert, select, update
 
+from acceld.db import device_events as events
 from acceld.db import placement_flags
 from acceld.db.placement_flags import provider_uuid as rp_uuid
-from acceld.db.models import (attach_handles, attributes, controlpath_ids, deployables, devices)
+from acceld.db.models import (attach_handles, attributes, controlpath_ids, deployables,
+                              device_events, devices)
 from acceld.drivers.base import HardwareRecord
 from acceld.drivers.record_schema import identity, json_text
 
@@ -224,6 +226,11 @@ def _add_device(conn: Connection, hostname: str, record: HardwareRecord, changes
         uuid=str(uuidlib.uuid4()), device_id=device_id, cpid_type=cpid["cpid_type"],
         cpid_info=json_text(cpid["cpid_info"])))
     changes.added += 1
+    if conn.execute(select(device_events.c.id).where(
+            device_events.c.device_uuid == uuid).limit(1)).first() is not None:
+        # A device with a history came back (removed while it was not reported).
+        events.record(conn, uuid, hostname, events.REAPPEARED,
+                      f"Reported again by host {hostname}")
     return device_id
 
 
@@ -233,6 +240,8 @@ def _update_device(conn: Connection, row: Any, record: HardwareRecord, node: _No
     status, reason = row.status, row.status_reason
     if row.vanished:
         values["vanished"] = False
+        events.record(conn, row.uuid, row.hostname, events.REAPPEARED,
+                      f"Reported again by host {row.hostname}")
         if (reason or "").startswith(VANISHED_PREFIX):
             status, reason = "enabled", None
             values["status"] = status
@@ -455,6 +464,9 @@ def _remove_device(conn: Connection, row: Any, node: _Node, changes: Changes) ->
             conn.execute(update(devices).where(devices.c.id == row.id).values(
                 status="maintaining", vanished=True, status_reason=VANISHED_REASON))
             changes.updated += 1
+            events.record(conn, row.uuid, row.hostname, events.VANISHED,
+                          f"No longer reported by host {row.hostname} while in use; held "
+                          "until released")
             LOG.warning("Device %s on %s vanished while in use; kept as maintaining until "
                         "released", row.uuid, row.hostname)
         return
@@ -466,3 +478,7 @@ def _remove_device(conn: Connection, row: Any, node: _Node, changes: Changes) ->
     conn.execute(delete(controlpath_ids).where(controlpath_ids.c.device_id == row.id))
     conn.execute(delete(devices).where(devices.c.id == row.id))
     changes.removed += 1
+    events.record(conn, row.uuid, row.hostname, events.VANISHED,
+                  f"No longer reported by host {row.hostname}" + (
+                      "; released and removed from the inventory" if row.vanished else
+                      "; removed from the inventory"))

@@ -323,3 +323,20 @@ def test_event_rows_name_device_host_and_use_the_database_clock(rig):
     assert {r.device_uuid for r in rows} == {device.uuid}
     assert {r.hostname for r in rows} == {HOST}
     assert all(r.created_at is not None for r in rows)
+
+
+def test_vanish_and_return_are_events(rig):
+    """Held while in use (vanished), back when reported again; removed, then back again."""
+    uuid = rig.start_bind()
+    rig.run_binds()
+    assert rig.arq(uuid)["state"] == "Bound"
+    device_uuid = rig.device().uuid
+    apply_report(rig.db, HOST, {"hardware": [], "digest": "0" * 64})
+    rig.report(None)
+    rig.unbind(uuid)
+    apply_report(rig.db, HOST, {"hardware": [], "digest": "1" * 64})
+    assert rig.device() is None
+    rig.report(None)
+    with rig.db.read() as conn:
+        kinds = [e.kind for e in reversed(device_events.newest_first(conn, device_uuid, 100))]
+    assert kinds == ["vanished", "reappeared", "vanished", "reappeared"]

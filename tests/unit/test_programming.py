@@ -332,3 +332,30 @@ def test_at_2_5_a_driver_failure_is_recorded_on_the_deployable(chain):
     status, reason = _program_status(chain)
     assert status == "FAILED" and reason.startswith("502: ") and "Missing" in reason
     assert chain.bitstream() is None
+
+
+def _device_events(chain) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    from sqlalchemy import select as sa_select
+
+    from acceld.db.models import device_events, devices
+
+    with chain.db.read() as conn:
+        device_uuid = conn.execute(sa_select(devices.c.uuid).join(
+            deployables, deployables.c.device_id == devices.c.id).where(
+            deployables.c.id == chain.dep["id"])).scalar_one()
+        return [(r.kind, r.detail) for r in conn.execute(
+            sa_select(device_events).where(device_events.c.device_uuid == device_uuid)
+            .order_by(device_events.c.id))]
+
+
+def test_programs_are_device_events_success_and_failure(chain):
+    """Issue 13: a program's outcome is in the device's history (success and failure)."""
+    assert chain.patch(f"{chain.dep['uuid']}/program", upstream_body()).status_code == 200
+    with chain.db.write() as conn:
+        conn.execute(update(deployables).where(deployables.c.id == chain.dep["id"])
+                     .values(name=f"{HOST}_Missing"))
+    assert chain.patch(f"{chain.dep['uuid']}/program", upstream_body()).status_code == 502
+    events = _device_events(chain)
+    assert [kind for kind, _ in events] == ["program_succeeded", "program_failed"]
+    assert IMAGE in events[0][1] and "bitstream" in events[0][1]
+    assert "Missing" in events[1][1]
