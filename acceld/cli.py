@@ -13,12 +13,19 @@ from acceld import config, logs
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config-file", action="append", default=[], metavar="FILE",
-                        help="INI config file (repeatable; later files win).")
+                        help="INI config file (repeatable; later files win). Without "
+                             "--config-file and --config-dir: acceld.conf where oslo.config "
+                             "looks (~/.acceld/, ~/, /etc/acceld/, /etc/) and acceld.conf.d/ "
+                             "there.")
+    parser.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                        help="Directory of *.conf files read after the config files, in "
+                             "name order (repeatable).")
     parser.add_argument("--state-path", help="Override [DEFAULT] state_path.")
 
 
 def _load(args: argparse.Namespace) -> cfg.ConfigOpts:
-    conf = config.load(config_files=args.config_file)
+    conf = config.load(config_files=args.config_file,
+                       config_dirs=getattr(args, "config_dir", None), discover=True)
     if getattr(args, "state_path", None):
         conf.set_override("state_path", args.state_path)
     if getattr(args, "port", None) and args.command in ("api", "all"):
@@ -39,17 +46,18 @@ def cmd_all(args: argparse.Namespace) -> int:
     except noauth_guard.InsecureNoauth as exc:
         print(f"acceld all: {exc}", file=sys.stderr)
         return 2
-    return allinone.run(conf, args.config_file)
+    return allinone.run(conf, list(conf.config_file), list(conf.config_dir or []))
 
 
 def cmd_api(args: argparse.Namespace) -> int:
+    from acceld.db.migrate import SchemaNotCurrent
     from acceld.services import api_server, noauth_guard
 
     conf = _load(args)
     logs.setup(conf, "api")
     try:
         api_server.run(conf)
-    except noauth_guard.InsecureNoauth as exc:
+    except (noauth_guard.InsecureNoauth, SchemaNotCurrent) as exc:
         print(f"acceld api: {exc}", file=sys.stderr)
         return 2
     return 0

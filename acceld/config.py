@@ -522,6 +522,9 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 
     privileged.register_opts(conf)
     set_lib_defaults()
+    from acceld.api import edge  # [healthcheck], [oslo_middleware], [cors]
+
+    edge.register_opts(conf)
 
 
 def _register_limit_opts(conf: cfg.ConfigOpts) -> None:
@@ -608,8 +611,9 @@ def load(argv: Sequence[str] = (), config_files: Sequence[str] | None = None,
     files = list(config_files or [])
     dirs = list(config_dirs or [])
     if discover and not files and not dirs:
-        files = cfg.find_config_files(project="acceld", prog="acceld")
-        dirs = cfg.find_config_dirs(project="acceld", prog="acceld")
+        # (oslo lists project and program files apart: the same name here, found once)
+        files = list(dict.fromkeys(cfg.find_config_files(project="acceld", prog="acceld")))
+        dirs = list(dict.fromkeys(cfg.find_config_dirs(project="acceld", prog="acceld")))
     conf(list(argv), project="acceld", prog="acceld", default_config_files=files,
          default_config_dirs=dirs, validate_default_values=True)
     return conf

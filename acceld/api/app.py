@@ -43,12 +43,15 @@ def build_app(conf: cfg.ConfigOpts, db: Database, conductor: object | None = Non
 
 def wsgi_app(conf: cfg.ConfigOpts, db: Database, conductor: object | None = None):  # type: ignore[no-untyped-def]
     """The full WSGI pipeline, with Keystone authentication when configured, inside the
-    access log (which also gives every request, refused ones too, its request ids)."""
+    access log (which also gives every request, refused ones too, its request ids),
+    inside the edge (acceld.api.edge: /healthcheck, proxy headers, CORS)."""
     from acceld.api.access_log import AccessLog
+
+    from acceld.api import edge
 
     app = build_app(conf, db, conductor)
     if conf.auth_strategy == "keystone":
         from acceld.api.auth import keystone_pipeline
 
-        return AccessLog(keystone_pipeline(app, conf))
-    return AccessLog(app)
+        return edge.wrap(AccessLog(keystone_pipeline(app, conf)), conf, db)
+    return edge.wrap(AccessLog(app), conf, db)

@@ -85,7 +85,7 @@ class Conductor:
                             self.conf.conductor.host_ip, self.conf.conductor.port,
                             node_paths=node_paths, destination=CONDUCTOR,
                             replay=DatabaseReplay(self.db, self.conf.internal.credential_ttl),
-                            outage=self.db.outage)
+                            outage=self.db.outage, database=self.db)
         # In the ring before any periodic task runs, so the first passes divide the hosts.
         self.membership.url = self.server.url
         try:
@@ -201,6 +201,7 @@ COMPONENTS: list[str] = [
     "acceld.conductor.programming:ProgrammingComponent",
     "acceld.conductor.agents:AgentsComponent",
     "acceld.conductor.handle_release:HandleReleaseComponent",
+    "acceld.conductor.device_event_purge:DeviceEventPurge",
 ]
 
 

@@ -39,3 +39,17 @@ def upgrade(db: Database, revision: str = "head") -> None:
     with db.write() if db.is_sqlite else db.engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+
+
+class SchemaNotCurrent(RuntimeError):
+    """The database is not at this code's schema: services refuse to start on it."""
+
+
+def check_current(db: Database) -> None:
+    """Raise :class:`SchemaNotCurrent` naming both revisions unless the schema is at head
+    (the API and the conductor refuse an old schema, which they would misread)."""
+    current, head = current_revision(db), head_revision()
+    if current != head:
+        raise SchemaNotCurrent(
+            f"The database schema is at revision {current or '(none: empty database)'}, "
+            f"not {head}: run `acceld db upgrade`.")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from typing import Callable, Collection, Protocol
+from typing import Any, Callable, Collection, Protocol
 
 import falcon
 import orjson
@@ -225,7 +225,8 @@ def _database_errors(outage: DatabaseOutage) -> Callable[..., None]:
 class InternalServer:
     """A running internal server; ``url`` is where it listens."""
 
-    def __init__(self, app: falcon.App, host: str, port: int, *, cert_file: str | None = None,
+    def __init__(self, app: Callable[..., Any], host: str, port: int, *,
+                 cert_file: str | None = None,
                  key_file: str | None = None, limits: Limits | None = None) -> None:
         context = None
         scheme = "http"
@@ -263,9 +264,11 @@ def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]
           node_paths: Collection[str] | None = None,
           replay: auth.ReplayGuard | None = None,
           not_before: int | None = None,
-          outage: DatabaseOutage | None = None) -> InternalServer:
+          outage: DatabaseOutage | None = None,
+          database: object | None = None) -> InternalServer:
     """Start the authenticated internal app for ``routes``, with TLS and limits from
-    ``[internal]``; warn when it listens beyond loopback without TLS.
+    ``[internal]``; warn when it listens beyond loopback without TLS. ``/healthcheck``
+    answers without a credential (acceld.healthcheck), checking ``database`` if given.
 
     ``destination``: this server's name, or a function of the port it is bound to (for
     a server on a free port that is named by its address)."""
@@ -274,7 +277,10 @@ def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]
     app = build_app(keys, conf.internal.credential_ttl, routes,
                     max_body=conf.internal.max_request_body, node_paths=node_paths,
                     verifier=verifier, outage=outage)
-    server = InternalServer(app, host, port, cert_file=conf.internal.tls_cert_file,
+    from acceld import healthcheck
+
+    server = InternalServer(healthcheck.mount(app, conf, database), host, port,
+                            cert_file=conf.internal.tls_cert_file,
                             key_file=conf.internal.tls_key_file,
                             limits=limits_from(conf))
     verifier.destination = destination(server.port) if callable(destination) else destination

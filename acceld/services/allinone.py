@@ -76,7 +76,7 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool
     return False
 
 
-def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
+def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = ()) -> int:  # type: ignore[assignment]
     lifecycle.catch_hup_early()  # logrotate may send it while the services start
     state_path = os.path.abspath(conf.state_path)
     if conf.internal.shared_secret:
@@ -90,6 +90,8 @@ def run(conf: cfg.ConfigOpts, config_files: list[str]) -> int:
     common = ["--state-path", state_path]
     for path in config_files:
         common += ["--config-file", path]
+    for path in config_dirs:  # what the command found or was given, passed on as it is
+        common += ["--config-dir", path]
     procs: list[subprocess.Popen] = []
     stopping = False
 

@@ -75,8 +75,12 @@ class _Gunicorn(BaseApplication):
 
 
 def run(conf: cfg.ConfigOpts) -> None:
-    """Serve; InsecureNoauth (before anything listens) for noauth beyond loopback."""
+    """Serve; InsecureNoauth (before anything listens) for noauth beyond loopback,
+    SchemaNotCurrent for a database behind this code's schema (as the conductor)."""
     noauth_guard.check(conf)
+    from acceld.services.schema_gate import check_schema
+
+    check_schema(conf)
     from acceld.services.lifecycle import catch_hup_early
 
     catch_hup_early()  # until gunicorn's master installs its own SIGHUP handler

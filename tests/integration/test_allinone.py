@@ -43,6 +43,11 @@ def test_all_in_one_starts_announces_and_stops(tmp_path, stop_signal):
         assert f"acceld conductor: http://127.0.0.1:{conductor}" in lines
         assert f"acceld agent: http://127.0.0.1:{agent}" in lines
         assert requests.get(f"http://127.0.0.1:{api}/accelerator/v2", timeout=5).status_code == 200
+        # /healthcheck on each service, without credentials; API and conductor check the
+        # database.
+        for port, body in ((api, "database OK"), (conductor, "database OK"), (agent, "")):
+            health = requests.get(f"http://127.0.0.1:{port}/healthcheck", timeout=5)
+            assert (health.status_code, health.text) == (200, body), port
         # The generated internal secret is private to its owner.
         secret = tmp_path / "state" / "internal.secret"
         assert secret.stat().st_mode & 0o777 == 0o600

@@ -64,10 +64,12 @@ def test_noauth_beyond_loopback_is_refused(tmp_path, command, host):
 def test_noauth_on_loopback_starts_with_a_warning(tmp_path):
     port = free_port()
     err = tmp_path / "stderr"
+    conf = _conf(tmp_path, "host_ip = 127.0.0.1")
+    subprocess.run([*ACCELD, "db", "upgrade", "--config-file", conf], check=True,
+                   capture_output=True, timeout=60)  # `acceld api` refuses an old schema
     with open(err, "w") as err_file:
         proc = subprocess.Popen(
-            [*ACCELD, "api", "--port", str(port), "--config-file",
-             _conf(tmp_path, "host_ip = 127.0.0.1")],
+            [*ACCELD, "api", "--port", str(port), "--config-file", conf],
             stdout=subprocess.DEVNULL, stderr=err_file, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 30

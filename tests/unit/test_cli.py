@@ -136,3 +136,52 @@ def test_host_delete_retires_a_host(tmp_path):
     forced = run_cli("host", "delete", "cn-8", "--force", "--state-path", state)
     assert forced.returncode == 0 and "Host cn-8 retired: 1 device(s)" in forced.stdout
     db.dispose()
+
+
+def test_api_refuses_an_old_schema(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    db = Database(f"sqlite:///{state / 'acceld.sqlite'}")
+    migrate.upgrade(db, "0001")
+    db.dispose()
+    conf = tmp_path / "acceld.conf"
+    conf.write_text(f"[DEFAULT]\nstate_path = {state}\n")
+    done = run_cli("api", "--config-file", str(conf))
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith(
+        f"acceld api: The database schema is at revision 0001, not "
+        f"{migrate.head_revision()}: run `acceld db upgrade`.")
+
+
+def test_config_found_in_the_standard_places(tmp_path, monkeypatch):
+    """No --config-file: oslo.config's search (~/.acceld/acceld.conf, ...) and the
+    acceld.conf.d directory beside it; --config-file or --config-dir replace the search."""
+    home = tmp_path / "home"
+    (home / ".acceld" / "acceld.conf.d").mkdir(parents=True)
+    (home / ".acceld" / "acceld.conf").write_text("[api]\nport = 7101\nworkers = 5\n")
+    (home / ".acceld" / "acceld.conf.d" / "10-port.conf").write_text("[api]\nport = 7102\n")
+    monkeypatch.setenv("HOME", str(home))
+    args = cli.build_parser().parse_args(["conductor"])
+    conf = config.load(config_files=args.config_file, config_dirs=args.config_dir,
+                       discover=True, conf=cfg.ConfigOpts())
+    assert conf.config_file == [str(home / ".acceld" / "acceld.conf")]
+    assert (conf.api.port, conf.api.workers) == (7102, 5)  # the directory comes after
+
+    given = tmp_path / "given.conf"
+    given.write_text("[api]\nport = 7200\n")
+    other_dir = tmp_path / "d"
+    other_dir.mkdir()
+    (other_dir / "x.conf").write_text("[api]\nworkers = 7\n")
+    args = cli.build_parser().parse_args(
+        ["conductor", "--config-file", str(given), "--config-dir", str(other_dir)])
+    conf = config.load(config_files=args.config_file, config_dirs=args.config_dir,
+                       discover=True, conf=cfg.ConfigOpts())
+    assert (conf.api.port, conf.api.workers) == (7200, 7)
+
+
+def test_no_config_anywhere_keeps_the_built_in_defaults(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    conf = config.load(discover=True, conf=cfg.ConfigOpts())
+    if conf.config_file:  # this machine has /etc/acceld/acceld.conf: not a clean check
+        pytest.skip(f"found {conf.config_file}")
+    assert conf.api.port == 6666 and conf.database.connection is None

@@ -1,0 +1,39 @@
+"""What stands at the public API's edge, outside authentication: ``/healthcheck``,
+the proxy headers and CORS (oslo.middleware, configured as in other services).
+
+* ``[oslo_middleware] enable_proxy_headers_parsing = true``: behind a proxy that
+  terminates TLS, ``X-Forwarded-Proto`` / ``-Host`` / ``-Prefix`` (or ``Forwarded``)
+  make the API's links name what clients reach (https://...). Off by default:
+  a client could otherwise choose the links' scheme and host.
+* ``[cors] allowed_origin``: browsers from those origins may call the API
+  (dashboards); no origin configured, no CORS headers.
+* ``/healthcheck``: see acceld.healthcheck; the public API's includes its database.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from oslo_config import cfg
+from oslo_middleware import cors, http_proxy_to_wsgi
+
+from acceld import healthcheck
+
+WSGIApp = Callable[[dict, Callable], Iterable[bytes]]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    """[healthcheck], [oslo_middleware] and [cors], so that config files and overrides
+    can set them before the middleware (which registers them too) is built."""
+    from oslo_middleware import opts
+
+    for list_opts in (opts.list_opts_healthcheck, opts.list_opts_http_proxy_to_wsgi,
+                      opts.list_opts_cors):
+        for group, group_opts in list_opts():
+            conf.register_opts(group_opts, group=group)
+
+
+def wrap(app: WSGIApp, conf: cfg.ConfigOpts, database: Any) -> WSGIApp:
+    app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
+    app = cors.CORS(app, conf)
+    return healthcheck.mount(app, conf, database)

@@ -1,0 +1,1 @@
+"""WSGI entry points for servers the operator runs (uwsgi, mod_wsgi, gunicorn)."""

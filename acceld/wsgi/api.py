@@ -1,0 +1,87 @@
+"""The public API as a WSGI application: ``acceld.wsgi.api:application``.
+
+For a WSGI server the operator runs instead of `acceld api` (uwsgi, mod_wsgi, or
+``gunicorn acceld.wsgi.api:application``). The configuration comes from the
+environment, as for other OpenStack services' WSGI applications:
+``OS_ACCELD_CONFIG_FILES`` (files separated by ``;``) and ``OS_ACCELD_CONFIG_DIR``;
+with neither, the standard locations (/etc/acceld/acceld.conf, ...).
+
+Importing the module reads the configuration and refuses an old database schema
+(so the server fails to start, as `acceld api` does); each worker process builds
+its own database pool and app on its first request, which keeps servers that
+import before forking (uwsgi without lazy-apps, gunicorn --preload) from sharing
+connections across processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable, Iterable
+
+from oslo_config import cfg
+
+from acceld import config, logs
+from acceld.services import schema_gate
+
+LOG = logging.getLogger(__name__)
+
+FILES_VARIABLE = "OS_ACCELD_CONFIG_FILES"
+DIR_VARIABLE = "OS_ACCELD_CONFIG_DIR"
+
+WSGIApp = Callable[[dict, Callable], Iterable[bytes]]
+
+
+def load_config(environ: dict[str, str] | None = None,
+                conf: cfg.ConfigOpts | None = None) -> cfg.ConfigOpts:
+    """acceld's configuration as the environment names it, else the standard places."""
+    environ = os.environ if environ is None else environ
+    files = [f for f in environ.get(FILES_VARIABLE, "").split(";") if f.strip()]
+    dirs = [environ[DIR_VARIABLE]] if environ.get(DIR_VARIABLE) else []
+    for path in files:
+        if not os.path.isfile(path):
+            raise RuntimeError(f"{FILES_VARIABLE} names {path!r}, which is not a file")
+    return config.load(argv=[], config_files=files, config_dirs=dirs, discover=True,
+                       conf=conf)
+
+
+class LazyApplication:
+    """Builds the app in the process that first calls it (each worker, after fork)."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.conf = conf
+        self._app: WSGIApp | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def _load(self) -> WSGIApp:
+        with self._lock:
+            if self._app is None or self._pid != os.getpid():
+                from acceld.api.app import wsgi_app
+                from acceld.clients.conductor import client_from_config
+                from acceld.db.engine import from_config
+
+                self._app = wsgi_app(self.conf, from_config(self.conf),
+                                     client_from_config(self.conf))
+                self._pid = os.getpid()
+            return self._app
+
+    def __call__(self, environ: dict, start_response: Callable) -> Any:
+        app = self._app if self._pid == os.getpid() and self._app is not None else self._load()
+        return app(environ, start_response)
+
+
+def init_application(environ: dict[str, str] | None = None,
+                     conf: cfg.ConfigOpts | None = None) -> LazyApplication:
+    conf = load_config(environ, conf)
+    logs.setup(conf, "api")
+    schema_gate.check_schema(conf)
+    if conf.auth_strategy == "noauth":
+        LOG.warning(
+            "auth_strategy = noauth: whoever reaches this WSGI server is an admin; "
+            "set auth_strategy = keystone for a server beyond loopback")
+    return LazyApplication(conf)
+
+
+application = init_application()
