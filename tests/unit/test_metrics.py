@@ -260,3 +260,87 @@ def test_agent_discovery_is_timed_per_driver():
                                      {"driver": "flaky", "outcome": "error"}) >= 1
     assert registry.get_sample_value("acceld_discovery_duration_seconds_count",
                                      {"driver": "flaky"}) >= 2
+
+
+def test_placement_passes_count_writes_refusals_repairs_and_reachability():
+    from acceld.clients.placement import PlacementUnavailable
+    from acceld.conductor.placement_audit import AuditResult
+    from acceld.conductor.placement_sync import PassResult
+
+    reg = families.registry_for("conductor")
+
+    def get(name: str, **labels: str) -> float:
+        return reg.get_sample_value(name, labels) or 0.0
+
+    outcomes: list = []
+
+    @record.placement_pass
+    def sync_once() -> PassResult:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    @record.placement_audit
+    def audit_step() -> AuditResult | None:
+        return AuditResult(repaired={"n1": ["a", "b"], "n2": ["c"]}, failed=["rp"])
+
+    before = (get("acceld_placement_writes_total", operation="write"),
+              get("acceld_placement_writes_total", operation="delete"),
+              get("acceld_placement_errors_total", kind="refused"),
+              get("acceld_placement_errors_total", kind="unreachable"),
+              get("acceld_placement_drift_repairs_total"))
+    outcomes[:] = [PassResult(written=["r1", "r2"], deleted=["r3"], failed=["r4"]),
+                   PlacementUnavailable("Placement unreachable", None), ValueError("a bug")]
+    sync_once()
+    assert get("acceld_placement_up") == 1
+    with pytest.raises(PlacementUnavailable):
+        sync_once()
+    assert get("acceld_placement_up") == 0
+    with pytest.raises(ValueError):  # a bug is not an outage: not counted as one
+        sync_once()
+    audit_step()
+    after = (get("acceld_placement_writes_total", operation="write"),
+             get("acceld_placement_writes_total", operation="delete"),
+             get("acceld_placement_errors_total", kind="refused"),
+             get("acceld_placement_errors_total", kind="unreachable"),
+             get("acceld_placement_drift_repairs_total"))
+    assert [a - b for a, b in zip(after, before)] == [2, 1, 2, 1, 3]
+
+
+def test_programs_and_reconciles_are_timed_with_their_outcome():
+    from types import SimpleNamespace
+
+    reg = families.registry_for("conductor")
+
+    def get(name: str, **labels: str) -> float:
+        return reg.get_sample_value(name, labels) or 0.0
+
+    class Programmer:
+        @record.program
+        def program(self, deployable_uuid: str, kind: str, *, image_id: str | None = None
+                    ) -> str:
+            if image_id is None:
+                raise RuntimeError("refused")
+            return image_id
+
+    @record.reconcile
+    def apply_report(problems: list) -> SimpleNamespace:
+        return SimpleNamespace(problems=problems)
+
+    before = (get("acceld_programs_total", kind="bitstream", outcome="succeeded"),
+              get("acceld_programs_total", kind="other", outcome="failed"),
+              get("acceld_program_duration_seconds_count", kind="bitstream"),
+              get("acceld_reconciles_total", outcome="ok"),
+              get("acceld_reconciles_total", outcome="refused_records"))
+    assert Programmer().program("d", "bitstream", image_id="img") == "img"
+    with pytest.raises(RuntimeError):
+        Programmer().program("d", "no-such-kind")  # an unknown kind is "other", not a label
+    apply_report([])
+    apply_report(["a refused record"])
+    after = (get("acceld_programs_total", kind="bitstream", outcome="succeeded"),
+             get("acceld_programs_total", kind="other", outcome="failed"),
+             get("acceld_program_duration_seconds_count", kind="bitstream"),
+             get("acceld_reconciles_total", outcome="ok"),
+             get("acceld_reconciles_total", outcome="refused_records"))
+    assert [a - b for a, b in zip(after, before)] == [1, 1, 1, 1, 1]

@@ -162,3 +162,29 @@ def test_dashboard_paths_skip_auth_token_only_for_the_page():
     assert not dashboard.is_dashboard_path("/dashboards")
     assert not dashboard.is_dashboard_path("/v2/dashboard")
     assert not dashboard.is_dashboard_path("/accelerator/v2/devices")
+
+
+def test_keystone_lets_only_the_dashboards_files_and_versions_past_auth_token():
+    from acceld.api.auth import _PublicVersions
+
+    seen: list[tuple[str, str | None]] = []
+
+    def app(environ, start_response):  # type: ignore[no-untyped-def]
+        seen.append(("app", environ.get("HTTP_X_ROLES")))
+        start_response("200 OK", [])
+        return [b""]
+
+    def protected(environ, start_response):  # type: ignore[no-untyped-def]
+        seen.append(("auth_token", environ.get("HTTP_X_ROLES")))
+        start_response("401 Unauthorized", [])
+        return [b""]
+
+    gate = _PublicVersions(app, protected)
+    for method, path in (("GET", "/dashboard"), ("GET", "/accelerator/dashboard/app.js"),
+                         ("HEAD", "/dashboard"), ("POST", "/dashboard"),
+                         ("GET", "/v2/devices"), ("GET", "/dashboards")):
+        gate({"REQUEST_METHOD": method, "PATH_INFO": path, "HTTP_X_ROLES": "admin"},
+             lambda *a: None)
+    # The page's GETs skip auth_token with forged identity headers removed; nothing else.
+    assert seen == [("app", None), ("app", None), ("app", None), ("auth_token", "admin"),
+                    ("auth_token", "admin"), ("auth_token", "admin")]
