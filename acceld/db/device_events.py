@@ -62,8 +62,15 @@ def newest_first(conn: Connection, device_uuid: str, limit: int,
     return conn.execute(query.order_by(device_events.c.id.desc()).limit(limit)).all()
 
 
-def purge(conn: Connection, older_than_seconds: float) -> int:
-    """Delete events older than ``older_than_seconds`` by the database's clock; how many."""
+def purge(conn: Connection, older_than_seconds: float, batch: int | None = None) -> int:
+    """Delete events older than ``older_than_seconds`` by the database's clock (at most
+    ``batch`` of them, oldest first, when given); how many."""
     cutoff = sql_now(conn.dialect.name, plus=-float(older_than_seconds))
-    return conn.execute(delete(device_events).where(
-        device_events.c.created_at < cutoff)).rowcount
+    old = device_events.c.created_at < cutoff
+    if batch is None:
+        return conn.execute(delete(device_events).where(old)).rowcount
+    ids = conn.execute(select(device_events.c.id).where(old)
+                       .order_by(device_events.c.created_at).limit(batch)).scalars().all()
+    if not ids:
+        return 0
+    return conn.execute(delete(device_events).where(device_events.c.id.in_(ids))).rowcount

@@ -17,7 +17,7 @@ from falcon import testing
 
 from acceld.agent.hardware import digest
 from acceld.api.app import build_app
-from acceld.conductor import bind_target, health
+from acceld.conductor import bind_target, device_event_purge, health
 from acceld.conductor.agents import AgentsComponent
 from acceld.conductor.placement_sync import desired_providers
 from acceld.conductor.reconcile import apply_report
@@ -201,12 +201,15 @@ def test_counter_changes_alone_write_nothing(rig):
     assert len(rig.events()) == 1
 
 
-def test_purge_removes_only_events_older_than_the_retention(rig):
+def test_purge_removes_only_events_older_than_the_retention(rig, monkeypatch):
     rig.report(FAULT)
+    rig.report(GOOD)
     with rig.db.write() as conn:
         conn.execute(update(events_table).where(events_table.c.kind == "health_changed")
                      .values(created_at=rig.device().created_at.replace(year=2000)))
-        assert device_events.purge(conn, 3600) == 1
+    rig.conf.set_override("device_event_retention", 3600, group="conductor")
+    monkeypatch.setattr(device_event_purge, "BATCH", 1)  # two batches, then an empty one
+    assert device_event_purge.DeviceEventPurge(rig.conf, rig.db).purge() == 2
     assert [k for k, _ in rig.events()] == ["quarantined"]
 
 
