@@ -8,6 +8,7 @@ and any option can also come from the environment as ``OS_<GROUP>__<OPTION>``
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 from typing import Sequence
@@ -553,18 +554,32 @@ def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     out: list[tuple[str | None, list[cfg.Opt]]] = [("DEFAULT", default_opts + log_opts)]
     out += [(g, o) for g, o in GROUPS.items() if g is not None and o]
     for group in KEYSTONEAUTH_GROUPS:
+        ks_opts = _with_retry_defaults(group, keystoneauth_opts())
         for i, (g, opts) in enumerate(out):
             if g == group:
-                out[i] = (g, opts + keystoneauth_opts())
+                out[i] = (g, opts + ks_opts)
                 break
         else:
-            out.append((group, keystoneauth_opts()))
+            out.append((group, ks_opts))
     from acceld import privileged
 
     out += privileged.list_opts()
     # [keystone_authtoken], [oslo_limit], [oslo_policy], [healthcheck], [cors] and
     # [oslo_middleware] belong to their libraries' namespaces: etc/acceld/
     # acceld-config-generator.conf lists them beside this one (acceld.sample.NAMESPACES).
+    return out
+
+
+def _with_retry_defaults(group: str, opts: list[cfg.Opt]) -> list[cfg.Opt]:
+    """``opts`` with acceld's KEYSTONEAUTH_RETRIES defaults of ``group``, so that the sample
+    shows the values in force."""
+    wanted = KEYSTONEAUTH_RETRIES.get(group, {})
+    out = []
+    for opt in opts:
+        if opt.dest in wanted:
+            opt = copy.copy(opt)
+            opt.default = wanted[opt.dest]
+        out.append(opt)
     return out
 
 

@@ -133,13 +133,15 @@ def quiet_retries() -> None:
 
 
 quiet_retries()
+# acceld's default_log_levels, set on import so that every process and the sample config
+# (oslo-config-generator imports this module through acceld.config.list_opts) agree.
+oslo_log.set_defaults(default_log_levels=oslo_log.get_default_log_levels() + list(_QUIET))
 
 
 def register_options(conf: cfg.ConfigOpts) -> None:
     """oslo.log's options on ``conf`` (before it parses its command line); idempotent."""
     if "log_config_append" in conf:
         return
-    oslo_log.set_defaults(default_log_levels=oslo_log.get_default_log_levels() + list(_QUIET))
     oslo_log.register_options(conf)
 
 
