@@ -45,7 +45,7 @@ import os
 import re
 import uuid as uuidlib
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from acceld.drivers import sysfs
 from acceld.drivers.base import (AttachHandle, Deployable, Driver, DriverError, HardwareRecord,
@@ -135,12 +135,12 @@ class NvidiaGpuDriver(Driver):
             return None
         return self._nvml if self._nvml is not None else _load_pynvml()
 
-    def read_nvml(self, probe_addresses: list[str] = ()) -> NvmlReport | None:  # type: ignore[assignment]
+    def read_nvml(self, probe_addresses: Sequence[str] = ()) -> NvmlReport | None:
         """Everything NVML knows, or None (not installed, no driver, disabled)."""
         nvml = self._nvml_module()
         if nvml is None:
             return None
-        return read_nvml(nvml, list(probe_addresses))
+        return read_nvml(nvml, probe_addresses)
 
     def _critical_xids(self) -> tuple[dict[str, list[int]], dict[str, int]]:
         nvml = self._nvml_module()

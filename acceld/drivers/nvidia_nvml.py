@@ -16,7 +16,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 LOG = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class NvmlReader:
         except self.nvml.NVMLError:
             return None
 
-    def read(self, probe_addresses: list[str] = ()) -> NvmlReport:  # type: ignore[assignment]
+    def read(self, probe_addresses: Sequence[str] = ()) -> NvmlReport:
         """Every GPU NVML enumerates; ``probe_addresses`` (GPUs sysfs shows bound to the
         nvidia driver that enumeration missed) are looked up by bus id to tell a lost GPU."""
         nvml = self.nvml
@@ -218,7 +218,7 @@ class NvmlReader:
             facts.remapped_rows = (int(corr), int(unc), bool(is_pending), bool(failure))
 
 
-def read_nvml(nvml: ModuleType, probe_addresses: list[str]) -> NvmlReport | None:
+def read_nvml(nvml: ModuleType, probe_addresses: Sequence[str]) -> NvmlReport | None:
     """Init, read, shut down. None when NVML cannot start (no library, no driver)."""
     try:
         nvml.nvmlInit()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import pytest
 
@@ -252,6 +253,9 @@ def test_fake_pynvml_uses_the_real_module_names():
     for name in API_NAMES:
         if name.isupper() or name.startswith("nvmlEventType") or name.startswith("NVML_"):
             assert getattr(fake, name) == getattr(real, name), name
+        elif name.startswith("nvml"):  # called the same way: as many parameters
+            assert len(inspect.signature(getattr(fake, name)).parameters) == len(
+                inspect.signature(getattr(real, name)).parameters), name
     # NVMLError(code) gives the per-code subclass in both.
     for name, code in (("NotSupported", 3), ("NotFound", 6), ("Timeout", 10),
                        ("LibraryNotFound", 12), ("GpuIsLost", 15)):
