@@ -73,7 +73,7 @@ def start_api_listener(conf: cfg.ConfigOpts, guard: threading.Lock | None = None
 
     registry = CollectorRegistry()
     if multiproc.enabled():
-        MultiProcessCollector(registry)
+        registry.register(_ApiFamiliesOnly(MultiProcessCollector(None)))
     else:  # one process (tests): this process's own families
         from acceld.metrics.families import SERVICES
 
@@ -81,6 +81,25 @@ def start_api_listener(conf: cfg.ConfigOpts, guard: threading.Lock | None = None
             registry.register(family)
     registry.register(InventoryCollector(from_config(conf), guard))
     return _start(registry, conf.metrics.api_host_ip, conf.metrics.api_port, "api")
+
+
+class _ApiFamiliesOnly:
+    """The workers' files hold every family their process created, the conductor's
+    label-less ones too (at zero: the families module defines them all); only the API's
+    are the API's to show (an `acceld_placement_up 0` here would fire an alert)."""
+
+    def __init__(self, collector: Any) -> None:
+        from acceld.metrics.families import SERVICES
+
+        self.collector = collector
+        self.names = {name for family in SERVICES["api"] for name in _family_names(family)}
+
+    def collect(self) -> Any:
+        return (f for f in self.collector.collect() if f.name in self.names)
+
+
+def _family_names(family: Any) -> set[str]:
+    return {metric.name for metric in family.describe()}
 
 
 def serve(conf: cfg.ConfigOpts, service: str) -> Any:

@@ -115,6 +115,10 @@ def test_each_service_serves_its_metrics(stack):
     assert value(api, "acceld_api_request_duration_seconds_count", route="/v2/attributes",
                  method="GET") == 20
     assert not any("/accelerator/" in dict(labels).get("route", "") for _, labels in api)
+    # Only the API's own families: none of the conductor's, which the workers' processes
+    # also define (an `acceld_placement_up 0` from the API would fire an alert).
+    assert {n for n, _ in api if n.startswith(("acceld_placement", "acceld_heartbeats",
+                                               "acceld_binds", "acceld_reconcile"))} == set()
     files = glob.glob(os.path.join(stack["state"], "metrics", "api-*", "counter_*.db"))
     assert files, "the API workers count into the multiprocess directory"
 
