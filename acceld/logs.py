@@ -25,10 +25,13 @@ import sys
 from typing import Any
 
 from oslo_config import cfg
+from oslo_log import _options as _oslo_log_options
 from oslo_log import formatters
 from oslo_log import log as oslo_log
 
 PRODUCT = "acceld"
+# The service this process runs (`conductor`, `api`, ...): in every line, and for reopen().
+_service = PRODUCT
 
 # Values that must never reach a log: tokens, passwords, internal credentials.
 _SECRET_PATTERNS = [
@@ -133,9 +136,31 @@ def quiet_retries() -> None:
 
 
 quiet_retries()
-# acceld's default_log_levels, set on import so that every process and the sample config
-# (oslo-config-generator imports this module through acceld.config.list_opts) agree.
-oslo_log.set_defaults(default_log_levels=oslo_log.get_default_log_levels() + list(_QUIET))
+# acceld's defaults, set on import so that every process and the sample config
+# (oslo-config-generator imports this module through acceld.config.list_opts) agree:
+# oslo.log's formats with the service's name after the level (``conductor``, ``api``,
+# ``agent``, ``driver-NAME``): `acceld all` writes every service to one stream.
+_PREFIX = "%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(service)s %(name)s "
+oslo_log.set_defaults(
+    default_log_levels=oslo_log.get_default_log_levels() + list(_QUIET),
+    logging_context_format_string=_PREFIX + "[%(global_request_id)s %(request_id)s "
+                                            "%(user_identity)s] %(instance)s%(message)s")
+cfg.set_defaults(_oslo_log_options.log_opts,
+                 logging_default_format_string=_PREFIX + "[-] %(instance)s%(message)s",
+                 logging_exception_prefix="%(asctime)s.%(msecs)03d %(process)d ERROR "
+                                          "%(service)s %(name)s %(instance)s")
+
+_record_factory = logging.getLogRecordFactory()
+
+
+def _service_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    """Every record names this process's service (``%(service)s`` in the formats)."""
+    record = _record_factory(*args, **kwargs)
+    record.service = _service
+    return record
+
+
+logging.setLogRecordFactory(_service_record)
 
 
 def register_options(conf: cfg.ConfigOpts) -> None:
@@ -150,10 +175,6 @@ def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     from oslo_log import _options
 
     return _options.list_opts()
-
-
-# The service name of this process, kept for reopen().
-_service = PRODUCT
 
 
 def setup(conf: cfg.ConfigOpts, service: str) -> None:

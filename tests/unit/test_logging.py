@@ -64,10 +64,10 @@ def test_lines_carry_both_request_ids_user_and_project(tmp_path):
     (calling,) = [line for line in lines if "calling with" in line]
     ctx = request_ids.current()
     assert ctx is None  # the request's context ended with it
-    assert f" INFO acceld.test.logging [{GLOBAL_ID} req-" in calling
+    assert f" INFO test acceld.test.logging [{GLOBAL_ID} req-" in calling
     assert " nova-user tenant-1 " in calling
     (outside,) = [line for line in lines if "outside any request" in line]
-    assert "acceld.test.logging [-] outside" in outside
+    assert " INFO test acceld.test.logging [-] outside" in outside
     _no_secret(path.read_text())
 
 
@@ -199,8 +199,8 @@ def test_keystoneauth_retry_warnings_are_debug_lines(tmp_path):
         session_log.warning("Something else %s", debug)
     text = path.read_text()
     assert "refused False" not in text
-    assert " DEBUG keystoneauth.session [-] Failure: refused True" in text
-    assert " WARNING keystoneauth.session [-] Something else False" in text
+    assert " DEBUG test keystoneauth.session [-] Failure: refused True" in text
+    assert " WARNING test keystoneauth.session [-] Something else False" in text
 
 
 def test_oslo_log_options_are_registered_once(tmp_path):
