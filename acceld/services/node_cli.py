@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Callable
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, true
 
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -64,6 +64,22 @@ def format_status(rows, devices_by_host: dict[str, int], now) -> str:  # type: i
     return "\n".join(lines) + "\n"
 
 
+def format_health(rows) -> str:  # type: ignore[no-untyped-def]
+    """Unhealthy and quarantined devices per host (docs/devices.md, Health); empty when none."""
+    if not rows:
+        return ""
+    lines = ["", "Devices unhealthy or quarantined for their health:",
+             f"{'HOST':<24} {'DEVICE':<36} {'TYPE':<6} {'HEALTH':<9} {'QUARANTINED':<11} "
+             f"{'SINCE (UTC)':<20} REASON"]
+    for row in rows:
+        since = row.health_since.isoformat(sep=" ", timespec="seconds") \
+            if row.health_since else "-"
+        reason = (row.health_reason or "-").replace("\n", " ")
+        lines.append(f"{row.hostname:<24} {row.uuid:<36} {row.type:<6} {row.health:<9} "
+                     f"{'yes' if row.quarantined else 'no':<11} {since:<20} {reason}")
+    return "\n".join(lines) + "\n"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from acceld.db import agents as agents_db
     from acceld.db.clock import db_now
@@ -77,7 +93,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         counts = dict(conn.execute(select(devices.c.hostname, func.count()).group_by(
             devices.c.hostname)).all())
         now = db_now(conn)  # the clock that stamped last_seen_at, not this host's
-    sys.stdout.write(format_status(rows, counts, now))
+        unwell = conn.execute(select(
+            devices.c.hostname, devices.c.uuid, devices.c.type, devices.c.health,
+            devices.c.health_reason, devices.c.health_since, devices.c.quarantined).where(
+            (devices.c.health == "unhealthy") | (devices.c.quarantined == true()))
+            .order_by(devices.c.hostname, devices.c.id)).all()
+    sys.stdout.write(format_status(rows, counts, now) + format_health(unwell))
     db.dispose()
     return 1 if any(r.state == "down" for r in rows) else 0
 
@@ -98,7 +119,8 @@ def register(sub: argparse._SubParsersAction,
     p.add_argument("--agent-url", help="The agent to register with.")
     p.set_defaults(func=cmd_driver)
 
-    p = sub.add_parser("status", help="List agents, their state and last contact; "
-                                      "exits 1 if any is down.")
+    p = sub.add_parser("status", help="List agents, their state and last contact, and the "
+                                      "devices unhealthy or quarantined per host; exits 1 "
+                                      "if any agent is down.")
     common(p)
     p.set_defaults(func=cmd_status)

@@ -77,3 +77,34 @@ def test_digest_ignores_counters_but_not_state_or_reason():
     assert digest([_record("degraded", None, {"aer_dev_correctable": 1})]) != base
     assert digest([_record("healthy", "x", {"aer_dev_correctable": 1})]) != base
     assert digest([{"uuid": "u"}]) != base
+
+
+def test_acceld_status_lists_unhealthy_and_quarantined_devices_per_host(
+        sqlite_db, tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from sqlalchemy import update
+
+    from acceld.db import engine
+    from acceld.db.models import devices
+    from acceld.services import node_cli
+    from tests.conftest import make_conf
+    from tests.support import inventory
+
+    with sqlite_db.write() as conn:
+        sick = inventory.add_device(conn, hostname="node-a")
+        back = inventory.add_device(conn, hostname="node-b")
+        inventory.add_device(conn, hostname="node-a")  # healthy enough: not listed
+        conn.execute(update(devices).where(devices.c.uuid == sick["uuid"]).values(
+            health="unhealthy", health_reason="XID 79: fell off the bus", quarantined=True))
+        conn.execute(update(devices).where(devices.c.uuid == back["uuid"]).values(
+            health="healthy", quarantined=True))
+    monkeypatch.setattr(node_cli, "_load", lambda args: make_conf(str(tmp_path)))
+    monkeypatch.setattr(engine, "from_config", lambda conf: sqlite_db)
+    monkeypatch.setattr(sqlite_db, "dispose", lambda: None)
+    assert node_cli.cmd_status(argparse.Namespace()) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("node-")]
+    assert [(r[0], r[1], r[3], r[4]) for r in rows] == [
+        ("node-a", sick["uuid"], "unhealthy", "yes"), ("node-b", back["uuid"], "healthy", "yes")]
+    assert "XID 79: fell off the bus" in out
