@@ -7,7 +7,7 @@
 - :mod:`multiproc`: prometheus-client's multiprocess mode for the API's workers;
 - :mod:`serve`: starting all of it for one service, from ``[metrics]``.
 
-The family definitions import prometheus-client; :mod:`record` keeps its cost off
-processes where metrics are off only in that nothing is served, since counting is a
-few nanoseconds of lock and add.
+Counting happens whether or not a service serves its metrics (a lock and an add per
+event, cheaper than deciding each time); ``[metrics] <service>_enabled`` decides
+whether anything listens, and for the API whether requests are counted at all.
 """
