@@ -120,7 +120,8 @@
     up: "ok", down: "bad", enabled: "ok", maintaining: "warn", healthy: "ok", degraded: "warn",
     unhealthy: "bad", unknown: "", Bound: "ok", BindFailed: "bad", BindStarted: "busy",
     Initial: "", Deleting: "warn", Unbound: "", UnbindFailed: "bad",
-    disabled: "warn", quarantined: "bad", recovered: "ok", vanished: "warn", returned: "ok",
+    disabled: "warn", quarantined: "bad", recovered: "ok", vanished: "warn", reappeared: "ok",
+    health_changed: "busy", program_succeeded: "ok", program_failed: "bad",
   };
   const badge = (text, field) => el("span", { class: "badge " + (TONES[text] || ""),
     "data-field": field }, text);
