@@ -10,16 +10,19 @@ become traits, so a profile can ask for compression or crypto.
 
 from __future__ import annotations
 
+import logging
+
 from oslo_config import cfg
 
 from acceld.drivers import sysfs
 from acceld.drivers.health import HEALTHY, UNHEALTHY, UNKNOWN, Health, worst
 from acceld.drivers.pci_health import PciHealthMonitor
-from acceld.drivers.pci_isolation import require_isolation
+from acceld.drivers.pci_isolation import require_isolation, vfio_refuses
 from acceld.drivers.base import (Deployable, Driver, HardwareRecord, hardware_uuid,
                                  pci_controlpath, pci_handle)
 from acceld.drivers.traits import attributes, trait_part
 
+LOG = logging.getLogger(__name__)
 VENDOR = "0x8086"
 # PF id -> (generation, VF id) (include/linux/pci_ids.h, qat adf_accel_devices.h).
 GENERATIONS = {
@@ -42,8 +45,6 @@ def state_health(address: str, state: str | None) -> Health:
 
 
 CLAIMED_IDS = frozenset(GENERATIONS) | {vf for _gen, vf in GENERATIONS.values()}
-# vfio-pci refuses these (vfio_pci_dev_in_denylist) unless loaded with disable_denylist=1.
-VFIO_DENYLIST = frozenset({"0x0435", "0x0443", "0x37c8", "0x37c9", "0x19e2", "0x19e3"})
 
 
 class IntelQatDriver(Driver):
@@ -57,6 +58,7 @@ class IntelQatDriver(Driver):
         self.opts = conf.intel_qat
         self.root = self.opts.sysfs_root
         self.pci_health = PciHealthMonitor()
+        self._warned_denylist: set[str] = set()
 
     @classmethod
     def claims_pci(cls, conf: cfg.ConfigOpts, function: sysfs.PciFunction) -> bool:
@@ -94,6 +96,12 @@ class IntelQatDriver(Driver):
                 attributes=attributes(self.opts.resource_class, traits,
                                       services=";".join(services) or None),
                 attach_handles=[pci_handle(vf.address) for vf in vfs]))
+        if vfs and pf.address not in self._warned_denylist and vfio_refuses(
+                self.root, VENDOR, vf_id):
+            self._warned_denylist.add(pf.address)
+            LOG.warning("intel_qat: the VFs of %s (%s, 8086:%s) are on vfio-pci's denylist: "
+                        "VMs cannot get them unless the vfio_pci module is loaded with "
+                        "disable_denylist=1", pf.address, generation, vf_id[2:])
         health = worst(self.pci_health.check_many([(f.address, f.path) for f in [pf, *vfs]]),
                        state_health(pf.address, state))
         vendor_info = {"generation": generation, "state": state,

@@ -51,6 +51,7 @@ class NvmeDriver(Driver):
         self.root = self.opts.sysfs_root
         self.pci_health = PciHealthMonitor()
         self._warned_empty = False
+        self._held_back: dict[str, str] = {}  # address -> why, last logged
 
     @classmethod
     def claims_pci(cls, conf: cfg.ConfigOpts, function: sysfs.PciFunction) -> bool:
@@ -87,8 +88,11 @@ class NvmeDriver(Driver):
             controller = controllers.get(function.address)
             reason = controller.in_use(usage) if controller else None
             if reason:
-                LOG.info("nvme: %s not offered: %s", function.address, reason)
+                if self._held_back.get(function.address) != reason:  # once per change
+                    LOG.info("nvme: %s not offered: %s", function.address, reason)
+                    self._held_back[function.address] = reason
                 continue
+            self._held_back.pop(function.address, None)
             records.append(require_isolation(self._record(function, controller), self.root))
         for address in sorted(wanted - seen):
             LOG.warning("nvme: configured address %s is not an NVMe controller on this node",

@@ -31,9 +31,8 @@ from acceld.drivers.base import (Deployable, Driver, DriverError,
                                  HardwareRecord, hardware_uuid, pci_controlpath, pci_handle)
 from acceld.drivers.claims import claimed_by_others
 from acceld.drivers.intel_fpga import PF_PRODUCTS as INTEL_FPGA_PFS, VF_IDS as INTEL_FPGA_VFS
-from acceld.drivers.intel_qat import VFIO_DENYLIST as QAT_VFIO_DENYLIST
 from acceld.drivers.pci_health import PciHealthMonitor
-from acceld.drivers.pci_isolation import split_assignable
+from acceld.drivers.pci_isolation import split_assignable, vfio_refuses
 from acceld.drivers.traits import upstream_vendor
 
 LOG = logging.getLogger(__name__)
@@ -45,9 +44,6 @@ _ADDRESS = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
 FPGA_VENDORS = {0x10EE, 0x1172, 0x1C2C}
 INTEL_FPGA_IDS = {int(device, 16) for vendor, device in (*INTEL_FPGA_PFS, *INTEL_FPGA_VFS)
                   if vendor == "0x8086"}
-# (vendor, product) that vfio-pci refuses to bind unless loaded with disable_denylist=1
-# (vfio_pci_dev_in_denylist: the older QAT generations, PFs and VFs).
-VFIO_DENYLIST = {(0x8086, int(device, 16)) for device in QAT_VFIO_DENYLIST}
 STANDARD_RCS = {"PGPU", "VGPU", "FPGA", "PCI_DEVICE", "SRIOV_NET_VF"}
 STANDARD_TRAIT_PREFIXES = ("CUSTOM_", "HW_", "COMPUTE_", "OWNER_", "STORAGE_", "MISC_")
 _SPEC_KEYS = {"vendor_id", "product_id", "address", "resource_class", "traits"}
@@ -373,11 +369,8 @@ class PciDriver(Driver):
         return {a: v for a, v in admitted.items() if a not in claimed}
 
     def _warn_denylisted(self, dev: PciFunction) -> None:
-        if (dev.vendor, dev.product) not in VFIO_DENYLIST or dev.address in self._warned_denylist:
-            return
-        flag = sysfs.read_attr(os.path.join(self.conf.pci_driver.sysfs_root, "module",
-                                            "vfio_pci", "parameters", "disable_denylist"))
-        if flag in ("Y", "1"):
+        if dev.address in self._warned_denylist or not vfio_refuses(
+                self.conf.pci_driver.sysfs_root, f"0x{dev.vendor:04x}", f"0x{dev.product:04x}"):
             return
         self._warned_denylist.add(dev.address)
         LOG.warning("pci: %s (%04x:%04x) is on vfio-pci's denylist: vfio-pci will refuse to "

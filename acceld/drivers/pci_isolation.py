@@ -38,6 +38,22 @@ def is_vfio_driver(driver: str | None) -> bool:
     return name == "vfio_pci" or name.endswith("_vfio_pci")
 
 
+# (vendor, device) vfio-pci refuses to bind unless loaded with disable_denylist=1
+# (vfio_pci_dev_in_denylist: the older QAT generations, PFs and VFs).
+VFIO_DENYLIST = frozenset(("0x8086", d) for d in ("0x0435", "0x0443", "0x37c8", "0x37c9",
+                                                   "0x19e2", "0x19e3"))
+
+
+def vfio_refuses(sysfs_root: str, vendor: str, device: str) -> bool:
+    """Whether vfio-pci will refuse to bind this id: on its denylist and the vfio_pci module
+    not loaded with ``disable_denylist=1``."""
+    if (vendor, device) not in VFIO_DENYLIST:
+        return False
+    flag = sysfs.read_attr(os.path.join(sysfs_root, "module", "vfio_pci", "parameters",
+                                        "disable_denylist"))
+    return flag not in ("Y", "1")
+
+
 def is_boot_vga(sysfs_root: str, address: str) -> bool:
     return sysfs.read_attr(os.path.join(sysfs.pci_devices_dir(sysfs_root), address,
                                         "boot_vga")) == "1"

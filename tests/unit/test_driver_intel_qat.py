@@ -114,3 +114,15 @@ def test_vf_sharing_its_iommu_group_with_a_host_device_needs_setup(tmp_path, tre
     assert record.acc_status == "setup_required"
     assert f"IOMMU group 60 of {VFS[0]} also holds 0000:6b:01.0 (bound to idxd)" in \
         record.status_reason
+
+
+def test_c62x_vfs_on_the_vfio_denylist_warn_once(tmp_path, caplog):
+    t = SysfsTree(tmp_path / "sys")
+    t.add_pci("0000:3d:00.0", "0x8086", "0x37c8", "0x0b4000", driver="c6xx")
+    t.add_vfs("0000:3d:00.0", ["0000:3d:01.0"], "0x37c9", driver="c6xxvf", total=16)
+    drv = driver(tmp_path, t)
+    drv.discover()
+    drv.discover()
+    assert [r.getMessage() for r in caplog.records if "denylist" in r.getMessage()] == [
+        "intel_qat: the VFs of 0000:3d:00.0 (C62X, 8086:37c9) are on vfio-pci's denylist: VMs "
+        "cannot get them unless the vfio_pci module is loaded with disable_denylist=1"]

@@ -269,3 +269,11 @@ def test_controller_sharing_its_iommu_group_with_a_host_device_needs_setup(tmp_p
     t.bind("0000:3c:00.1", "vfio-pci")
     [record] = driver(tmp_path, t, addresses=[FREE]).discover()
     assert record.acc_status == "ready"
+
+
+def test_a_held_back_controller_is_logged_once_per_reason(tmp_path, tree, caplog):
+    drv = driver(tmp_path, tree, mounts=BOOT_MOUNTS)
+    drv.discover()
+    drv.discover()
+    assert [r.getMessage() for r in caplog.records if "not offered" in r.getMessage()] == [
+        f"nvme: {BOOT} not offered: nvme1n1p2 is mounted"]
