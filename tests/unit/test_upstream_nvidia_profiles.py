@@ -4,7 +4,8 @@ Upstream's NVIDIA driver names GPUs ``CUSTOM_NVIDIA_<PRODUCT_ID>`` and vGPUs
 ``CUSTOM_NVIDIA_<PRODUCT_ID>_<TYPE>``; a profile using them must get a Bound ARQ from acceld
 on the same hardware: here a fixture /sys with an H200 (whole GPU) and a T4 with mdev vGPU
 types, the inventory reconciled from the real driver, the API, the bind worker and the
-agent's attach routes (loopback) in process, on every backend.
+agent's attach routes (loopback) in process. SQLite: what is checked is the hand-off, not the
+database (binding itself is tested on every backend elsewhere).
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ class GpuNode:
 
 
 @pytest.fixture
-def node(tmp_path, db):
-    built = GpuNode(tmp_path, db)
+def node(tmp_path, sqlite_db):
+    built = GpuNode(tmp_path, sqlite_db)
     yield built
     built.agent.stop()
 
