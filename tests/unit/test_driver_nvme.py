@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 
@@ -272,6 +273,7 @@ def test_controller_sharing_its_iommu_group_with_a_host_device_needs_setup(tmp_p
 
 
 def test_a_held_back_controller_is_logged_once_per_reason(tmp_path, tree, caplog):
+    caplog.set_level(logging.INFO, logger="acceld.drivers.nvme")
     drv = driver(tmp_path, tree, mounts=BOOT_MOUNTS)
     drv.discover()
     drv.discover()
