@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import Iterator
 
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
@@ -34,13 +36,14 @@ class Database:
                                         if self._sqlite_memory() else None)
             _setup_sqlite(self.engine, sqlite_busy_timeout_ms)
         else:
-            kwargs = {"pool_pre_ping": True, "pool_size": pool_size,
-                      "max_overflow": max_overflow, "pool_recycle": 3600}
+            kwargs = {"pool_size": pool_size, "max_overflow": max_overflow,
+                      "pool_recycle": 3600}
             if self.url.get_backend_name() == "mysql":
                 # Each statement sees the latest committed rows, as on PostgreSQL.
                 kwargs["isolation_level"] = "READ COMMITTED"
                 self.url = self.url.update_query_dict({"charset": "utf8mb4"})
             self.engine = create_engine(self.url, echo=echo, **kwargs)
+            _ping_idle_connections(self.engine)
         # Unreachable-database errors are outages (503, logged once), not bugs.
         self.outage = outage.watch(self.engine)
 
@@ -76,6 +79,44 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+# A pooled connection idle longer than this is pinged before use (see below).
+PING_IDLE_SECONDS = 1.0
+
+
+def _ping_idle_connections(engine: Engine) -> None:
+    """Ping a pooled connection before use only when it sat idle for a while.
+
+    SQLAlchemy's ``pool_pre_ping`` pings on every checkout: a round trip per transaction,
+    a third of a short transaction's cost on PostgreSQL (a heartbeat's nonce, a bind's
+    claim). A connection returned less than ``PING_IDLE_SECONDS`` ago was just used;
+    one idle longer (the database may have restarted meanwhile) is pinged, and a dead
+    one is replaced before the caller sees it. A connection that died within the window
+    fails its statement as a disconnect, which makes SQLAlchemy drop the whole pool (the
+    caller's transaction is an outage, as any other during one)."""
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+        record.info["acceld_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn, record, proxy) -> None:  # type: ignore[no-untyped-def]
+        since = record.info.get("acceld_idle_since")
+        if since is not None and time.monotonic() - since < PING_IDLE_SECONDS:
+            return
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute("SELECT 1")
+            cursor.fetchall()
+            dbapi_conn.rollback()  # end the transaction the driver opened for the ping
+        except Exception as exc:  # noqa: BLE001 - any failure: let the pool reconnect
+            raise DisconnectionError(f"pooled connection is dead: {exc}") from exc
+        finally:
+            try:
+                cursor.close()
+            except Exception:  # noqa: BLE001 - a dead cursor
+                pass
 
 
 def _setup_sqlite(engine: Engine, busy_timeout_ms: int) -> None:

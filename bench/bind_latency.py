@@ -1,0 +1,102 @@
+"""PATCH to ``Bound`` on an idle all-in-one: how long a bind with no programming or host
+step takes (issue 15's fast binds).
+
+One ARQ at a time, nothing else running: POST an ARQ, PATCH it bound to the fake
+driver's deployable, then GET ``?instance=&bind_state=resolved`` over a kept-alive
+connection every millisecond until it answers 200 (``Bound``). Reported: the median
+and 90th percentile from the PATCH being sent to the first 200, and the PATCH's own
+answer time (it returns 202 once the bind job is committed and the conductor woken).
+The 1 ms poll adds up to a millisecond and a little API work to each measurement.
+
+    .venv/bin/python -m bench.bind_latency [--binds 200] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import requests
+
+from bench.acceld_stack import AcceldStack
+from bench.upstream import HEADERS, HOSTNAME
+
+DP = "bench-bind-latency"
+
+
+def _free_port() -> int:
+    from bench.run import free_port
+
+    return free_port()
+
+
+def measure(stack: AcceldStack, rp_uuid: str, binds: int) -> dict[str, float]:
+    session = requests.Session()  # kept alive, as Nova's keystoneauth session
+    session.headers.update(HEADERS)
+    url = stack.url
+    resp = session.post(f"{url}/device_profiles", timeout=30, json=[{"name": DP, "groups": [
+        {"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]}])
+    if resp.status_code not in (201, 409):
+        raise RuntimeError(f"profile: {resp.status_code} {resp.text}")
+    to_bound: list[float] = []
+    patch_answer: list[float] = []
+    for _ in range(binds):
+        arq = session.post(f"{url}/accelerator_requests", json={"device_profile_name": DP},
+                           timeout=30).json()["arqs"][0]
+        instance = str(uuid.uuid4())
+        patch = {arq["uuid"]: [{"path": "/hostname", "op": "add", "value": HOSTNAME},
+                               {"path": "/device_rp_uuid", "op": "add", "value": rp_uuid},
+                               {"path": "/instance_uuid", "op": "add", "value": instance}]}
+        query = f"{url}/accelerator_requests?instance={instance}&bind_state=resolved"
+        started = time.perf_counter()
+        answer = session.patch(f"{url}/accelerator_requests", json=patch, timeout=30)
+        patch_answer.append(time.perf_counter() - started)
+        if answer.status_code != 202:
+            raise RuntimeError(f"PATCH: {answer.status_code} {answer.text}")
+        deadline = time.monotonic() + 30
+        while True:
+            got = session.get(query, timeout=30)
+            if got.status_code == 200:
+                to_bound.append(time.perf_counter() - started)
+                states = {a["state"] for a in got.json()["arqs"]}
+                if states != {"Bound"}:
+                    raise RuntimeError(f"bind resolved as {states}")
+                break
+            if got.status_code != 423 or time.monotonic() > deadline:
+                raise RuntimeError(f"poll: {got.status_code} {got.text[:200]}")
+            time.sleep(0.001)
+        session.delete(f"{url}/accelerator_requests?instance={instance}", timeout=30)
+    ordered = sorted(to_bound)
+    return {"binds": binds, "p50_ms": statistics.median(to_bound) * 1000,
+            "p90_ms": ordered[int(len(ordered) * 0.9) - 1] * 1000,
+            "patch_p50_ms": statistics.median(patch_answer) * 1000}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--binds", type=int, default=200)
+    parser.add_argument("--workdir")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="acceld-bind-latency-"))
+    stack = AcceldStack(workdir, _free_port(), _free_port(), _free_port())
+    stack.configure()
+    try:
+        stack.start_backend()
+        stack.start_api()
+        rp_uuid = stack.wait_for_device()["rp_uuid"]
+        result = measure(stack, rp_uuid, max(10, args.binds // 10))  # warm up
+        result = measure(stack, rp_uuid, args.binds)
+    finally:
+        stack.stop()
+    print(f"PATCH to Bound, {result['binds']} binds one at a time: median "
+          f"{result['p50_ms']:.1f} ms, p90 {result['p90_ms']:.1f} ms (PATCH answered in "
+          f"{result['patch_p50_ms']:.1f} ms median)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
