@@ -300,6 +300,15 @@ def _attach_handles(agent: Agent) -> Routes:
 ROUTE_FACTORIES.append(_attach_handles)
 
 
+def _version(agent: Agent) -> Routes:
+    from acceld.agent.version_route import agent_routes
+
+    return agent_routes(agent)
+
+
+ROUTE_FACTORIES.append(_version)
+
+
 def run(conf: cfg.ConfigOpts) -> None:
     catch_hup_early()
     serve_metrics(conf, "agent")

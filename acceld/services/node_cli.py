@@ -80,7 +80,18 @@ def format_health(rows) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines) + "\n"
 
 
+# `acceld status` exit codes (2 is argparse's: a usage error).
+STATUS_AGENT_DOWN = 1
+STATUS_NO_DATABASE = 3
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def cmd_status(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import DBAPIError
+
     from acceld.db import agents as agents_db
     from acceld.db.clock import db_now
     from acceld.db.engine import from_config
@@ -88,19 +99,25 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     conf = _load(args)
     db = from_config(conf)
-    with db.read() as conn:
-        rows = agents_db.list_agents(conn)
-        counts = dict(conn.execute(select(devices.c.hostname, func.count()).group_by(
-            devices.c.hostname)).all())
-        now = db_now(conn)  # the clock that stamped last_seen_at, not this host's
-        unwell = conn.execute(select(
-            devices.c.hostname, devices.c.uuid, devices.c.type, devices.c.health,
-            devices.c.health_reason, devices.c.health_since, devices.c.quarantined).where(
-            (devices.c.health == "unhealthy") | (devices.c.quarantined == true()))
-            .order_by(devices.c.hostname, devices.c.id)).all()
+    try:
+        with db.read() as conn:
+            rows = agents_db.list_agents(conn)
+            counts = dict(conn.execute(select(devices.c.hostname, func.count()).group_by(
+                devices.c.hostname)).all())
+            now = db_now(conn)  # the clock that stamped last_seen_at, not this host's
+            unwell = conn.execute(select(
+                devices.c.hostname, devices.c.uuid, devices.c.type, devices.c.health,
+                devices.c.health_reason, devices.c.health_since, devices.c.quarantined).where(
+                (devices.c.health == "unhealthy") | (devices.c.quarantined == true()))
+                .order_by(devices.c.hostname, devices.c.id)).all()
+    except DBAPIError as exc:  # one clear line, not a traceback
+        print(f"acceld status: cannot reach the database: {_first_line(exc.orig or exc)}",
+              file=sys.stderr)
+        return STATUS_NO_DATABASE
+    finally:
+        db.dispose()
     sys.stdout.write(format_status(rows, counts, now) + format_health(unwell))
-    db.dispose()
-    return 1 if any(r.state == "down" for r in rows) else 0
+    return STATUS_AGENT_DOWN if any(r.state == "down" for r in rows) else 0
 
 
 def register(sub: argparse._SubParsersAction,
@@ -121,6 +138,7 @@ def register(sub: argparse._SubParsersAction,
 
     p = sub.add_parser("status", help="List agents, their state and last contact, and the "
                                       "devices unhealthy or quarantined per host; exits 1 "
-                                      "if any agent is down.")
+                                      "if any agent is down, 3 if the database cannot "
+                                      "be reached.")
     common(p)
     p.set_defaults(func=cmd_status)

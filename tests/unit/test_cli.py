@@ -185,3 +185,13 @@ def test_no_config_anywhere_keeps_the_built_in_defaults(tmp_path, monkeypatch):
     if conf.config_file:  # this machine has /etc/acceld/acceld.conf: not a clean check
         pytest.skip(f"found {conf.config_file}")
     assert conf.api.port == 6666 and conf.database.connection is None
+
+
+def test_status_without_a_database_says_so_in_one_line(tmp_path):
+    done = run_cli("status", "--state-path", str(tmp_path), env={
+        "OS_DATABASE__CONNECTION": "postgresql+psycopg://acceld@127.0.0.1:1/acceld"})
+    assert done.returncode == 3  # distinct from 1, "an agent is down"
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("acceld status: cannot reach the database: ")
+    assert "127.0.0.1" in lines[0] and done.stdout == ""

@@ -1,0 +1,151 @@
+"""`acceld-status upgrade check` (oslo.upgradecheck): the console script on a fresh and an
+old database, and each check's findings."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from oslo_config import cfg
+from oslo_upgradecheck.upgradecheck import Code
+
+from acceld import config
+from acceld.agent.service import Agent
+from acceld.cmd import agents_check
+from acceld.cmd.agents_check import check_agents
+from acceld.cmd.placement_check import check_placement
+from acceld.cmd.policy_check import check_policy
+from acceld.db import agents as agents_db
+from acceld.db import migrate
+from acceld.db.engine import Database
+from acceld.drivers.fake import FakeDriver
+from acceld.internal import auth
+from acceld.internal.server import serve
+from acceld.services.secrets import ensure_secret_file
+from tests.conftest import make_conf
+from tests.support.net import free_port
+
+STATUS = Path(sys.executable).with_name("acceld-status")
+
+
+def _status(conf_file: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(STATUS), "--config-file", str(conf_file), "upgrade", "check"],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _state(tmp_path: Path, revision: str | None) -> Path:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    if revision:
+        db = Database(f"sqlite:///{state / 'acceld.sqlite'}")
+        migrate.upgrade(db, revision)
+        db.dispose()
+    conf_file = tmp_path / "acceld.conf"
+    conf_file.write_text(f"[DEFAULT]\nstate_path = {state}\n")
+    return conf_file
+
+
+def test_passes_on_a_fresh_database(tmp_path: Path) -> None:
+    done = _status(_state(tmp_path, "head"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for check in ("Database schema", "Policy file", "Placement API", "Agent versions"):
+        assert f"Check: {check}" in done.stdout
+    assert done.stdout.count("Result: Success") == 4
+    assert f"At revision {migrate.head_revision()}." in done.stdout
+
+
+def test_fails_clearly_on_an_old_database(tmp_path: Path) -> None:
+    done = _status(_state(tmp_path, "0001"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    flat = " ".join(part.strip(" |") for part in done.stdout.splitlines())
+    assert "Result: Failure" in flat
+    assert "The database schema is at revision 0001, not" in flat
+    assert "run `acceld db upgrade`" in flat
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def _policy_conf(tmp_path: Path, text: str | None) -> cfg.ConfigOpts:
+    conf = cfg.ConfigOpts()
+    config.load(conf=conf)
+    if text is not None:
+        path = tmp_path / "policy.yaml"
+        path.write_text(text)
+        conf.set_override("policy_file", str(path), group="oslo_policy")
+    else:
+        conf.set_override("policy_file", str(tmp_path / "absent.yaml"), group="oslo_policy")
+    return conf
+
+
+@pytest.mark.parametrize("text, code, says", [
+    (None, Code.SUCCESS, "every rule has its default"),
+    ('"cyborg:device:get_all": "role:reader"\n', Code.SUCCESS, "no deprecated rule in use"),
+    ('"cyborg:device:get_all": [unclosed\n', Code.FAILURE, "cannot be read"),
+    ('"cyborg:device:get_all": "rule:no_such_rule"\n', Code.FAILURE, "undefined rule"),
+    ('"is_admin": "role:admin"\n', Code.WARNING, "'is_admin' is deprecated for removal"),
+    ('"cyborg:arq:create": "rule:admin_or_owner"\n', Code.WARNING,
+     "'cyborg:arq:create' refers to deprecated 'admin_or_owner'"),
+    ('"cyborg:device:get_all": "rule:admin_api"\n', Code.WARNING,
+     "'cyborg:device:get_all' sets its deprecated default 'rule:admin_api'"),
+    ('"cyborg:nothing": "@"\n', Code.WARNING, "'cyborg:nothing' is not an acceld rule"),
+])
+def test_policy_findings(tmp_path: Path, text: str | None, code: Code, says: str) -> None:
+    result = check_policy(_policy_conf(tmp_path, text))
+    assert result.code == code, result.details
+    assert says in result.details
+
+
+def test_placement_not_configured_is_fine(tmp_path: Path) -> None:
+    assert check_placement(make_conf(str(tmp_path))).code == Code.SUCCESS
+
+
+def test_placement_unreachable_fails(tmp_path: Path) -> None:
+    from keystoneauth1 import loading as ks_loading
+
+    conf = make_conf(str(tmp_path))
+    conf.register_opts(ks_loading.get_auth_plugin_conf_options("admin_token"),
+                       group="placement")
+    conf.set_override("auth_type", "admin_token", group="placement")
+    conf.set_override("endpoint", f"http://127.0.0.1:{free_port()}", group="placement")
+    conf.set_override("token", "admin", group="placement")
+    conf.set_override("timeout", 5, group="placement")
+    result = check_placement(conf)
+    assert result.code == Code.FAILURE
+    assert result.details.startswith("Placement cannot be reached:")
+
+
+@pytest.fixture
+def agent_setup(tmp_path, sqlite_db):  # type: ignore[no-untyped-def]
+    ensure_secret_file(str(tmp_path))
+    conf = make_conf(str(tmp_path), agent__port=0, agent__heartbeat_interval=3600,
+                     conductor__url=[f"http://127.0.0.1:{free_port()}"])
+    conf.set_override("connection", str(sqlite_db.url), group="database")
+    # The agent's own server and routes (GET /version among them), without its hello loop.
+    agent = Agent(conf, "node1", drivers=[FakeDriver(conf, "node1")])
+    agent.server = serve(conf, agent.keys, agent.routes(), "127.0.0.1", 0,
+                         destination=auth.agent_destination("node1"))
+    with sqlite_db.write() as conn:
+        agents_db.record_heartbeat(conn, "node1", f"127.0.0.1:{agent.server.port}", 3600)
+    yield conf, sqlite_db
+    agent.server.stop()
+
+
+def test_agents_at_this_version_pass_and_older_ones_fail(agent_setup, monkeypatch) -> None:
+    conf, db = agent_setup
+    result = check_agents(conf)
+    assert (result.code, result.details) == (
+        Code.SUCCESS, f"All 1 agent(s) run acceld {agents_check.VERSION} or newer.")
+    monkeypatch.setattr(agents_check, "VERSION", "999.0")  # this side upgraded first
+    result = check_agents(conf)
+    assert result.code == Code.FAILURE
+    assert result.details.startswith("Agents older than this acceld 999.0: node1 (")
+
+
+def test_an_agent_not_answering_is_a_warning(agent_setup) -> None:
+    conf, db = agent_setup
+    with db.write() as conn:
+        agents_db.record_heartbeat(conn, "node2", f"127.0.0.1:{free_port()}", 3600)
+    result = check_agents(conf)
+    assert result.code == Code.WARNING
+    assert "not answering: node2 (ConnectionError)" in result.details
