@@ -53,6 +53,7 @@ class XidMonitor:
         self._lock = threading.Lock()
         self._set: Any = None
         self._registered: set[str] = set()
+        self._no_events = False  # this NVML has no event sets: not asked again
         self.seen: dict[str, list[int]] = {}  # address -> latest critical XIDs, oldest first
         self.totals: dict[str, int] = {}  # address -> critical XIDs since the agent started
 
@@ -65,7 +66,8 @@ class XidMonitor:
         try:
             self._set = nvml.nvmlEventSetCreate()
         except nvml.NVMLError as exc:
-            LOG.info("nvidia_gpu: no NVML event set (%s); XID events are not watched", exc)
+            LOG.warning("nvidia_gpu: no NVML event set (%s); XID events are not watched", exc)
+            self._no_events = True
             self._shutdown()
             return False
         self._registered = set()
@@ -97,7 +99,7 @@ class XidMonitor:
         """Drain queued events (never waits) and return every critical XID seen so far."""
         nvml = self.nvml
         with self._lock:
-            if self._set is None and not self._open():
+            if self._set is None and (self._no_events or not self._open()):
                 return {a: list(x) for a, x in self.seen.items()}
             try:
                 self._register_new()

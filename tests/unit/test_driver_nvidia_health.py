@@ -129,3 +129,18 @@ def test_health_counters_do_not_change_the_node_report_identity(tmp_path, tree):
     second = Health.from_dict(health_of(drv))
     assert (first.state, first.reason) == (second.state, second.reason) == ("healthy", None)
     assert second.counters["aer_correctable"] == 500
+
+
+def test_without_event_sets_xids_are_not_watched_and_not_asked_again(tmp_path, tree, caplog):
+    nvml = make_pynvml([h200_nvml()])
+
+    def refuse():
+        raise nvml.NVMLError(3)  # NotSupported
+
+    nvml.nvmlEventSetCreate = refuse
+    drv = driver(tmp_path, tree, nvml=nvml)
+    for _ in range(3):
+        assert health_of(drv)["state"] == "healthy"  # ECC and friends still judged
+    assert [r.message for r in caplog.records].count(
+        "nvidia_gpu: no NVML event set (Not Supported); XID events are not watched") == 1
+    assert nvml.state["initialised"] == 0  # no reference kept
