@@ -17,7 +17,6 @@ import json
 import re
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
