@@ -383,3 +383,15 @@ def test_health_from_aer(tmp_path):
     tree.set_aer(GPU, fatal=1)
     health = by_address(drv.discover())[GPU].health
     assert health["state"] == "unhealthy" and health["counters"]["aer_fatal"] == 1
+
+
+def test_traits_and_model_do_not_change_on_a_rebind_to_vfio(tmp_path):
+    tree = SysfsTree(tmp_path / "sys")
+    tree.add_pci(GPU, "0x10de", "0x2335", "0x030200", driver="nvidia", iommu_group=27)
+    drv = driver(tmp_path, tree, agent__enabled_drivers=["pci"])
+    [before] = drv.discover()
+    tree.bind(GPU, "vfio-pci")
+    [after] = drv.discover()
+    assert after.std_board_info["driver"] == "vfio-pci"
+    assert (after.model, after.type) == (before.model, before.type)
+    assert after.deployables[0].attributes == before.deployables[0].attributes
