@@ -147,6 +147,37 @@ def _desired(row: Any, attrs: dict[str, str], reserve_down_agents: bool) -> Desi
 
 # -- the component ----------------------------------------------------------------------------
 
+class _HostBusy(Exception):
+    """Another conductor holds the host's write lease."""
+
+
+class _LeaseAtFirstWrite:
+    """The Placement client during one host's audit: reads pass through; the first write
+    takes the host's lease (:meth:`PlacementSync.host_lease`), or raises _HostBusy."""
+
+    WRITES = frozenset({"update_provider", "ensure_provider", "delete_provider",
+                        "ensure_resource_class", "ensure_trait", "set_inventory",
+                        "set_traits"})
+
+    def __init__(self, sync: "PlacementSync", hostname: str, client: Any) -> None:
+        self._sync, self._hostname, self._client = sync, hostname, client
+        self._lease: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.WRITES and self._lease is None:
+            lease = self._sync.host_lease(self._hostname)
+            if not lease.__enter__():
+                lease.__exit__(None, None, None)
+                raise _HostBusy(self._hostname)
+            self._lease = lease
+        return getattr(self._client, name)
+
+    def release(self) -> None:
+        if self._lease is not None:
+            self._lease.__exit__(None, None, None)
+            self._lease = None
+
+
 @dataclasses.dataclass
 class PassResult:
     """What one pass did (for logs and tests)."""
@@ -297,10 +328,20 @@ class PlacementSync:
         return result
 
     def _audit_host(self, hostname: str, result: AuditResult) -> None:
-        """Audit one host under its write lease (skipped while another conductor has it)."""
-        with self.host_lease(hostname) as mine:
-            if mine:
-                audit_host(self, hostname, result)
+        """Audit one host; its first repair takes the host's write lease (an unchanged host
+        costs no database write), and a host another conductor is writing is left to the
+        next walk. A repair decided on reads older than the lease is still safe: each
+        Placement write carries the generation it read (409 when another wrote since)."""
+        real = self.client
+        guard = _LeaseAtFirstWrite(self, hostname, real)
+        self.client = guard  # type: ignore[assignment]
+        try:
+            audit_host(self, hostname, result)
+        except _HostBusy:
+            LOG.debug("Audit of host %s skipped: another conductor is writing it", hostname)
+        finally:
+            self.client = real
+            guard.release()
 
     @metrics.placement_audit
     def _audit_step(self) -> AuditResult | None:
