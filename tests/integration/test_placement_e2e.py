@@ -294,3 +294,75 @@ def test_placement_outage_while_hardware_changes_ends_matching(placement, comput
         assert len(tree) == 3  # the compute node and two devices
     finally:
         db.dispose()
+
+
+def test_fault_in_the_spec_file_quarantines_and_recovery_returns_the_device(
+        placement, nova, compute_node, cyborg):
+    """Issue 13's Done-when, on the running all-in-one: a fault written into the fake
+    driver's spec file quarantines the device within a discovery interval (a bind to it is
+    refused naming its health, Placement reserves it all); clearing it returns the device
+    after [conductor] health_recovery_reports (3) healthy discoveries; both transitions are
+    in the device's events."""
+    api, root = cyborg.url, compute_node
+    v26 = {"OpenStack-API-Version": "accelerator 2.6"}
+    spec = [{"type": "FPGA", "attach_handles": 4, "traits": ["CUSTOM_FAKE_DEVICE", TRAIT]}]
+    cyborg.set_hardware(spec)
+    rp = wait_for("the device provider", lambda: device_provider(placement, root))
+    wait_for("reserved == 0", lambda: inventory_of(placement, rp["uuid"])["FPGA"][
+        "reserved"] == 0)
+    (device,) = requests.get(f"{api}/devices", params={"hostname": HOST},
+                             headers=v26).json()["devices"]
+    assert device["quarantined"] is False
+    profile = f"health-{TAG.lower()}"
+    assert requests.post(f"{api}/device_profiles", json=[{"name": profile, "groups": [
+        {"resources:FPGA": "1", f"trait:{TRAIT}": "required"}]}]).status_code == 201
+    # The instance's allocation is claimed while the device is healthy.
+    instance = str(uuid.uuid4())
+    claim = nova_candidates(placement, [{"resources:FPGA": "1",
+                                         f"trait:{TRAIT}": "required"}])[
+        "allocation_requests"][0]
+    assert placement.put(f"/allocations/{instance}", {
+        "allocations": claim["allocations"], "mappings": claim["mappings"],
+        "project_id": "e2e-project", "user_id": "nova-user", "consumer_generation": None,
+        "consumer_type": "INSTANCE"}).status_code == 204
+
+    reason = "XID 79: GPU has fallen off the bus (injected)"
+    cyborg.set_hardware([{**spec[0], "health": {"state": "unhealthy", "reason": reason}}])
+    shown = wait_for("the quarantine", lambda: (lambda d: d if d["quarantined"] else None)(
+        requests.get(f"{api}/devices/{device['uuid']}", headers=v26).json()), timeout=10)
+    assert (shown["health"], shown["health_reason"]) == ("unhealthy", reason)
+    wait_for("reserved == total", lambda: inventory_of(placement, rp["uuid"])["FPGA"][
+        "reserved"] == 4)
+    assert any("quarantined" in line and device["uuid"] in line and HOST in line
+               and reason in line for line in cyborg.lines), "one WARNING names it all"
+
+    (arq,) = requests.post(f"{api}/accelerator_requests", json={"device_profile_name": profile},
+                           headers=NOVA).json()["arqs"]
+    assert requests.patch(f"{api}/accelerator_requests", headers=NOVA, json={arq["uuid"]: [
+        {"path": "/hostname", "op": "add", "value": HOST},
+        {"path": "/device_rp_uuid", "op": "add", "value": rp["uuid"]},
+        {"path": "/instance_uuid", "op": "add", "value": instance}]}).status_code == 202
+    wait_for("the failed event", lambda: [e for e in nova.events
+                                          if e["server_uuid"] == instance])
+    # The reason names hardware: an administrator reads it (Nova is told the short form).
+    refused = requests.get(f"{api}/accelerator_requests/{arq['uuid']}",
+                           headers={"OpenStack-API-Version": "accelerator 2.4"}).json()
+    assert refused["state"] == "BindFailed"
+    assert "quarantined" in refused["bind_failure_reason"]
+    assert reason in refused["bind_failure_reason"]
+
+    cyborg.set_hardware([{**spec[0], "health": {"state": "healthy"}}])
+    wait_for("the return to service", lambda: requests.get(
+        f"{api}/devices/{device['uuid']}", headers=v26).json()["quarantined"] is False,
+        timeout=15)
+    wait_for("reserved == 0", lambda: inventory_of(placement, rp["uuid"])["FPGA"][
+        "reserved"] == 0)
+    kinds = [e["kind"] for e in requests.get(f"{api}/devices/{device['uuid']}/events",
+                                             headers=v26).json()["events"]]
+    assert kinds[0] == "recovered" and "quarantined" in kinds, kinds
+    assert kinds.index("recovered") < kinds.index("quarantined")  # newest first
+
+    assert requests.delete(f"{api}/accelerator_requests", params={"arqs": arq["uuid"]},
+                           headers=NOVA).status_code == 204
+    assert placement.delete(f"/allocations/{instance}").status_code == 204
+    cyborg.set_hardware(spec)
