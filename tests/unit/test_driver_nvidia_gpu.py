@@ -470,8 +470,9 @@ def test_mdev_on_vfs_never_exceeds_the_card_s_capacity(tmp_path, a40_tree):
     assert [h.attach_info["function"] for h in dep.attach_handles] == ["4", "6"]
     foreign = "0000:41:00.7"
     a40_tree.add_mdev(foreign, "nvidia-566", "5d0a2b44-0000-4000-8000-000000000001")
-    (a40_tree.device_dir(foreign) / "mdev_supported_types" / "nvidia-566" /
-     "available_instances").write_text("0\n")
+    for vf in vf_addresses("0000:41:00.0", 8):  # the card is full: every VF says 0 now
+        (a40_tree.device_dir(vf) / "mdev_supported_types" / "nvidia-566" /
+         "available_instances").write_text("0\n")
     [dep] = drv.discover()[0].deployables
     assert [h.attach_info["function"] for h in dep.attach_handles] == ["6"]
 
@@ -592,13 +593,16 @@ def test_full_h200_without_nvml_uses_names_learnt_earlier(tmp_path):
 
 
 def test_mig_backed_type_needs_mig_mode_and_gpu_instances(tmp_path):
-    tree = h200_vfio_tree(tmp_path, creatable={})
+    # MIG off: the VFs list the time-sliced types only.
+    tree = h200_vfio_tree(tmp_path)
     enabled = ["NVIDIA H200X-1-18C"]
     [record] = driver(tmp_path, tree, nvml=make_pynvml([h200_vgpu_nvml()]),
                       enabled_vgpu_types=enabled).discover()
     assert record.acc_status == "setup_required" and "needs MIG mode" in record.status_reason
+    # MIG on without GPU instances: nothing can be made.
     gpu = h200_vgpu_nvml()
     gpu.mig_mode = (1, 1)
+    tree = h200_vfio_tree(tmp_path / "no-gi", creatable={})
     [record] = driver(tmp_path, tree, nvml=make_pynvml([gpu]),
                       enabled_vgpu_types=enabled).discover()
     assert record.acc_status == "setup_required"
