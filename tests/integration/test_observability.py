@@ -7,6 +7,7 @@ One all-in-one (two API workers, the fake FPGA) serves both tests of this module
 from __future__ import annotations
 
 import glob
+import json
 import os
 import time
 import uuid
@@ -23,6 +24,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HOST = "obs-node"
 REFRESH = 2  # seconds between the dashboard's refreshes in the browser test
+V26 = {"OpenStack-API-Version": "accelerator 2.6"}
+# The fake driver's hardware: upstream's FPGA (16 handles), a GPU that reports itself
+# unhealthy (quarantined by the conductor) and a healthy QAT.
+DEVICES = [
+    {"type": "FPGA", "name": "FakeDevice"},
+    {"type": "GPU", "name": "Gpu0", "attach_handles": 4, "rc": "PGPU",
+     "health": {"state": "unhealthy", "reason": "XID 79: GPU has fallen off the bus"}},
+    {"type": "QAT", "name": "Qat0", "attach_handles": 8, "health": {"state": "healthy"}},
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +40,12 @@ def stack(tmp_path_factory) -> Any:
     tmp = tmp_path_factory.mktemp("observability")
     ports = {name: free_port() for name in ("conductor", "agent", "m_api", "m_conductor",
                                             "m_agent")}
+    spec = tmp / "fake-devices.json"
+    spec.write_text(json.dumps(DEVICES))
     conf = tmp / "acceld.conf"
     conf.write_text(
         f"[DEFAULT]\nhost = {HOST}\n[api]\nworkers = 2\n"
+        f"[fake_driver]\nspec_file = {spec}\n"
         f"[conductor]\nport = {ports['conductor']}\n"
         f"[agent]\nport = {ports['agent']}\nenabled_drivers = fake\nheartbeat_interval = 1\n"
         f"[metrics]\napi_enabled = true\napi_port = {ports['m_api']}\n"
@@ -41,9 +54,12 @@ def stack(tmp_path_factory) -> Any:
     launched = allinone.launch(str(tmp / "state"), str(conf))
     try:
         api = launched.url  # .../accelerator/v2
-        device = wait_for(lambda: next(iter(requests.get(
-            f"{api}/devices", timeout=10).json()["devices"]), None), "the fake FPGA")
-        deployable = requests.get(f"{api}/deployables", timeout=10).json()["deployables"][0]
+        found = wait_for(lambda: len(devices := requests.get(
+            f"{api}/devices", timeout=10, headers=V26).json()["devices"]) == len(DEVICES)
+            and devices, "the fake devices")
+        device = next(d for d in found if d["type"] == "FPGA")
+        deployable = next(d for d in requests.get(f"{api}/deployables", timeout=10).json()[
+            "deployables"] if d["name"] == f"{HOST}_FakeDevice")
         yield {"api": api, "root": api.rsplit("/accelerator/v2", 1)[0], "device": device,
                "deployable": deployable, "launched": launched, "state": str(tmp / "state"),
                "metrics": {s: f"http://127.0.0.1:{ports['m_' + s]}/metrics"
@@ -101,9 +117,17 @@ def test_each_service_serves_its_metrics(stack):
                             headers={"Connection": "close"}).status_code == 200
     api = scrape(stack["metrics"]["api"])
     assert value(api, "acceld_inventory_up") == 1
-    assert value(api, "acceld_devices", type="FPGA", vendor=stack["device"]["vendor"],
-                 host=HOST, status="enabled",
-                 health=stack["device"].get("health", "unknown")) == 1
+    vendor = stack["device"]["vendor"]
+    assert value(api, "acceld_devices", type="FPGA", vendor=vendor, host=HOST,
+                 status="enabled", health="unknown") == 1
+    assert value(api, "acceld_devices", type="QAT", vendor=vendor, host=HOST,
+                 status="enabled", health="healthy") == 1
+    assert value(api, "acceld_devices", type="GPU", vendor=vendor, host=HOST,
+                 status="enabled", health="unhealthy") == 1
+    assert sum(v for (n, _), v in api.items() if n == "acceld_devices") == 3
+    assert value(api, "acceld_devices_quarantined", type="GPU", host=HOST) == 1
+    assert value(api, "acceld_devices_quarantined", type="FPGA", host=HOST) == 0
+    assert value(api, "acceld_attach_handles", resource_class="PGPU", state="free") == 4
     assert value(api, "acceld_attach_handles", resource_class="FPGA", state="in_use") == 1
     assert value(api, "acceld_attach_handles", resource_class="FPGA", state="free") == 15
     assert value(api, "acceld_arqs", state="Bound") == 1
@@ -162,6 +186,13 @@ def test_dashboard_in_headless_chromium(stack):
         assert cell(f"{row} td:nth-child(1)") == HOST
         assert cell(f"{row} td:nth-child(2)") == "FPGA"
         used_before = int(cell(f"{row} [data-field=handles]").split("/")[0])
+        # The GPU that reports itself unhealthy stands out: its badges and the tile.
+        gpu = "#devices tr[data-type='GPU']"
+        assert cell(f"{gpu} [data-field=health]") == "unhealthy"
+        assert cell(f"{gpu} [data-field=quarantined]") == "quarantined"
+        assert "fallen off the bus" in cell(gpu)
+        assert cell("#t-unhealthy") == "1"
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#devices tbody tr[data-uuid]")) == 3
 
         # A bind made through the API shows within one refresh: the ARQ, its instance and
         # its state, and one more handle in use on the device.
@@ -187,6 +218,8 @@ def test_dashboard_in_headless_chromium(stack):
             Select(driver.find_element(By.ID, select)).select_by_value(choice)
         assert cell(f"{row} td:nth-child(1)") == HOST
         assert len(driver.find_elements(By.CSS_SELECTOR, "#devices tbody tr[data-uuid]")) == 1
+        Select(driver.find_element(By.ID, "filter-type")).select_by_value("")
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#devices tbody tr[data-uuid]")) == 3
         # A device's events: those of the disable among them (from microversion 2.6).
         driver.find_element(By.CSS_SELECTOR, row).click()
         wait.until(lambda d: "selected" in d.find_element(By.CSS_SELECTOR, row)

@@ -224,7 +224,9 @@
     const bad = data.devices.filter((d) => d.health === "unhealthy" || d.quarantined).length;
     const degraded = data.devices.filter((d) => d.health === "degraded").length;
     $("t-unhealthy").textContent = bad;
-    $("t-unhealthy-sub").textContent = degraded ? `${degraded} degraded` : "";
+    const held = data.devices.filter((d) => d.quarantined).length;
+    $("t-unhealthy-sub").textContent = [held ? `${held} quarantined` : "",
+      degraded ? `${degraded} degraded` : ""].filter(Boolean).join(", ");
     $("t-unhealthy").parentElement.classList.toggle("alert", bad > 0);
     const known = data.devices.filter((d) => d._total !== null);
     const total = known.reduce((n, d) => n + d._total, 0);
