@@ -343,7 +343,11 @@ class NvidiaGpuDriver(Driver):
         for key in ("asked_type", "uuid"):
             if key not in info:
                 raise DriverError(f"MDEV attach handle lacks {key!r}: {info}")
-        parent = _address_of(info)
+        # Handles stored before upstream's keys named the parent as "parent".
+        legacy = info.get("parent") if "domain" not in info else None
+        if legacy is not None and not sysfs.is_pci_address(legacy):
+            raise DriverError(f"attach handle names no PCI address: {info}")
+        parent = legacy or _address_of(info)
         return parent, info["asked_type"], os.path.join(self.root, "bus", "mdev", "devices",
                                                         info["uuid"])
 

@@ -714,3 +714,17 @@ def test_nvidia_gpu_claims_its_functions_from_the_pci_driver(tmp_path, tree):
     claimed = {f.address for f in sysfs.list_pci_functions(str(tree.root))
                if NvidiaGpuDriver.claims_pci(None, f)}
     assert claimed == {H200, "0000:65:00.0"}  # not the NVSwitch, the audio function, the NIC
+
+
+def test_an_mdev_handle_stored_in_the_earlier_shape_is_still_released(tmp_path, t4_tree):
+    """Handles bound before the upstream keys named their parent "parent": unbinding them
+    after an upgrade must still remove their mdev."""
+    drv = driver(tmp_path, t4_tree, use_nvml=False, enabled_vgpu_types=["nvidia-223"])
+    uuid = drv.slot_uuid("0000:06:00.0", "nvidia-223", 0)
+    t4_tree.add_mdev("0000:06:00.0", "nvidia-223", uuid)
+    old = AttachHandle("MDEV", {"parent": "0000:06:00.0", "asked_type": "nvidia-223",
+                                "vgpu_mark": "nvidia-223_0", "uuid": uuid})
+    drv.release_attach_handle(old)
+    assert (t4_tree.device_dir("0000:06:00.0") / uuid / "remove").read_text() == "1"
+    with pytest.raises(DriverError, match="names no PCI address"):
+        drv.release_attach_handle(AttachHandle("MDEV", {**old.attach_info, "parent": "../x"}))
