@@ -11,6 +11,10 @@ strings ...) and formats every line with the thread's request context
 - standard error, not standard output, when no destination is configured: a service's
   standard output carries its announcements (``acceld api: <url>``, a driver's URL),
   which the all-in-one and driver launchers read;
+- the service's name after the level in the default formats (``%(service)s``), since
+  ``acceld all`` writes every service to one stream;
+- keystoneauth's per-retry WARNINGs become DEBUG lines: an outage is logged once when it
+  starts and once when it ends (acceld.outages);
 - SIGHUP (what logrotate sends) sets logging up again (:func:`reopen`). The file
   handler is a ``WatchedFileHandler`` either way, which reopens a file renamed under
   it by itself: what ``watch_log_file`` used to switch on in older oslo.log releases.
@@ -172,9 +176,7 @@ def register_options(conf: cfg.ConfigOpts) -> None:
 
 def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     """oslo.log's options, for the sample config (they are in [DEFAULT])."""
-    from oslo_log import _options
-
-    return _options.list_opts()
+    return _oslo_log_options.list_opts()
 
 
 def setup(conf: cfg.ConfigOpts, service: str) -> None:
