@@ -76,6 +76,13 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool
     return False
 
 
+def _child_environment() -> dict[str, str]:
+    """The services' environment: the all-in-one runs every service as the invoking user,
+    so its agent does root operations itself rather than through a privsep daemon
+    (acceld.privileged), unless the environment already says otherwise."""
+    return {"OS_AGENT__PRIVILEGED_CALLS": "in_process", **os.environ}
+
+
 def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = ()) -> int:  # type: ignore[assignment]
     lifecycle.catch_hup_early()  # logrotate may send it while the services start
     state_path = os.path.abspath(conf.state_path)
@@ -119,7 +126,7 @@ def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = 
             if not service.with_previous and not ready():
                 return 1
             argv = [sys.executable, "-m", "acceld.cli", *service.argv]
-            proc = subprocess.Popen(argv, start_new_session=True)
+            proc = subprocess.Popen(argv, start_new_session=True, env=_child_environment())
             procs.append(proc)
             starting.append((service, proc))
         if not ready():

@@ -19,19 +19,20 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from acceld import logs
+    from acceld import logs, privileged
     from acceld.agent import service
 
     conf = _load(args)
     if args.port is not None:
         conf.set_override("port", args.port, group="agent")
     logs.setup(conf, "agent")
+    privileged.configure(conf)  # root operations through privsep ([agent] privileged_calls)
     service.run(conf)
     return 0
 
 
 def cmd_driver(args: argparse.Namespace) -> int:
-    from acceld import logs
+    from acceld import logs, privileged
     from acceld.agent import driver_process
     from acceld.drivers import loader
 
@@ -41,6 +42,7 @@ def cmd_driver(args: argparse.Namespace) -> int:
     if args.agent_url:
         conf.set_override("agent_url", args.agent_url, group="driver")
     logs.setup(conf, f"driver-{args.name}")
+    privileged.configure(conf)
     try:
         loader.driver_class(args.name)
     except loader.UnknownDriver as exc:

@@ -1,0 +1,100 @@
+"""acceld.privileged: the root operations' narrow forms, in process (as tests and the
+all-in-one run them) and through a real privsep daemon started by privsep-helper (as
+an unprivileged agent runs them; needs root to start the daemon)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from oslo_config import cfg
+
+from acceld import privileged
+from acceld.drivers import sysfs, tools
+from acceld.drivers.base import DriverError
+from tests.conftest import make_conf
+from tests.support.fake_tools import calls, make_tool
+
+BIN = Path(sys.executable).parent
+
+
+def test_in_process_by_default_and_until_configured(tmp_path: Path) -> None:
+    assert all(not c.client_mode for c in privileged.CONTEXTS)
+    attribute = tmp_path / "mdev_supported_types" / "nvidia-1" / "create"
+    attribute.parent.mkdir(parents=True)
+    attribute.write_text("")
+    sysfs.write_attr(str(attribute), "2d7c3c0a-0000-4000-8000-000000000001")
+    assert attribute.read_text() == "2d7c3c0a-0000-4000-8000-000000000001"
+
+
+def test_only_known_attributes_are_written(tmp_path: Path) -> None:
+    other = tmp_path / "driver_override"
+    other.write_text("old")
+    with pytest.raises(PermissionError, match="not a sysfs attribute acceld writes"):
+        sysfs.write_attr(str(other), "vfio-pci")
+    # A link named like an attribute does not carry a write elsewhere.
+    (tmp_path / "create").symlink_to(other)
+    with pytest.raises(PermissionError):
+        sysfs.write_attr(str(tmp_path / "create"), "x")
+    assert other.read_text() == "old"
+
+
+def test_only_known_tools_run(tmp_path: Path) -> None:
+    shell = make_tool(tmp_path / "sh")
+    with pytest.raises(DriverError, match="not a vendor tool acceld runs"):
+        tools.run_tool([str(shell), "-c", "id"], 5, "fpgaconf")
+    assert calls(shell) == []
+    with pytest.raises(DriverError, match="not a vendor tool"):
+        tools.run_tool(["fpgaconf", "x.gbs"], 5, "fpgaconf")  # relative: PATH decides
+
+
+def test_configure_chooses_the_daemon_unless_in_process(tmp_path: Path) -> None:
+    try:
+        privileged.configure(make_conf(str(tmp_path)))
+        assert all(c.client_mode for c in privileged.CONTEXTS)
+        privileged.configure(make_conf(str(tmp_path), agent__privileged_calls="in_process"))
+        assert all(not c.client_mode for c in privileged.CONTEXTS)
+    finally:
+        for context in privileged.CONTEXTS:
+            context.set_client_mode(False)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[None]:
+    """Both contexts through privsep-helper daemons (the production path, with the helper
+    started directly instead of through sudo: the test already runs as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("starting a privsep daemon needs root")
+    for context in privileged.CONTEXTS:
+        cfg.CONF.set_override("helper_command", str(BIN / "privsep-helper"),
+                              group=context.cfg_section)
+        context.set_client_mode(True)
+    try:
+        yield
+    finally:
+        for context in privileged.CONTEXTS:
+            if context.channel is not None:
+                context.stop()
+            context.set_client_mode(False)
+            cfg.CONF.clear_override("helper_command", group=context.cfg_section)
+
+
+@pytest.mark.slow
+def test_through_the_privsep_daemons(tmp_path: Path, daemon: None) -> None:
+    attribute = tmp_path / "remove"
+    attribute.write_text("")
+    sysfs.write_attr(str(attribute), "1")
+    assert attribute.read_text() == "1"
+    assert privileged.sysfs.channel is not None  # it went through the daemon
+    # The daemon refuses other files, and the refusal comes back as itself.
+    with pytest.raises(PermissionError, match="not a sysfs attribute"):
+        sysfs.write_attr(str(tmp_path / "unbind"), "0000:3b:00.0")
+
+    tool = make_tool(tmp_path / "fpgaconf", exit_code=1, stderr="Error: bad bitstream\n")
+    with pytest.raises(DriverError, match="fpgaconf failed with exit status 1: Error: bad"):
+        tools.run_tool([str(tool), "-B", "0x3b", "x.gbs"], 30, "fpgaconf")
+    assert calls(tool) == [["-B", "0x3b", "x.gbs"]]
+    assert privileged.tools.channel is not None
