@@ -65,6 +65,14 @@ def claimed_by_others(conf: cfg.ConfigOpts, me: str,
                 _warned.add(name)
             continue
         for function in functions:
-            if function.address not in claimed and claim(conf, function):
-                claimed[function.address] = name
+            if function.address in claimed:
+                continue
+            try:
+                if claim(conf, function):
+                    claimed[function.address] = name
+            except Exception as exc:  # noqa: BLE001 - another driver's bug must not stop pci
+                if name not in _warned:
+                    LOG.warning("Driver %s failed to say whether it claims %s (%s): %s may "
+                                "report its devices too", name, function.address, exc, me)
+                    _warned.add(name)
     return claimed

@@ -395,3 +395,16 @@ def test_traits_and_model_do_not_change_on_a_rebind_to_vfio(tmp_path):
     assert after.std_board_info["driver"] == "vfio-pci"
     assert (after.model, after.type) == (before.model, before.type)
     assert after.deployables[0].attributes == before.deployables[0].attributes
+
+
+def test_a_driver_whose_claim_fails_does_not_stop_pci(tmp_path, caplog, monkeypatch):
+    """A bad [nic] mapping makes nic's claim raise: pci still reports, with one WARNING."""
+    from acceld.drivers import claims
+    monkeypatch.setattr(claims, "_warned", set())
+    tree = make_tree(tmp_path)
+    drv = driver(tmp_path, tree, agent__enabled_drivers=["pci", "nic"],
+                 nic__physical_device_mappings=["no-colon"])
+    assert len(drv.discover()) == 4
+    drv.discover()
+    assert len([r for r in caplog.records if "failed to say whether it claims" in
+                r.getMessage()]) == 1
