@@ -97,7 +97,9 @@ def fpga_error_health(fme: str | None, ports: list[str]) -> Health:
         if value is None:
             continue
         counters[counter] = bin(value).count("1")
-        found.append(Health(state, f"{what} = {value:#x}") if value else Health(HEALTHY))
+        # The reason names the register, not its value: the value is in the counters, and
+        # a reason that changed with each new error bit would make every report "changed".
+        found.append(Health(state, f"{what} non-zero") if value else Health(HEALTHY))
     if not found:
         return Health(UNKNOWN)
     health = worst(*found)

@@ -148,12 +148,14 @@ class PciHealthMonitor:
                     base[name] = value
             rises = {name: counts[name] - base[name] for name in counts}
         counters = dict(counts)
+        # The reason names no count: a reason that changed with every new error would make
+        # each heartbeat a changed report (the counts are in the counters).
         if rises.get("aer_fatal", 0) > 0:
-            return Health(UNHEALTHY, f"{rises['aer_fatal']} fatal PCIe (AER) error(s) since "
-                                     f"the agent first saw {address}", counters)
+            return Health(UNHEALTHY, f"fatal PCIe (AER) errors on {address} since the agent "
+                                     f"first saw it", counters)
         if rises.get("aer_nonfatal", 0) > 0:
-            return Health(DEGRADED, f"{rises['aer_nonfatal']} non-fatal PCIe (AER) error(s) "
-                                    f"since the agent first saw {address}", counters)
+            return Health(DEGRADED, f"non-fatal PCIe (AER) errors on {address} since the agent "
+                                    f"first saw it", counters)
         return Health(HEALTHY, None, counters)
 
     def check(self, address: str, device_path: str, *, link: bool = True,

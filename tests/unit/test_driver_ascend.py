@@ -84,4 +84,4 @@ def test_health_from_aer_and_link(tmp_path, tree):
     assert health["0000:00:0c.0"]["state"] == "unknown"  # no AER, no link figures
     tree.set_aer(NPU, fatal=3)
     health = {r.deployables[0].name: r.health for r in drv.discover()}
-    assert health[NPU]["state"] == "unhealthy" and "3 fatal" in health[NPU]["reason"]
+    assert health[NPU]["state"] == "unhealthy" and "fatal PCIe" in health[NPU]["reason"]

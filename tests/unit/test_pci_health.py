@@ -50,9 +50,12 @@ def test_a_rise_in_fatal_errors_is_unhealthy(tmp_path):
     tree.set_aer(GPU, fatal=1, nonfatal=3)
     health = monitor.check(GPU, path(tree))
     assert health.state == UNHEALTHY
-    assert "1 fatal PCIe (AER) error" in health.reason and GPU in health.reason
-    # It stays so: the errors happened.
-    assert monitor.check(GPU, path(tree)).state == UNHEALTHY
+    assert health.reason == f"fatal PCIe (AER) errors on {GPU} since the agent first saw it"
+    # It stays so: the errors happened. More errors change the counters, not the reason.
+    tree.set_aer(GPU, fatal=7, nonfatal=3)
+    again = monitor.check(GPU, path(tree))
+    assert (again.state, again.reason) == (UNHEALTHY, health.reason)
+    assert again.counters["aer_fatal"] == 7
 
 
 def test_a_rise_in_nonfatal_errors_is_degraded(tmp_path):
@@ -61,7 +64,7 @@ def test_a_rise_in_nonfatal_errors_is_degraded(tmp_path):
     monitor.check(GPU, path(tree))
     tree.set_aer(GPU, nonfatal=2)
     health = monitor.check(GPU, path(tree))
-    assert health.state == DEGRADED and "2 non-fatal" in health.reason
+    assert health.state == DEGRADED and health.reason.startswith("non-fatal PCIe (AER)")
 
 
 def test_correctable_errors_are_only_counted(tmp_path):
