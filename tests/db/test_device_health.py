@@ -23,8 +23,8 @@ from acceld.conductor.placement_sync import desired_providers
 from acceld.conductor.reconcile import apply_report
 from acceld.db import agents as agents_db
 from acceld.db import device_events
+from acceld.db.clock import db_now
 from acceld.db.models import device_events as events_table
-from acceld.db.models import devices
 from acceld.drivers.fake import FakeDriver
 from tests.db.test_inventory_races import HOST, RP, Rig
 from tests.conftest import make_conf
@@ -36,8 +36,9 @@ FAULT = {"state": "unhealthy", "reason": "XID 79: GPU has fallen off the bus"}
 GOOD = {"state": "healthy"}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def nova():
+    """One recording Nova for the module: tests read only their own ARQs' events."""
     server = RecordingNova().start()
     yield server
     server.stop()
@@ -117,6 +118,12 @@ def test_unhealthy_report_quarantines_once_with_warning_events_and_placement(rig
     assert rig.reserved() == 2
     assert rig.events() == [("health_changed", "conductor"), ("health_changed", "conductor"),
                             ("quarantined", "conductor")]
+    with rig.db.read() as conn:
+        rows = conn.execute(select(events_table)).all()
+        now = db_now(conn)
+    assert {(r.device_uuid, r.hostname) for r in rows} == {(device.uuid, HOST)}
+    # Stamped by the database's clock.
+    assert all(abs((now - r.created_at).total_seconds()) < 60 for r in rows)
     reason = rig.bind_refusal()
     assert reason and "quarantined" in reason and "unhealthy" in reason and "XID 79" in reason
 
@@ -192,7 +199,8 @@ def test_manual_recovery_waits_for_the_operator(rig):
     assert rig.reserved() == 0
 
 
-def test_counter_changes_alone_write_nothing(rig):
+def test_counter_changes_alone_write_nothing(sqlite_db, tmp_path, nova):
+    rig = HealthRig(sqlite_db, tmp_path, nova)
     rig.report({"state": "healthy", "counters": {"aer_dev_correctable": 1}})
     before = rig.device()
     outcome = rig.report({"state": "healthy", "counters": {"aer_dev_correctable": 9}})
@@ -317,15 +325,6 @@ def test_operator_return_and_unhealthy_report_serialise(rig, monkeypatch, first)
     device = rig.device()
     assert (device.quarantined, device.health) == (True, "unhealthy")
 
-
-def test_event_rows_name_device_host_and_use_the_database_clock(rig):
-    rig.report(FAULT)
-    with rig.db.read() as conn:
-        rows = conn.execute(select(events_table)).all()
-        device = conn.execute(select(devices)).one()
-    assert {r.device_uuid for r in rows} == {device.uuid}
-    assert {r.hostname for r in rows} == {HOST}
-    assert all(r.created_at is not None for r in rows)
 
 
 def test_vanish_and_return_are_events(rig):
