@@ -34,12 +34,15 @@
     }
     let body = null;
     try { body = await resp.json(); } catch (err) { body = null; }
-    if (!resp.ok) {
-      const message = (body && (body.error && body.error.message || body.title ||
-        body.description)) || resp.statusText;
-      return { ok: false, status: resp.status, message: message };
-    }
+    if (!resp.ok) return { ok: false, status: resp.status, message: fault(body) || resp.statusText };
     return { ok: true, status: resp.status, body: body };
+  }
+
+  // Cyborg's error body: {"error_message": "<JSON text with a faultstring>"}.
+  function fault(body) {
+    if (!body || typeof body.error_message !== "string") return "";
+    try { return JSON.parse(body.error_message).faultstring || body.error_message; }
+    catch (err) { return body.error_message; }
   }
 
   async function negotiate() {
