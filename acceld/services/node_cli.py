@@ -82,6 +82,28 @@ def format_health(rows) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines) + "\n"
 
 
+def format_conductors(members, dead_after: float, hosts: list[str]) -> str:  # type: ignore[no-untyped-def]
+    """The conductors sharing the database, live or not, and how many hosts the ring over
+    the live ones gives each (acceld.conductor.membership)."""
+    from acceld.conductor.hashring import HashRing
+
+    if not members:
+        return ""
+    ring = HashRing(m.name for m in members if m.age <= dead_after)
+    owned: dict[str | None, int] = {}
+    for host in hosts:
+        owner = ring.owner(host)
+        owned[owner] = owned.get(owner, 0) + 1
+    lines = ["", f"Conductors (live while heard from within {dead_after:.0f} s; the ring "
+                 "over the live ones divides the hosts' periodic work):",
+             f"{'NAME':<32} {'STATE':<6} {'AGO':>8} {'HOSTS':>6}  URL"]
+    for m in members:
+        live = m.age <= dead_after
+        lines.append(f"{m.name:<32} {'live' if live else 'gone':<6} {m.age:>7.0f}s "
+                     f"{owned.get(m.name, 0) if live else '-':>6}  {m.url or '-'}")
+    return "\n".join(lines) + "\n"
+
+
 # `acceld status` exit codes (2 is argparse's: a usage error).
 STATUS_AGENT_DOWN = 1
 STATUS_NO_DATABASE = 3
@@ -94,7 +116,9 @@ def _first_line(exc: BaseException) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError
 
+    from acceld.conductor.membership import dead_after
     from acceld.db import agents as agents_db
+    from acceld.db import conductors as conductors_db
     from acceld.db.clock import db_now
     from acceld.db.engine import from_config
     from acceld.db.models import devices
@@ -112,13 +136,16 @@ def cmd_status(args: argparse.Namespace) -> int:
                 devices.c.health_reason, devices.c.health_since, devices.c.quarantined).where(
                 (devices.c.health == "unhealthy") | (devices.c.quarantined == true()))
                 .order_by(devices.c.hostname, devices.c.id)).all()
+        members = conductors_db.members(db)
     except DBAPIError as exc:  # one clear line, not a traceback
         print(f"acceld status: cannot reach the database: {_first_line(exc.orig or exc)}",
               file=sys.stderr)
         return STATUS_NO_DATABASE
     finally:
         db.dispose()
-    sys.stdout.write(format_status(rows, counts, now) + format_health(unwell))
+    sys.stdout.write(format_status(rows, counts, now) + format_health(unwell) +
+                     format_conductors(members, dead_after(conf),
+                                       [r.hostname for r in rows]))
     return STATUS_AGENT_DOWN if any(r.state == "down" for r in rows) else 0
 
 

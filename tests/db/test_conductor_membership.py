@@ -215,3 +215,21 @@ def test_a_frozen_conductor_that_wakes_after_its_hosts_moved_finishes_nothing_tw
             attach_handles.c.id == handle)).scalar_one() is False
         assert handle_releases.pending(conn) == []
     assert releases_on_the_node(node) == 2  # the agent's release is idempotent
+
+
+def test_status_lists_the_conductors_and_the_hosts_the_ring_gives_each(db, ring_conf):
+    from acceld.services.node_cli import format_conductors
+
+    for name in ("cond-a", "cond-b", "cond-c"):
+        Membership(ring_conf, db, name, f"http://{name}:6667").join()
+    silence(db, "cond-c", DEAD_AFTER + 1)
+    hosts = [f"compute-{i}" for i in range(100)]
+    text = format_conductors(conductors_db.members(db), DEAD_AFTER, hosts)
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[3:]}
+    assert rows["cond-c"][1] == "gone" and rows["cond-c"][3] == "-"
+    ring = HashRing(["cond-a", "cond-b"])
+    for name in ("cond-a", "cond-b"):
+        assert rows[name][1] == "live"
+        assert int(rows[name][3]) == sum(ring.owner(h) == name for h in hosts) > 0
+        assert rows[name][4] == f"http://{name}:6667"
+    assert format_conductors([], DEAD_AFTER, hosts) == ""
