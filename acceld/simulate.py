@@ -47,7 +47,7 @@ import orjson
 from oslo_config import cfg
 
 from acceld.agent.hardware import digest
-from acceld.clients.conductor import conductor_url
+from acceld.clients.conductor import conductor_urls
 from acceld.drivers.fake import TYPES, FakeDriver
 from acceld.internal import auth
 from acceld.services.secrets import internal_secret
@@ -413,9 +413,8 @@ def emit(event: str, **fields: Any) -> None:
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     secret = internal_secret(conf)
-    configured = args.conductor_url or conductor_url(conf)
-    urls = ([u.strip() for u in configured.split(",") if u.strip()]
-            if isinstance(configured, str) else list(configured))
+    urls = ([u.strip() for u in args.conductor_url.split(",") if u.strip()]
+            if args.conductor_url else conductor_urls(conf))
     interval = args.heartbeat_interval or conf.agent.heartbeat_interval
     started = time.monotonic()
     conf.set_override("attach_handles", args.attach_handles, group="fake_driver")
@@ -538,7 +537,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conductor-url",
                         help="One conductor URL, or several separated by commas (agents are "
                              "spread over them and fail over to the next). Default: from "
-                             "[conductor] url/host_ip/port.")
+                             "[conductor] url (a list) or host_ip/port.")
     parser.add_argument("--heartbeat-interval", type=float,
                         help="Seconds between hellos (default [agent] heartbeat_interval).")
     parser.add_argument("--connections", type=int, default=0,

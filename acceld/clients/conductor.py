@@ -185,13 +185,37 @@ class ConductorClient:
                                       connect_timeout=connect_timeout,
                                       failback_interval=failback_interval,
                                       prefer=str(os.getpid()))
+        self._wake = threading.Condition()
+        self._wake_wanted = False
+        self._waker: threading.Thread | None = None
 
     def wake_binds(self) -> None:
-        """Ask a conductor to look for bind jobs now. Best effort: they also poll."""
-        try:
-            self._client.call("POST", "/binds/wake", {}, timeout=2.0)
-        except (requests.RequestException, InternalError) as exc:
-            LOG.debug("Could not wake a conductor (they poll): %s", exc)
+        """Ask a conductor to look for bind jobs now, without waiting for its answer.
+
+        The request that committed the jobs answers at once (the conductor binds while
+        it does; waiting for the wake's round trip made a PATCH slower than the bind
+        itself), and wakes asked while one is being sent go out as one call. Best
+        effort: conductors also poll ([conductor] bind_poll_interval)."""
+        with self._wake:
+            self._wake_wanted = True
+            if self._waker is None or not self._waker.is_alive():  # first use, or forked
+                self._waker = threading.Thread(target=self._send_wakes, daemon=True,
+                                               name="conductor-wake")
+                self._waker.start()
+            self._wake.notify()
+
+    def _send_wakes(self) -> None:
+        while True:
+            with self._wake:
+                while not self._wake_wanted:
+                    self._wake.wait()
+                self._wake_wanted = False
+            try:
+                self._client.call("POST", "/binds/wake", {}, timeout=2.0)
+            except (requests.RequestException, InternalError) as exc:
+                LOG.debug("Could not wake a conductor (they poll): %s", exc)
+            except Exception:  # noqa: BLE001 - a bug; the next wake tries again
+                LOG.exception("Waking a conductor failed")
 
     def call(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
         """A synchronous call (programming, ...); errors propagate to the caller. Moved to

@@ -82,7 +82,7 @@ class BindWorker:
         # they are not left to wait out their lease.
         self._stranded: dict[str, list[int]] = {}
         self._stranded_guard = threading.Lock()
-        # Called after each claim that took jobs: the component wakes another worker, so a
+        # Called after a claim that left jobs due: the component wakes another worker, so a
         # single wake-up spreads over as many workers as there are instances due.
         self.on_claimed: Callable[[], None] = lambda: None
         # Job id -> the outage its program step waited on (the agent or the image service).
@@ -141,8 +141,9 @@ class BindWorker:
             self._activate(token)
             claimed = []
             try:
-                claimed = bind_jobs.claim(self.db, phase, token, self.batch, lease)
-                if claimed:
+                claimed, more = bind_jobs.claim_and_peek(self.db, phase, token, self.batch,
+                                                         lease)
+                if more:  # another instance is due (or this one has more): another worker
                     self.on_claimed()
                 work(claimed, token)
             except Exception as exc:  # noqa: BLE001 - sorted below

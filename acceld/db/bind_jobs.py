@@ -58,7 +58,16 @@ def _claimable(now):  # type: ignore[no-untyped-def]
 @retry_on_deadlock
 def claim(db: Database, phase: str, token: str, limit: int, lease_seconds: float) -> list[Row]:
     """Lease the claimable jobs of ``phase`` of one instance (the one whose job is oldest;
-    at most ``limit``) to ``token``; return them.
+    at most ``limit``) to ``token``; return them (see :func:`claim_and_peek`)."""
+    return claim_and_peek(db, phase, token, limit, lease_seconds)[0]
+
+
+def claim_and_peek(db: Database, phase: str, token: str, limit: int,
+                   lease_seconds: float) -> tuple[list[Row], bool]:
+    """Lease the claimable jobs of ``phase`` of one instance (the one whose job is oldest;
+    at most ``limit``) to ``token``; return them, and whether another instance's jobs
+    were due too (the caller wakes another worker only then: a worker woken for nothing
+    spent two write transactions, which on SQLite queue behind the bind being done).
 
     Portable: pick candidates (locked and skipping rows another claim locked, where the
     database can), then one compare-and-set UPDATE that only takes rows still claimable;
@@ -81,19 +90,23 @@ def claim(db: Database, phase: str, token: str, limit: int, lease_seconds: float
         first = conn.execute(_skip_locked(db, select(jobs.c.id, jobs.c.instance_uuid).where(
             *due, lead).order_by(jobs.c.id).limit(1))).first()
         if first is None:
-            return []
+            return [], False
+        # Not locking (a second locked lead would be skipped by a concurrent claim).
+        more = conn.execute(select(jobs.c.id).where(*due, lead, jobs.c.id != first.id)
+                            .limit(1)).first() is not None
         same = (jobs.c.id == first.id if first.instance_uuid is None
                 else jobs.c.instance_uuid == first.instance_uuid)
         candidates = list(conn.execute(_skip_locked(db, select(jobs.c.id).where(
             *due, same).order_by(jobs.c.id).limit(limit))).scalars())
         if not candidates:
-            return []
+            return [], more
         conn.execute(update(jobs).where(jobs.c.id.in_(candidates), jobs.c.phase == phase,
                                         _claimable(now)).values(
             lease_owner=token, lease_expires_at=sql_now(db.backend, lease_seconds),
             attempts=jobs.c.attempts + 1, updated_at=now))
         return list(conn.execute(select(jobs).where(
-            jobs.c.id.in_(candidates), jobs.c.lease_owner == token).order_by(jobs.c.id)).all())
+            jobs.c.id.in_(candidates), jobs.c.lease_owner == token).order_by(jobs.c.id)).all()), \
+            more or len(candidates) == limit
 
 
 def _skip_locked(db: Database, query):  # type: ignore[no-untyped-def]

@@ -191,3 +191,28 @@ def test_slow_program_of_one_instance_never_delays_another(db, tmp_path):
     finally:
         programmer.release.set()
         component.stop()
+
+
+def test_a_claim_says_whether_another_instance_is_due(db, tmp_path):
+    """A worker wakes another only when jobs are left: with one instance due, nobody is
+    woken for nothing (a wasted pair of write transactions per bind)."""
+    conf, made = _two_instances(db, tmp_path)
+    first, more = jobs_db.claim_and_peek(db, jobs_db.PENDING, "claim-a", 16, 60)
+    assert {j.instance_uuid for j in first} == {made[0][0]} and more
+    second, more = jobs_db.claim_and_peek(db, jobs_db.PENDING, "claim-b", 16, 60)
+    assert {j.instance_uuid for j in second} == {made[1][0]} and not more
+    assert jobs_db.claim_and_peek(db, jobs_db.PENDING, "claim-c", 16, 60) == ([], False)
+    # A batch cut short by the limit leaves the rest of its instance due: more.
+    _conf, _made = _two_instances(db, tmp_path, arqs_per_instance=3, hosts=("node-3",))
+    part, more = jobs_db.claim_and_peek(db, jobs_db.PENDING, "claim-d", 2, 60)
+    assert len(part) == 2 and more
+
+
+def test_one_instance_due_wakes_no_second_worker(db, tmp_path):
+    conf, made = _two_instances(db, tmp_path, hosts=("node-1",))
+    worker = BindWorker(conf, db, notifier=RecordingNotifier())
+    woken = []
+    worker.on_claimed = lambda: woken.append(True)
+    assert worker.run_once() == 2
+    assert woken == []
+    assert {arq_state(db, arq)[0] for _, arqs in made for arq in arqs} == {"Bound"}
