@@ -51,3 +51,20 @@ def test_counters_do_not_pull_health_does_and_discoveries_count(setup, tmp_path)
     assert conductor.call("POST", "/hello", a.hello_body())["pulled"] is False
     device = _device(db)
     assert (device.quarantined, device.health) == (False, "healthy")
+
+
+def test_a_hello_with_a_bad_discovery_count_is_400_and_records_nothing(setup):  # noqa: F811
+    import pytest
+
+    from acceld.clients.internal import InternalError
+    from acceld.db.models import agents
+
+    conf, db, component, agent = setup
+    conductor = as_node(conf, conf.conductor.url[0])
+    for bad in (-1, "7", 1.5, 2 ** 63):
+        with pytest.raises(InternalError) as refused:
+            conductor.call("POST", "/hello", {"status": "READY", "endpoint": "127.0.0.1:9",
+                                              "discovery": bad})
+        assert refused.value.status == 400 and "discovery" in refused.value.message
+    with db.read() as conn:
+        assert conn.execute(select(agents)).all() == []

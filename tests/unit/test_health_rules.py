@@ -108,3 +108,28 @@ def test_acceld_status_lists_unhealthy_and_quarantined_devices_per_host(
     assert [(r[0], r[1], r[3], r[4]) for r in rows] == [
         ("node-a", sick["uuid"], "unhealthy", "yes"), ("node-b", back["uuid"], "healthy", "yes")]
     assert "XID 79: fell off the bus" in out
+
+
+def test_fake_driver_reports_the_health_written_in_its_spec_file(tmp_path):
+    import json
+
+    from acceld.drivers.base import DriverError
+    from acceld.drivers.fake import FakeDriver
+    from acceld.drivers.record_schema import check_node
+    from tests.conftest import make_conf
+
+    spec = tmp_path / "spec.json"
+    conf = make_conf(str(tmp_path), fake_driver__spec_file=str(spec))
+    driver = FakeDriver(conf, "host1")
+    spec.write_text(json.dumps([{"type": "GPU"}, {"type": "FPGA", "health": {
+        "state": "unhealthy", "reason": "injected", "counters": {"aer_dev_fatal": 2}}}]))
+    plain, faulty = driver.discover()
+    assert plain.health is None  # says nothing: unknown
+    assert faulty.health == {"state": "unhealthy", "reason": "injected",
+                             "counters": {"aer_dev_fatal": 2}}
+    assert check_node([r.to_dict() for r in (plain, faulty)]).problems == []
+    for bad in ({"state": "sick"}, {"reason": "no state"}, {"state": "healthy", "extra": 1},
+                {"state": "healthy", "counters": {"x": -1}}):
+        spec.write_text(json.dumps([{"type": "FPGA", "health": bad}]))
+        with pytest.raises(DriverError, match="health"):
+            driver.discover()
