@@ -38,6 +38,7 @@ import orjson
 from sqlalchemy import Connection, delete, false, insert, select, update
 
 from acceld.db import device_events as events
+from acceld.db import mdev_handles
 from acceld.db import placement_flags
 from acceld.db.placement_flags import provider_uuid as rp_uuid
 from acceld.db.models import (attach_handles, attributes, controlpath_ids, deployables,
@@ -299,7 +300,7 @@ def _sync_deployables(conn: Connection, hostname: str, device_id: int, record: H
             existing_handles = node.handles_of.get(dep_id, {})
         if _sync_attributes(conn, dep_id, dep.attributes, existing_attrs, changes):
             changes.dirty_rps.add(rp_uuid(name))
-        _sync_handles(conn, dep_id, dep.attach_handles, existing_handles, changes)
+        _sync_handles(conn, device_id, dep_id, dep.attach_handles, existing_handles, changes)
     for row in node.deps_of.get(device_id, []):
         if row.name not in wanted:
             _remove_deployable(conn, row, node, changes)
@@ -366,14 +367,15 @@ def _fresh_uuids_where_taken(conn: Connection, rows: list[dict[str, Any]]) -> No
         seen.add(row["uuid"])
 
 
-def _sync_handles(conn: Connection, dep_id: int, wanted: list[Any], existing: dict[str, Any],
-                  changes: Changes) -> None:
-    keys = set()
+def _sync_handles(conn: Connection, device_id: int, dep_id: int, wanted: list[Any],
+                  existing: dict[str, Any], changes: Changes) -> None:
+    reported = [(_handle_key(h.attach_type, h.attach_info), h) for h in wanted]
+    keys = {key for key, _ in reported}
+    # Rows naming a reported mdev under other info (its shape changed): updated in place.
+    adopted = _adopt_same_mdev(conn, device_id, reported, existing, changes)
     new = []
-    for handle in wanted:
-        key = _handle_key(handle.attach_type, handle.attach_info)
-        keys.add(key)
-        if key not in existing:
+    for key, handle in reported:
+        if key not in existing and key not in adopted:
             new.append({"uuid": _mdev_uuid(handle), "deployable_id": dep_id,
                         "attach_type": handle.attach_type,
                         "attach_info": json_text(handle.attach_info), "in_use": False})
@@ -381,9 +383,10 @@ def _sync_handles(conn: Connection, dep_id: int, wanted: list[Any], existing: di
     if new:
         conn.execute(insert(attach_handles), new)
         changes.added += len(new)
+    kept = {row.id for row in adopted.values()}
     gone = []
     for key, row in existing.items():
-        if key in keys:
+        if key in keys or row.id in kept:
             continue
         if row.in_use:
             LOG.warning("Attach handle %s (%s) is no longer reported but is in use; kept "
@@ -395,6 +398,51 @@ def _sync_handles(conn: Connection, dep_id: int, wanted: list[Any], existing: di
         # committed now (or once that bind commits), so such a handle stays.
         changes.removed += conn.execute(delete(attach_handles).where(
             attach_handles.c.id.in_(gone), attach_handles.c.in_use == false())).rowcount
+
+
+def _adopt_same_mdev(conn: Connection, device_id: int, reported: list[tuple[str, Any]],
+                     existing: dict[str, Any], changes: Changes) -> dict[str, Any]:
+    """Update in place each stored row that names a reported mdev under other attach info
+    (acceld.db.mdev_handles): it takes the reported info and the mdev's uuid and keeps its
+    id, so an ARQ bound to it stays bound to the one row that names the mdev. Returns the
+    rows adopted by reported key.
+
+    The device is locked first, as a removal does (``_lock_device``): a bind that took a
+    row before commits first and the row is updated in use; a later bind waits and finds
+    the updated row. A free row an earlier reconcile split off under the reported key is
+    deleted; if a bind holds it too, both stay and an ERROR says so."""
+    pairings = mdev_handles.pair_by_mdev(reported, existing)
+    if not pairings:
+        return {}
+    _lock_device(conn, device_id)
+    adopted: dict[str, Any] = {}
+    for pair in pairings:
+        if pair.duplicate is not None:
+            freed = conn.execute(delete(attach_handles).where(
+                attach_handles.c.id == pair.duplicate.id,
+                attach_handles.c.in_use == false())).rowcount
+            if not freed:
+                LOG.error("Attach handles %s and %s name the same mdev %s and are both in "
+                          "use; left as they are", pair.row.uuid, pair.duplicate.uuid,
+                          pair.handle.attach_info.get("uuid"))
+                continue
+            changes.removed += 1
+        adopted[pair.key] = pair.row
+    wanted = {pair.row.id: _mdev_uuid(pair.handle) for pair in pairings
+              if pair.key in adopted}
+    taken = set(conn.execute(select(attach_handles.c.uuid).where(
+        attach_handles.c.uuid.in_(sorted(set(wanted.values()))),
+        attach_handles.c.id.notin_(sorted(wanted)))).scalars())
+    for pair in (p for p in pairings if p.key in adopted):
+        values: dict[str, Any] = {"attach_info": json_text(pair.handle.attach_info)}
+        if wanted[pair.row.id] not in taken:
+            values["uuid"] = wanted[pair.row.id]
+        conn.execute(update(attach_handles).where(attach_handles.c.id == pair.row.id)
+                     .values(**values))
+        LOG.info("Attach handle %s takes %s: the same mdev, reported with other attach "
+                 "info; its id and binding are kept", pair.row.uuid, values)
+        changes.updated += 1
+    return adopted
 
 
 def _in_use(node: _Node, dep_ids: Iterable[int]) -> bool:
