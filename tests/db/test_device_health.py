@@ -342,3 +342,32 @@ def test_vanish_and_return_are_events(rig):
     with rig.db.read() as conn:
         kinds = [e.kind for e in reversed(device_events.newest_first(conn, device_uuid, 100))]
     assert kinds == ["vanished", "reappeared", "vanished", "reappeared"]
+
+
+def test_disable_racing_a_recovery_stays_disabled(rig, monkeypatch):
+    """The third healthy report holds the device row to return it -> an operator disables
+    the device meanwhile: the disable waits, then commits; the device is back from
+    quarantine and still disabled (health never enables, the disable is not lost)."""
+    rig.report(FAULT)
+    rig.report(GOOD)
+    rig.report(GOOD)
+    real_lock = health.lock_device_row
+    seen: dict[str, object] = {}
+
+    def lock_then_disable(conn, dev_id):  # type: ignore[no-untyped-def]
+        row = real_lock(conn, dev_id)
+        if "disable" not in seen:
+            disabler = Background(rig.db, rig.disable, name="disable")
+            seen["disable"] = disabler.finished_or_blocked()
+            seen["thread"] = disabler
+        return row
+
+    monkeypatch.setattr(health, "lock_device_row", lock_then_disable)
+    rig.report(GOOD)
+    monkeypatch.setattr(health, "lock_device_row", real_lock)
+    seen["thread"].join()  # type: ignore[attr-defined]
+    assert seen["disable"] == "blocked"
+    device = rig.device()
+    assert (device.quarantined, device.status) == (False, "maintaining")
+    assert [k for k, _ in rig.events()][-2:] == ["recovered", "disabled"]
+    assert "disabled" in rig.bind_refusal()
