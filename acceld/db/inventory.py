@@ -2,7 +2,8 @@
 
 ``reconcile_node`` compares the records one node reports with the rows that
 node has: devices by control path, deployables by name, attributes by key,
-attach handles by attach info. It writes only the differences, inside the
+attach handles by attach info (an MDEV handle whose info changed shape also by its mdev:
+acceld.db.mdev_handles). It writes only the differences, inside the
 caller's transaction (so a node's adds, updates and removals commit
 together), and an unchanged node costs five SELECTs and no write.
 
