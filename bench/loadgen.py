@@ -4,8 +4,11 @@ Each worker runs one *operation* in a loop (a single request, or a short
 sequence such as a whole ARQ lifecycle) until the shared request budget or the
 time limit is spent, and records each operation's latency. Processes, not
 threads, so that the generator's own Python does not serialise on one GIL; raw
-sockets with ``Connection: close`` because both servers under test run gunicorn
-sync workers, which close the connection after every response anyway.
+sockets. Each worker keeps its connection alive, as real clients do (Nova's and
+the SDK's keystoneauth sessions): a server that answers ``Connection: close``
+(gunicorn's sync workers, upstream's) costs a new connection per request as
+before, one that keeps it (acceld's threaded workers) does not.
+``keep_alive=False`` sends ``Connection: close`` on every request instead.
 """
 
 from __future__ import annotations
@@ -36,18 +39,33 @@ class Response:
 
 
 class Client:
-    """One request per connection, HTTP/1.1, Content-Length bodies (what gunicorn sends)."""
+    """HTTP/1.1 with Content-Length bodies (what gunicorn sends), over a kept-alive
+    connection unless ``keep_alive`` is off or the server closes it."""
 
     def __init__(self, base_url: str, headers: dict[str, str] | None = None,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, keep_alive: bool = True) -> None:
         parts = urlsplit(base_url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
         self.prefix = parts.path.rstrip("/")
         self.timeout = timeout
-        fixed = {"Host": f"{self.host}:{self.port}", "Connection": "close",
-                 "Accept": "application/json", **(headers or {})}
+        self.keep_alive = keep_alive
+        self.connections = 0  # opened so far (the bench reports reuse)
+        self._sock: socket.socket | None = None
+        fixed = {"Host": f"{self.host}:{self.port}", "Accept": "application/json",
+                 **({} if keep_alive else {"Connection": "close"}), **(headers or {})}
         self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.connections += 1
+        return sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
     def request(self, method: str, path: str, body: object | None = None,
                 headers: dict[str, str] | None = None) -> Response:
@@ -58,27 +76,45 @@ class Client:
         if body is not None:
             head += "Content-Type: application/json\r\n"
         head += f"Content-Length: {len(data)}\r\n\r\n"
-        with socket.create_connection((self.host, self.port), timeout=self.timeout) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(head.encode() + data)
-            # Read the head, then exactly Content-Length bytes, and close at once as HTTP
-            # clients do (waiting for the server's FIN would add a round trip per request).
-            raw = b""
-            while (header_end := raw.find(b"\r\n\r\n")) < 0:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise HttpError(f"{method} {path}: incomplete response ({len(raw)} bytes)")
-                raw += chunk
-            length = _content_length(raw[:header_end])
-            body = bytearray(raw[header_end + 4:])
-            while (length is None or len(body) < length):
-                chunk = sock.recv(262144)
-                if not chunk:
-                    break
-                body += chunk
+        payload = head.encode() + data
+        reused = self._sock is not None
+        try:
+            return self._exchange(method, path, payload)
+        except (ConnectionError, HttpError) as exc:
+            # A kept-alive connection the server closed while idle: once more, afresh.
+            self.close()
+            if not reused or (isinstance(exc, HttpError)
+                              and "incomplete response (0 bytes)" not in str(exc)):
+                raise
+            return self._exchange(method, path, payload)
+
+    def _exchange(self, method: str, path: str, payload: bytes) -> Response:
+        sock = self._sock or self._connect()
+        self._sock = sock
+        sock.sendall(payload)
+        # Read the head, then exactly Content-Length bytes; close when the server says so
+        # (without waiting for its FIN, as HTTP clients do).
+        raw = b""
+        while (header_end := raw.find(b"\r\n\r\n")) < 0:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise HttpError(f"{method} {path}: incomplete response ({len(raw)} bytes)")
+            raw += chunk
+        head = raw[:header_end]
+        status = int(raw[9:12])
+        length = 0 if status in (204, 304) else _content_length(head)  # no body by definition
+        body = bytearray(raw[header_end + 4:])
+        while (length is None or len(body) < length):
+            chunk = sock.recv(262144)
+            if not chunk:
+                break
+            body += chunk
         if length is not None and len(body) < length:
+            self.close()
             raise HttpError(f"{method} {path}: body cut short ({len(body)} of {length} bytes)")
-        return Response(int(raw[9:12]), bytes(body))
+        if length is None or not self.keep_alive or _closes(head):
+            self.close()
+        return Response(status, bytes(body))
 
     def expect(self, status: int | tuple[int, ...], method: str, path: str,
                body: object | None = None) -> Response:
@@ -87,6 +123,15 @@ class Client:
         if resp.status not in wanted:
             raise HttpError(f"{method} {path}: {resp.status} {resp.body[:300]!r}")
         return resp
+
+
+def _closes(head: bytes) -> bool:
+    """The server will close after this answer (``Connection: close``, or HTTP/1.0
+    without keep-alive)."""
+    lower = head.lower()
+    if b"\r\nconnection: close" in lower:
+        return True
+    return lower.startswith(b"http/1.0") and b"\r\nconnection: keep-alive" not in lower
 
 
 def _content_length(head: bytes) -> int | None:
@@ -139,6 +184,7 @@ def _worker(index: int, base_url: str, headers: dict[str, str], op: Operation,
             errors += 1
             first_error = first_error or f"{type(exc).__name__}: {exc}"[:300]
         iteration += 1
+    client.close()
     out.put((latencies, errors, first_error))
 
 
