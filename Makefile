@@ -15,7 +15,7 @@ STAMP_KEYSTONE := .keystone/template-30.0.0/template.json
 PLACEMENT_VENV := .placement/venv
 STAMP_PLACEMENT := $(PLACEMENT_VENV)/.installed
 
-.PHONY: run test test-tools bench venv clean gpu-wheelhouse
+.PHONY: run test test-tools bench bench-scale venv clean gpu-wheelhouse
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,12 @@ test: $(STAMP_TEST) $(STAMP_KEYSTONE) $(STAMP_PLACEMENT) $(STAMP_TOOLS)
 # scale simulation; prints the table and writes it to docs/performance.md. Not part of `make test`.
 bench: $(STAMP_TEST) $(STAMP_PLACEMENT)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# Issue 15's scale bench: 2 conductors, 2 API processes, PostgreSQL (a database is made
+# and dropped on ACCELD_BENCH_POSTGRES_URL's server), simulated nodes, binds throughout,
+# kill -9 of one conductor. SCALE_ARGS: e.g. --agents 10000 --write-doc.
+bench-scale: $(STAMP_TEST)
+	$(BIN)/python -m bench.scale_ha $(SCALE_ARGS)
 
 # nvidia-ml-py (pynvml) as one pure-Python wheel in bench/wheelhouse, for
 # bench/gpu_discovery_check.sh on GPU machines without a package index: the wheel travels
