@@ -18,7 +18,21 @@ MAX_ID = 2**31 - 1
 
 
 def read_json(req: falcon.Request) -> Any:
-    """The request body as JSON; 415 for another media type, 413 if too big, 400 if malformed."""
+    """The request body as JSON; 415 for another media type, 413 if too big, 400 if malformed.
+
+    Kept on the request once read, so that a responder run again after a deadlock
+    (acceld.db.retry) reads the same document."""
+    cached = getattr(req.context, "acceld_json_body", _UNREAD)
+    if cached is not _UNREAD:
+        return cached
+    req.context.acceld_json_body = document = _read_json(req)
+    return document
+
+
+_UNREAD = object()
+
+
+def _read_json(req: falcon.Request) -> Any:
     content_type = (req.content_type or "").split(";", 1)[0].strip().lower()
     if content_type and content_type not in _JSON_TYPES and not content_type.endswith("+json"):
         raise errors.UnsupportedMediaType(

@@ -121,3 +121,27 @@ def test_the_api_answers_a_deadlock_503_with_retry_after(client, monkeypatch, ca
     assert resp.headers["Retry-After"] == "1"
     assert "Traceback" not in caplog.text
     assert "rolled the request's transaction back" in caplog.text
+
+
+def test_a_bind_rolled_back_by_a_conflict_is_run_again_and_answers_202(tmp_path, sqlite_db,
+                                                                      monkeypatch):
+    from acceld.db import accelerator_requests as arqs_db
+    from acceld.db.models import bind_jobs
+    from tests.unit.test_attach_handles import Node
+
+    node = Node(tmp_path, sqlite_db)
+    real = arqs_db.start_binds
+    calls = []
+
+    def conflict_once(conn, binds):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:  # as Galera reports a certification failure
+            raise wrapped(pymysql.err.OperationalError(1213, GALERA))
+        return real(conn, binds)
+
+    monkeypatch.setattr(arqs_db, "start_binds", conflict_once)
+    arq = node.start_bind()  # asserts the PATCH answered 202
+    assert len(calls) == 2
+    assert node.arq(arq)["state"] == "BindStarted"
+    with sqlite_db.read() as conn:
+        assert len(conn.execute(select(bind_jobs.c.id)).all()) == 1  # one job, not two

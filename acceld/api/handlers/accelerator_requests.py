@@ -4,6 +4,10 @@ A bind answers 202 at once: the ARQs move to BindStarted with a bind job each
 in one transaction, and the conductor (woken after the commit) finishes the
 bind and tells Nova. Tenants are kept apart in the queries: a non-admin only
 ever sees or touches ARQs of their own project, and anything else is a 404.
+
+Each writing responder does its writes in one transaction and answers after the
+commit, so one the database rolled back as a deadlock victim or a Galera
+certification conflict is run again whole (acceld.db.retry), up to 5 times.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from acceld.api.schemas import accelerator_requests as schemas
 from acceld.db import accelerator_requests as db
 from acceld.db import bind_jobs
 from acceld.db import device_profiles as profiles_db
+from acceld.db.retry import retry_on_deadlock
 
 COLLECTION = "accelerator_requests"
 SERVICE_TOKEN_REQUIRED = ("This operation requires a service token. Use the Compute API to "
@@ -137,6 +142,7 @@ def _count_per_group(profile_json: str) -> list[int]:
 
 # ---------------------------------------------------------------------------- handlers
 
+@retry_on_deadlock
 def create_arqs(req: falcon.Request, resp: falcon.Response) -> None:
     """POST {"device_profile_name": ...}: one Initial ARQ per accelerator the profile asks."""
     api = req.context.api
@@ -219,16 +225,19 @@ def show_arq(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
     wire.respond(resp, serializer(req)(row))
 
 
+@retry_on_deadlock
 def patch_collection(req: falcon.Request, resp: falcon.Response) -> None:
     """PATCH /accelerator_requests (Nova): bind or unbind the ARQs the body is keyed by."""
     _patch(req, resp, None)
 
 
+@retry_on_deadlock
 def patch_arq(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
     """PATCH /accelerator_requests/{uuid} (SDK, CLI): the same body, keyed by that uuid."""
     _patch(req, resp, uuid)
 
 
+@retry_on_deadlock
 def delete_by_query(req: falcon.Request, resp: falcon.Response) -> None:
     """DELETE ?arqs=u1,u2 (all or nothing) or ?instance=<uuid> (idempotent)."""
     api = req.context.api
@@ -256,6 +265,7 @@ def delete_by_query(req: falcon.Request, resp: falcon.Response) -> None:
     _delete_uuids(req, resp, {_uuid(u, "query parameter arqs") for u in given})
 
 
+@retry_on_deadlock
 def delete_arq(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
     api = req.context.api
     api.policy.authorize("cyborg:arq:delete", req.context.ctx)
