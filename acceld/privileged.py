@@ -23,6 +23,7 @@ all-in-one, and tests against fixture trees.
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 from typing import Sequence
@@ -37,15 +38,20 @@ SYSFS_ATTRIBUTES = frozenset({"create", "remove", "current_vgpu_type"})
 # Vendor tools the drivers run, by executable name.
 TOOLS = frozenset({"fpgaconf", "xbmgmt"})
 
+SYSFS_CAPABILITIES = (caps.CAP_DAC_OVERRIDE,)
+TOOLS_CAPABILITIES = (caps.CAP_SYS_ADMIN, caps.CAP_DAC_OVERRIDE)
+
 sysfs = priv_context.PrivContext(
     "acceld", cfg_section="privsep_sysfs", pypath=__name__ + ".sysfs",
-    capabilities=[caps.CAP_DAC_OVERRIDE])
+    capabilities=list(SYSFS_CAPABILITIES))
 
 tools = priv_context.PrivContext(
     "acceld", cfg_section="privsep_tools", pypath=__name__ + ".tools",
-    capabilities=[caps.CAP_SYS_ADMIN, caps.CAP_DAC_OVERRIDE])
+    capabilities=list(TOOLS_CAPABILITIES))
 
 CONTEXTS = (sysfs, tools)
+_CAPABILITIES = {sysfs.cfg_section: SYSFS_CAPABILITIES, tools.cfg_section: TOOLS_CAPABILITIES}
+_CAP_NAMES = {number: name for name, number in caps.CAPS_BYNAME.items()}
 
 # In process until configure() says otherwise (tests, tools that import the drivers).
 for _context in CONTEXTS:
@@ -69,9 +75,17 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
     """``[agent] privileged_calls`` and each context's privsep options (helper_command,
-    capabilities, ...), for the sample config."""
-    lib_opts = priv_context.OPTS
-    return [("agent", privileged_opts)] + [(c.cfg_section, lib_opts) for c in CONTEXTS]
+    capabilities, ...), for the sample config: each shows its context's capabilities."""
+    out: list[tuple[str, list[cfg.Opt]]] = [("agent", privileged_opts)]
+    for context in CONTEXTS:
+        opts = copy.deepcopy(priv_context.OPTS)
+        kept = _CAPABILITIES[context.cfg_section]
+        for opt in opts:
+            if opt.dest == "capabilities":
+                opt.default = list(kept)
+                opt.sample_default = ",".join(_CAP_NAMES[c] for c in kept)
+        out.append((context.cfg_section, opts))
+    return out
 
 
 def configure(conf: cfg.ConfigOpts) -> None:

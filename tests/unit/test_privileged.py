@@ -98,3 +98,15 @@ def test_through_the_privsep_daemons(tmp_path: Path, daemon: None) -> None:
         tools.run_tool([str(tool), "-B", "0x3b", "x.gbs"], 30, "fpgaconf")
     assert calls(tool) == [["-B", "0x3b", "x.gbs"]]
     assert privileged.tools.channel is not None
+
+
+def test_each_daemon_keeps_only_its_capabilities() -> None:
+    from oslo_privsep import capabilities as caps
+
+    assert cfg.CONF.privsep_sysfs.capabilities == [caps.CAP_DAC_OVERRIDE]
+    assert cfg.CONF.privsep_tools.capabilities == [caps.CAP_SYS_ADMIN, caps.CAP_DAC_OVERRIDE]
+    # The sample config says the same.
+    shown = {group: [o.sample_default for o in opts if o.dest == "capabilities"]
+             for group, opts in privileged.list_opts()[1:]}
+    assert shown == {"privsep_sysfs": ["CAP_DAC_OVERRIDE"],
+                     "privsep_tools": ["CAP_SYS_ADMIN,CAP_DAC_OVERRIDE"]}
