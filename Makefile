@@ -15,7 +15,7 @@ STAMP_KEYSTONE := .keystone/template-30.0.0/template.json
 PLACEMENT_VENV := .placement/venv
 STAMP_PLACEMENT := $(PLACEMENT_VENV)/.installed
 
-.PHONY: run test test-tools bench bench-scale venv clean gpu-wheelhouse
+.PHONY: run test test-tools bench bench-scale venv clean gpu-wheelhouse samples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,12 @@ bench-scale: $(STAMP_TEST)
 gpu-wheelhouse:
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --dest bench/wheelhouse \
 		'nvidia-ml-py>=12'
+
+# etc/acceld/acceld.conf.sample and policy.yaml.sample from the code (the oslo generators);
+# tests/unit/test_oslo_tools.py fails until they are regenerated after an option or rule changes.
+samples: $(STAMP_RUN)
+	$(BIN)/oslo-config-generator --config-file etc/acceld/acceld-config-generator.conf
+	$(BIN)/oslopolicy-sample-generator --config-file etc/acceld/acceld-policy-generator.conf
 
 clean:
 	rm -rf $(VENV) $(STATE_PATH) .pytest_cache
