@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
+from typing import Any
 
 import pytest
 from falcon import testing
@@ -24,17 +25,19 @@ from sqlalchemy import insert, select, update
 
 from acceld.agent.attach import AttachSteps
 from acceld.api.app import build_app
+from acceld.conductor import bind_target
 from acceld.conductor.binding import BindWorker
 from acceld.conductor.handle_release import ReleaseWorker
 from acceld.conductor.placement_sync import desired_providers
 from acceld.conductor.reconcile import apply_report
-from acceld.db import handle_releases
+from acceld.db import handle_releases, inventory
 from acceld.db.models import accelerator_requests, agents, attach_handles
 from acceld.drivers.base import HardwareRecord
 from acceld.internal.auth import agent_destination
 from acceld.internal.server import InternalServer, build_app as internal_app
 from acceld.metrics.inventory import _handles as handle_counts
 from tests.helpers import ADMIN, SERVICE
+from tests.support.interleave import Background
 from tests.support.sysfs_fixtures import SysfsTree
 from tests.unit.test_driver_nvidia_gpu import driver
 
@@ -218,3 +221,75 @@ def test_a_split_left_by_an_earlier_reconcile_is_mended(node):
     assert (row.id, row.uuid, row.in_use) == (row_id, mdev, True)
     assert node.arq(arq_uuid)["attach_handle_uuid"] == mdev
     assert sum(not r.in_use for r in node.rows()) == 7
+
+
+def upgraded_report(node: Node) -> dict:
+    return report(node.driver.discover())
+
+
+def before_the_upgrade_unbound(node: Node) -> None:
+    """Discovery as before the upgrade (earlier attach_info, random row uuids); no bind."""
+    node.discover(old=True)
+    with node.db.write() as conn:
+        for row in node.rows():
+            conn.execute(update(attach_handles).where(attach_handles.c.id == row.id)
+                         .values(uuid=str(uuidlib.uuid4())))
+
+
+def assert_one_row_per_mdev(node: Node, arq_uuid: str) -> None:
+    arq = node.arq(arq_uuid)
+    assert arq["state"] == "Bound", arq.get("bind_failure_reason")
+    rows = node.rows()
+    mdevs = [json.loads(r.attach_info)["uuid"] for r in rows]
+    assert len(rows) == 8 and len(set(mdevs)) == 8
+    assert all(set(json.loads(r.attach_info)) == NEW_KEYS for r in rows)
+    [held] = [r for r in rows if r.in_use]
+    assert arq["attach_handle_uuid"] == held.uuid == json.loads(held.attach_info)["uuid"]
+
+
+def test_a_bind_that_commits_after_the_upgrade_reconcile_read(node, monkeypatch):
+    """Reconcile reads the node (all handles free, earlier shape) -> a bind takes one and
+    commits -> the reconcile applies the upgraded report: the row taken is updated in use,
+    not left beside a new free row for the same mdev."""
+    before_the_upgrade_unbound(node)
+    upgraded = upgraded_report(node)
+    real_load = inventory.load_node
+    seen: dict[str, Any] = {}
+
+    def load_then_bind(conn, hostname):  # type: ignore[no-untyped-def]
+        loaded = real_load(conn, hostname)
+        if "binder" not in seen:
+            seen["binder"] = Background(node.db, node.bind, name="bind")
+            seen["bind"] = seen["binder"].finished_or_blocked()
+        return loaded
+
+    monkeypatch.setattr(inventory, "load_node", load_then_bind)
+    apply_report(node.db, HOST, upgraded)
+    monkeypatch.setattr(inventory, "load_node", real_load)
+    arq_uuid = seen["binder"].join()
+    # SQLite: the reconcile held the write lock, the bind ran after it.
+    assert seen["bind"] == ("blocked" if node.db.is_sqlite else "finished")
+    assert_one_row_per_mdev(node, arq_uuid)
+
+
+def test_a_bind_in_flight_while_the_upgrade_reconcile_runs(node, monkeypatch):
+    """A bind took a free earlier-shape handle (not committed) -> the upgraded report is
+    applied -> the bind commits: the reconcile waits for it, then updates the row in use."""
+    before_the_upgrade_unbound(node)
+    upgraded = upgraded_report(node)
+    real_take = bind_target.take_handle
+    seen: dict[str, Any] = {}
+
+    def take_then_reconcile(conn, target):  # type: ignore[no-untyped-def]
+        real_take(conn, target)
+        if "reconciler" not in seen:
+            seen["reconciler"] = Background(node.db, lambda: apply_report(
+                node.db, HOST, upgraded), name="reconcile")
+            seen["reconcile"] = seen["reconciler"].finished_or_blocked()
+
+    monkeypatch.setattr(bind_target, "take_handle", take_then_reconcile)
+    arq_uuid = node.bind()
+    monkeypatch.setattr(bind_target, "take_handle", real_take)
+    seen["reconciler"].join()
+    assert seen["reconcile"] == "blocked"
+    assert_one_row_per_mdev(node, arq_uuid)
