@@ -426,13 +426,17 @@ class Cloud:
     def log_size(self, name: str) -> int:
         return self.processes[name].log_path.stat().st_size
 
+    def log_since(self, name: str, since: int) -> str:
+        """A process's log from byte ``since`` on."""
+        with open(self.processes[name].log_path, "rb") as log:
+            log.seek(since)
+            return log.read().decode(errors="replace")
+
     def conductor_outages(self, name: str, since: int = 0) -> list[str]:
         """What a process logged of conductors going away and coming back (from byte
         ``since`` of its log on)."""
-        with open(self.processes[name].log_path, "rb") as log:
-            log.seek(since)
-            text = log.read().decode(errors="replace")
-        return [line.split(" acceld.clients.conductor ")[-1] for line in text.splitlines()
+        return [line.split(" acceld.clients.conductor ")[-1]
+                for line in self.log_since(name, since).splitlines()
                 if "Conductor http" in line and ("unavailable" in line or "again" in line)]
 
 
@@ -514,13 +518,14 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
     cloud.resolve(vgpu, 30)
     agent_waiting = [cloud.schedule(cloud.pick("chaos-2"), "agent-down", {"Bound"})
                      for _ in range(2)]
+    conductor_logs_at_kill = {name: cloud.log_size(name) for name in ("cond-a", "cond-b")}
     cloud.processes["chaos-2"].kill9()
     wait_until(lambda: cloud.host_states()["chaos-2"] == "down",
                HEARTBEAT * DOWN_AFTER + 10, "chaos-2 marked down", cloud.explain)
     # By the conductor the ring gives chaos-2, and by no other.
     owner = HashRing(cloud.names.values()).owner("chaos-2")
     marked_by = [name for name in ("cond-a", "cond-b") if "Agent of host chaos-2 is down"
-                 in cloud.processes[name].log_path.read_text(errors="replace")]
+                 in cloud.log_since(name, conductor_logs_at_kill[name])]
     assert [cloud.names[name] for name in marked_by] == [owner], cloud.explain()
     mdev_handle = cloud.handle_of(vgpu)
     cloud.retire(vgpu)
