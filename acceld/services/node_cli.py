@@ -107,6 +107,7 @@ def format_conductors(members, dead_after: float, hosts: list[str]) -> str:  # t
 # `acceld status` exit codes (2 is argparse's: a usage error).
 STATUS_AGENT_DOWN = 1
 STATUS_NO_DATABASE = 3
+STATUS_OLD_SCHEMA = 4
 
 
 def _first_line(exc: BaseException) -> str:
@@ -119,6 +120,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from acceld.conductor.membership import dead_after
     from acceld.db import agents as agents_db
     from acceld.db import conductors as conductors_db
+    from acceld.db import migrate
     from acceld.db.clock import db_now
     from acceld.db.engine import from_config
     from acceld.db.models import devices
@@ -126,6 +128,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     conf = _load(args)
     db = from_config(conf)
     try:
+        migrate.check_current(db)  # tables of another release would be misread
         with db.read() as conn:
             rows = agents_db.list_agents(conn)
             counts = dict(conn.execute(select(devices.c.hostname, func.count()).group_by(
@@ -141,6 +144,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"acceld status: cannot reach the database: {_first_line(exc.orig or exc)}",
               file=sys.stderr)
         return STATUS_NO_DATABASE
+    except migrate.SchemaNotCurrent as exc:
+        print(f"acceld status: {exc}", file=sys.stderr)
+        return STATUS_OLD_SCHEMA
     finally:
         db.dispose()
     sys.stdout.write(format_status(rows, counts, now) + format_health(unwell) +
@@ -168,6 +174,6 @@ def register(sub: argparse._SubParsersAction,
     p = sub.add_parser("status", help="List agents, their state and last contact, and the "
                                       "devices unhealthy or quarantined per host; exits 1 "
                                       "if any agent is down, 3 if the database cannot "
-                                      "be reached.")
+                                      "be reached, 4 if its schema is not current.")
     common(p)
     p.set_defaults(func=cmd_status)

@@ -195,3 +195,14 @@ def test_status_without_a_database_says_so_in_one_line(tmp_path):
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("acceld status: cannot reach the database: ")
     assert "127.0.0.1" in lines[0] and done.stdout == ""
+
+
+def test_status_on_an_old_schema_says_so_in_one_line(tmp_path):
+    db = Database(f"sqlite:///{tmp_path / 'acceld.sqlite'}")
+    migrate.upgrade(db, "0001")
+    db.dispose()
+    done = run_cli("status", "--state-path", str(tmp_path))
+    assert done.returncode == 4
+    assert done.stderr.strip() == (
+        f"acceld status: The database schema is at revision 0001, not "
+        f"{migrate.head_revision()}: run `acceld db upgrade`.")
