@@ -14,8 +14,9 @@ client per URL and:
   that answered;
 - tries its preferred URL again ``[conductor] failback_interval`` after failing over,
   so load spreads back once a conductor returns;
-- logs each conductor's outage once when it starts and once when it ends
-  (acceld.outages), not per call.
+- logs each conductor's outage once when it starts and once when it ends, not per
+  call: in the process's outage log (acceld.outages.process_log), so an agent's
+  several clients (hellos, host-step reports) log it once between them.
 
 A call that must not run twice (a synchronous program) is only retried elsewhere
 when it surely never reached the first conductor (no connection was made).
@@ -37,7 +38,7 @@ from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
 from acceld.internal import auth
 from acceld.internal.auth import CONDUCTOR
-from acceld.outages import OutageLog
+from acceld.outages import OutageLog, process_log
 from acceld.services.secrets import SECRET_FILE, internal_secret
 
 LOG = logging.getLogger(__name__)
@@ -77,7 +78,8 @@ class FailoverClient:
                  timeout: float = 30.0, verify: str | bool = True,
                  connect_timeout: float = 3.0, failback_interval: float = 60.0,
                  prefer: str = "", destination: str = CONDUCTOR,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 outages: OutageLog | None = None) -> None:
         if not urls:
             raise ValueError("no conductor URL")
         start = _start_index(prefer, len(urls))
@@ -91,7 +93,7 @@ class FailoverClient:
         self._current = 0  # index in self._clients of the one that answered last
         self._failed_over_at: float | None = None
         self._guard = threading.Lock()
-        self.outages = OutageLog(LOG, clock)
+        self.outages = outages if outages is not None else process_log()
 
     @property
     def urls(self) -> list[str]:
@@ -137,7 +139,7 @@ class FailoverClient:
             except requests.RequestException as exc:
                 self.outages.down(what, f"{exc.__class__.__name__}: {exc}",
                                   "calls go to the next conductor" if len(self._clients) > 1
-                                  else "calls are retried")
+                                  else "calls are retried", logger=LOG)
                 if not (repeatable or never_sent(exc)):
                     raise
                 last = exc
@@ -151,7 +153,7 @@ class FailoverClient:
         raise last
 
     def _answered(self, index: int, what: str) -> None:
-        self.outages.up(what)
+        self.outages.up(what, LOG)
         with self._guard:
             if index != self._current:
                 LOG.info("Calls to the conductors now go to %s", self._clients[index].base_url)

@@ -645,14 +645,14 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
         outage_logs
 
     # The agent of cond-a's host failed over when cond-a was killed and came back to it
-    # after it returned, each of its clients (hellos, host-step reports) logging the outage
-    # once when it began and once when it ended; cond-b never went away for it, and the
+    # after it returned, logging the outage once when it began and once when it ended
+    # (its hello and host-step clients share one log); cond-b never went away for it, and the
     # other agent (chaos-2, on cond-b, started again in step 3) never lost its conductor.
     lines = cloud.conductor_outages("chaos-1", agent_log_at_kill["chaos-1"])
     of_a = [line for line in lines if cloud.urls["cond-a"] in line]
     went = [line for line in of_a if "is unavailable" in line]
     back = [line for line in of_a if "is available again" in line]
-    assert went and len(went) == len(back) == len(of_a) / 2, lines
+    assert len(went) == len(back) == 1, lines
     assert not any("is unavailable" in line for line in lines if line not in of_a), lines
     assert not any("is unavailable" in line for line in cloud.conductor_outages(
         "chaos-2", agent_log_at_kill["chaos-2"])), cloud.processes["chaos-2"].log()

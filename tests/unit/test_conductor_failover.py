@@ -15,6 +15,7 @@ import requests
 from acceld.clients.conductor import FailoverClient, conductor_urls
 from acceld.internal.auth import CONDUCTOR
 from acceld.internal.server import InternalServer, respond, serve
+from acceld.outages import OutageLog
 from tests.conftest import make_conf
 from tests.support.net import free_port
 
@@ -86,8 +87,9 @@ def test_after_failback_interval_the_preferred_conductor_is_tried_again(tmp_path
     port = free_port()
     preferred = f"http://127.0.0.1:{port}"
     now = [0.0]
+    log = OutageLog(logging.getLogger("acceld.clients.conductor"), clock=lambda: now[0])
     client = FailoverClient([preferred, b.url], SECRET, timeout=5, failback_interval=60,
-                            clock=lambda: now[0])
+                            clock=lambda: now[0], outages=log)
     assert client.call("POST", "/hello", {}) == {"name": "b"}
     back = Conductor(tmp_path, "back", port)  # the preferred conductor returns
     try:
@@ -137,6 +139,16 @@ def test_a_call_that_must_not_run_twice_moves_on_when_it_surely_never_arrived(pa
     _, b = pair
     client = FailoverClient([dead_url(), b.url], SECRET, timeout=5)
     assert client.call("POST", "/hello", {}, repeatable=False) == {"name": "b"}
+
+
+def test_clients_of_one_process_log_a_conductor_outage_once_between_them(pair, caplog):
+    a, _ = pair
+    dead = dead_url()
+    hellos = FailoverClient([dead, a.url], SECRET, timeout=5)
+    reports = FailoverClient([dead, a.url], SECRET, timeout=5)
+    hellos.call("POST", "/hello", {})
+    reports.call("POST", "/hello", {})
+    assert len(outage_lines(caplog, dead)) == 1
 
 
 def test_no_conductor_answering_raises_the_last_error():
