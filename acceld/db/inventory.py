@@ -2,8 +2,8 @@
 
 ``reconcile_node`` compares the records one node reports with the rows that
 node has: devices by control path, deployables by name, attributes by key,
-attach handles by attach info (an MDEV handle whose info changed shape also by its mdev:
-acceld.db.mdev_handles). It writes only the differences, inside the
+attach handles by attach info, and a handle whose info changed by what it names (an mdev,
+a PCI function: acceld.db.handle_identity). It writes only the differences, inside the
 caller's transaction (so a node's adds, updates and removals commit
 together), and an unchanged node costs five SELECTs and no write.
 
@@ -39,12 +39,12 @@ import orjson
 from sqlalchemy import Connection, delete, false, insert, select, update
 
 from acceld.db import device_events as events
-from acceld.db import mdev_handles
+from acceld.db import handle_identity
 from acceld.db import placement_flags
 from acceld.db.placement_flags import provider_uuid as rp_uuid
 from acceld.db.models import (attach_handles, attributes, controlpath_ids, deployables,
                               device_events, devices)
-from acceld.drivers.base import HardwareRecord
+from acceld.drivers.base import HardwareRecord, needs_attach_step
 from acceld.drivers.record_schema import identity, json_text
 
 LOG = logging.getLogger(__name__)
@@ -372,8 +372,10 @@ def _sync_handles(conn: Connection, device_id: int, dep_id: int, wanted: list[An
                   existing: dict[str, Any], changes: Changes) -> None:
     reported = [(_handle_key(h.attach_type, h.attach_info), h) for h in wanted]
     keys = {key for key, _ in reported}
-    # Rows naming a reported mdev under other info (its shape changed): updated in place.
-    adopted = _adopt_same_mdev(conn, device_id, reported, existing, changes)
+    # Rows naming a reported resource under other info (an mdev whose info changed shape, a
+    # PCI function whose info gained a key): updated in place.
+    adopted, existing = _adopt_same_handles(conn, device_id, dep_id, reported, existing,
+                                            changes)
     new = []
     for key, handle in reported:
         if key not in existing and key not in adopted:
@@ -401,21 +403,28 @@ def _sync_handles(conn: Connection, device_id: int, dep_id: int, wanted: list[An
             attach_handles.c.id.in_(gone), attach_handles.c.in_use == false())).rowcount
 
 
-def _adopt_same_mdev(conn: Connection, device_id: int, reported: list[tuple[str, Any]],
-                     existing: dict[str, Any], changes: Changes) -> dict[str, Any]:
-    """Update in place each stored row that names a reported mdev under other attach info
-    (acceld.db.mdev_handles): it takes the reported info and the mdev's uuid and keeps its
-    id, so an ARQ bound to it stays bound to the one row that names the mdev. Returns the
-    rows adopted by reported key.
+def _adopt_same_handles(conn: Connection, device_id: int, dep_id: int,
+                        reported: list[tuple[str, Any]], existing: dict[str, Any],
+                        changes: Changes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Update in place each stored row that names a reported handle's resource under other
+    attach info (acceld.db.handle_identity: an mdev by its uuid on its parent, a PCI or
+    TEST_PCI handle by its function): it takes the reported info and keeps its id, uuid
+    (an MDEV row takes its mdev's uuid) and ``in_use``, so an ARQ bound to it stays bound to
+    the one row that names the resource. Returns the rows adopted by reported key, and the
+    deployable's rows to diff the rest against.
 
-    The device is locked first, as a removal does (``_lock_device``): a bind that took a
-    row before commits first and the row is updated in use; a later bind waits and finds
-    the updated row. A free row an earlier reconcile split off under the reported key is
-    deleted; if a bind holds it too, both stay and an ERROR says so."""
-    pairings = mdev_handles.pair_by_mdev(reported, existing)
-    if not pairings:
-        return {}
+    The device is locked first, as a removal does (``_lock_device``), then the deployable's
+    rows are read again: a bind that took a row before commits first and is seen (which row
+    is in use decides the pairing); a later bind waits and finds the updated row. A free row
+    an earlier reconcile split off under the reported key is deleted; if a bind holds it
+    too, both stay and an ERROR says so."""
+    if not handle_identity.renamed(reported, existing):
+        return {}, existing
     _lock_device(conn, device_id)
+    existing = {_handle_key(row.attach_type, orjson.loads(row.attach_info)): row
+                for row in conn.execute(select(attach_handles).where(
+                    attach_handles.c.deployable_id == dep_id).order_by(attach_handles.c.id))}
+    pairings = handle_identity.pair_by_identity(reported, existing)
     adopted: dict[str, Any] = {}
     for pair in pairings:
         if pair.duplicate is not None:
@@ -423,27 +432,33 @@ def _adopt_same_mdev(conn: Connection, device_id: int, reported: list[tuple[str,
                 attach_handles.c.id == pair.duplicate.id,
                 attach_handles.c.in_use == false())).rowcount
             if not freed:
-                LOG.error("Attach handles %s and %s name the same mdev %s and are both in "
+                LOG.error("Attach handles %s and %s name the same %s %s and are both in "
                           "use; left as they are", pair.row.uuid, pair.duplicate.uuid,
-                          pair.handle.attach_info.get("uuid"))
+                          pair.handle.attach_type, handle_identity.handle_identity(
+                              pair.handle.attach_type, pair.handle.attach_info)[1])
                 continue
             changes.removed += 1
         adopted[pair.key] = pair.row
-    wanted = {pair.row.id: _mdev_uuid(pair.handle) for pair in pairings
-              if pair.key in adopted}
+    taking = [p for p in pairings if p.key in adopted]
+    wanted = {p.row.id: _mdev_uuid(p.handle) for p in taking if p.handle.attach_type == "MDEV"}
     taken = set(conn.execute(select(attach_handles.c.uuid).where(
         attach_handles.c.uuid.in_(sorted(set(wanted.values()))),
-        attach_handles.c.id.notin_(sorted(wanted)))).scalars())
-    for pair in (p for p in pairings if p.key in adopted):
+        attach_handles.c.id.notin_(sorted(wanted)))).scalars()) if wanted else set()
+    for pair in taking:
         values: dict[str, Any] = {"attach_info": json_text(pair.handle.attach_info)}
-        if wanted[pair.row.id] not in taken:
+        if pair.row.id in wanted and wanted[pair.row.id] not in taken:
             values["uuid"] = wanted[pair.row.id]
         conn.execute(update(attach_handles).where(attach_handles.c.id == pair.row.id)
                      .values(**values))
-        LOG.info("Attach handle %s takes %s: the same mdev, reported with other attach "
-                 "info; its id and binding are kept", pair.row.uuid, values)
+        LOG.info("Attach handle %s takes %s: the same %s, reported with other attach info; "
+                 "its id and binding are kept", pair.row.uuid, values, pair.handle.attach_type)
+        if pair.row.in_use and needs_attach_step(
+                pair.row.attach_type, orjson.loads(pair.row.attach_info)) != needs_attach_step(
+                pair.handle.attach_type, pair.handle.attach_info):
+            LOG.warning("Attach handle %s is in use and its new attach info changes whether "
+                        "it needs a host step; its release follows the new info", pair.row.uuid)
         changes.updated += 1
-    return adopted
+    return adopted, existing
 
 
 def _in_use(node: _Node, dep_ids: Iterable[int]) -> bool:
