@@ -407,8 +407,15 @@ class Heartbeats:
 
 # ---- the run -----------------------------------------------------------------------------------
 
+_EMIT = threading.Lock()
+
+
 def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "time": round(time.time(), 3), **fields}), flush=True)
+    """One JSON line on stdout (whole: the status thread emits beside the phases)."""
+    line = json.dumps({"event": event, "time": round(time.time(), 3), **fields}) + "\n"
+    with _EMIT:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:

@@ -191,6 +191,10 @@ class Binder:
             time.sleep(0.05)
         raise RuntimeError(f"ARQ {arq} did not resolve in 300 s")
 
+    def finish(self) -> None:
+        """Submit no more; the binds in flight go on (their agents must still be there)."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         for thread in self._threads:
@@ -387,6 +391,7 @@ def _follow(args: argparse.Namespace, cluster: Cluster, db: Database, nova: Reco
     rows: list[tuple[str, str]] = []
     cluster.binder = None  # type: ignore[attr-defined]
     killed_at: float | None = None
+    hold_started: float | None = None
     ring_moved: float | None = None
     agents_moved: float | None = None
     survivor_log = workdir / "conductor1.out"
@@ -415,6 +420,7 @@ def _follow(args: argparse.Namespace, cluster: Cluster, db: Database, nova: Reco
                 cluster.binder = Binder(cluster.api_urls, _free_fpgas(db))  # type: ignore[attr-defined]
                 cluster.binder.start()  # type: ignore[attr-defined]
             elif kind == "hold_start" and killed_at is None:
+                hold_started = time.monotonic()
                 time.sleep(args.kill_after)
                 survivor_offset = survivor_log.stat().st_size
                 os.kill(conductors[0], signal.SIGKILL)
@@ -424,6 +430,10 @@ def _follow(args: argparse.Namespace, cluster: Cluster, db: Database, nova: Reco
             elif kind == "status" and killed_at is not None and agents_moved is None:
                 if event["oldest_ok"] > killed_at:
                     agents_moved = event["time"] - killed_at
+        binder = cluster.binder  # type: ignore[attr-defined]
+        if hold_started is not None and binder is not None and \
+                time.monotonic() > hold_started + args.hold - _BIND_MARGIN:
+            binder.finish()  # the last binds resolve while the agents still heartbeat
         if killed_at is not None and ring_moved is None and \
                 _ring_drop_seen(survivor_log, "conductor-0", survivor_offset):
             ring_moved = time.time() - killed_at
@@ -480,7 +490,10 @@ def _follow(args: argparse.Namespace, cluster: Cluster, db: Database, nova: Reco
     return rows
 
 
-_BASELINE: dict[str, float] = {}  # the conductors' CPU rate without agents (run)
+_BASELINE: dict[str, float] = {}
+# Seconds before the simulator's agents stop (end of the hold phase) that no more binds
+# are submitted: one in flight when they stop would wait for its agent until bind_timeout.
+_BIND_MARGIN = 15.0  # the conductors' CPU rate without agents (run)
 
 
 def _measure_idle(conductors: list[int], seconds: float) -> float:
