@@ -84,8 +84,12 @@ class FailoverClient:
             raise ValueError("no conductor URL")
         start = _start_index(prefer, len(urls))
         ordered = list(urls[start:]) + list(urls[:start])
+        # Each URL's client learns the name of the conductor process answering there, and
+        # signs for it (its nonces then stay in that process's memory: acceld.clients.internal).
         self._clients = [InternalClient(url, secret, timeout=timeout, verify=verify,
-                                        destination=destination) for url in ordered]
+                                        destination=destination,
+                                        learn_destination=destination == CONDUCTOR)
+                         for url in ordered]
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._failback_interval = failback_interval

@@ -5,10 +5,22 @@ an unsigned or mismatched one is refused (InternalError 502), so an answer
 cannot be swapped or replayed on the wire. An error answer without a signature
 (a 401 or 413 from a server that could not authenticate the call) is still
 reported with its status.
+
+A client of the conductors (``learn_destination``) signs its first call to a URL
+for the conductors' shared name (a nonce in the shared database table) and then
+for the name the conductor that answered announced as its own (nonces kept in
+that process's memory: no database write per call). When a call made for the
+learned name is refused by the credential check (401 without a signed answer:
+nothing ran), the conductor at that URL is another process (restarted, or a load
+balancer chose another), and the call is sent once more for the shared name; the
+URL then stays on the shared name for :data:`SHARED_AFTER_REFUSAL` seconds, so a
+load balancer that spreads single calls costs one refusal per that time, not one
+per call.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +29,10 @@ import requests
 
 from acceld import request_ids
 from acceld.internal import auth
+
+
+# Seconds a conductor URL whose learned name was refused keeps to the shared name.
+SHARED_AFTER_REFUSAL = 60.0
 
 
 def tls_verify(conf) -> str | bool:  # type: ignore[no-untyped-def]
@@ -46,11 +62,12 @@ class InternalClient:
 
     def __init__(self, base_url: str, secret: bytes | auth.Signer, *, timeout: float = 10.0,
                  verify: str | bool = True, node: str | None = None,
-                 destination: str = "") -> None:
+                 destination: str = "", learn_destination: bool = False) -> None:
         """``secret``: the key to sign with; ``node``: the node it belongs to (None: the
         cloud's secret). A :class:`auth.Signer` gives both. ``destination``: the service
         at ``base_url`` (auth.CONDUCTOR, auth.agent_destination(host), ...): the
-        credential is good there only."""
+        credential is good there only. ``learn_destination``: sign for the name the
+        server announces as its own once it has answered (conductors; see the module)."""
         if "://" not in base_url:
             base_url = f"http://{base_url}"
         self.base_url = base_url.rstrip("/")
@@ -59,6 +76,9 @@ class InternalClient:
         self._timeout = timeout
         self._verify = verify
         self.destination = destination
+        self._learn = learn_destination
+        self.learned: str | None = None  # the announced name calls are signed for now
+        self._shared_until = 0.0  # monotonic: no learning before (after a refusal)
         self._session = requests.Session()
 
     def call(self, method: str, path: str, body: Any = None, *,
@@ -70,14 +90,16 @@ class InternalClient:
         """
         data = orjson.dumps(body) if body is not None else b""
         signer = signer or self._signer  # one client may speak for several nodes (simulate)
-        headers, nonce = signer.headers(method, self._prefix + path, data,
-                                        destination=self.destination)
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        # The request (or bind job) this call is made for, so the server's lines name it.
-        headers.update(request_ids.outgoing_headers())
-        resp = self._session.request(method, self.base_url + path, data=data, headers=headers,
-                                     timeout=timeout or self._timeout, verify=self._verify)
+        learned = self.learned
+        resp, nonce = self._send(method, path, data, body is not None, signer,
+                                 learned or self.destination, timeout)
+        if learned is not None and resp.status_code == 401 \
+                and auth.RESPONSE_HEADER not in resp.headers:
+            # Refused before anything ran: another process answers this URL now.
+            self.learned = None
+            self._shared_until = time.monotonic() + SHARED_AFTER_REFUSAL
+            resp, nonce = self._send(method, path, data, body is not None, signer,
+                                     self.destination, timeout)
         signature = resp.headers.get(auth.RESPONSE_HEADER)
         if signature is not None or resp.status_code < 400:
             try:
@@ -87,7 +109,30 @@ class InternalClient:
                                          f"{exc}") from None
         if resp.status_code >= 400:
             raise InternalError(resp.status_code, resp.text[:500])
+        if self._learn:
+            self._learn_from(resp.headers.get(auth.DESTINATION_HEADER))
         return orjson.loads(resp.content) if resp.content else None
+
+    def _send(self, method: str, path: str, data: bytes, is_json: bool, signer: auth.Signer,
+              destination: str, timeout: float | None) -> tuple[requests.Response, str]:
+        headers, nonce = signer.headers(method, self._prefix + path, data,
+                                        destination=destination)
+        if is_json:
+            headers["Content-Type"] = "application/json"
+        # The request (or bind job) this call is made for, so the server's lines name it.
+        headers.update(request_ids.outgoing_headers())
+        resp = self._session.request(method, self.base_url + path, data=data, headers=headers,
+                                     timeout=timeout or self._timeout, verify=self._verify)
+        return resp, nonce
+
+    def _learn_from(self, announced: str | None) -> None:
+        """Sign the next calls for the name a signed, successful answer announced: only a
+        conductor instance's name (never an agent's or a driver's), and not while this
+        URL keeps to the shared name after a refusal."""
+        if announced == self.learned or not auth.is_conductor_instance(announced):
+            return
+        if time.monotonic() >= self._shared_until:
+            self.learned = announced
 
     def close(self) -> None:
         self._session.close()

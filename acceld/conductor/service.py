@@ -30,7 +30,7 @@ from oslo_config import cfg
 from acceld.conductor.membership import Membership, member_name
 from acceld.db import leases
 from acceld.db.nonces import DatabaseReplay
-from acceld.internal.auth import CONDUCTOR
+from acceld.internal.auth import CONDUCTOR, new_conductor_instance
 from acceld.db.engine import Database
 from acceld.internal.server import Handler, InternalServer, serve
 from acceld.metrics.serve import serve as serve_metrics
@@ -81,10 +81,14 @@ class Conductor:
             node_paths += getattr(component, "node_paths", list)()
         # One name for every conductor; the nonces they accept are shared in the database,
         # so a credential one accepted is refused by all (and by itself after a restart).
+        # And a name of this process's own, which clients learn from its answers: only
+        # this process accepts those credentials, so it remembers their nonces in memory
+        # (no database write per call; acceld.internal.auth).
         self.server = serve(self.conf, cloud_keyring(self.conf), routes,
                             self.conf.conductor.host_ip, self.conf.conductor.port,
                             node_paths=node_paths, destination=CONDUCTOR,
                             replay=DatabaseReplay(self.db, self.conf.internal.credential_ttl),
+                            own_destination=new_conductor_instance(),
                             outage=self.db.outage, database=self.db)
         # In the ring before any periodic task runs, so the first passes divide the hosts.
         self.membership.url = self.server.url

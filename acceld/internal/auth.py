@@ -24,9 +24,14 @@ and the conductor signs its calls to an agent with that agent's key.
 
 A server accepts a credential once and only within ``[internal] credential_ttl``
 seconds of its time. Where its nonces are remembered is a :class:`ReplayGuard`:
-in memory by default; the conductor's is the database
-(acceld.db.nonces.DatabaseReplay), shared by every conductor on it and surviving
-their restarts. A server without a database (an agent, a driver process) also
+in memory by default; for the conductors' shared name :data:`CONDUCTOR` it is the
+database (acceld.db.nonces.DatabaseReplay), shared by every conductor on it and
+surviving their restarts. Each conductor process also has a name of its own,
+:func:`conductor_instance` of a random token drawn at its start, which it announces
+in ``X-Acceld-Destination`` on every answer: a client that learned it signs its next
+calls to that URL for it. Only that process can accept such a credential (the MAC
+covers the name; no other process, nor this one after a restart, draws the same
+token), so its nonces are kept in this process's memory: no database write. A server without a database (an agent, a driver process) also
 refuses credentials stamped before it started (``not_before``), so a restart does
 not reopen the door to what the previous process accepted. It
 signs its answer over the request's nonce, status and body
@@ -50,6 +55,7 @@ HEADER = "X-Acceld-Credential"
 NODE_HEADER = "X-Acceld-Node"
 DIGEST_HEADER = "X-Acceld-Content-SHA256"
 RESPONSE_HEADER = "X-Acceld-Response"
+DESTINATION_HEADER = "X-Acceld-Destination"  # a conductor process's own name (announced)
 
 # The shortest secret or node key acceld accepts (characters). Generated ones are longer.
 MIN_SECRET_LENGTH = 32
@@ -89,6 +95,23 @@ def body_digest(body: bytes) -> str:
 # The conductor's destination name: every conductor sharing a database is one service
 # (a replay to another is refused by the shared nonce table, not by the name).
 CONDUCTOR = "conductor"
+
+
+# A conductor process's own name: CONDUCTOR, a space and 32 hex digits drawn at its start.
+_CONDUCTOR_INSTANCE = re.compile(r"^conductor [0-9a-f]{32}\Z")
+
+
+def new_conductor_instance() -> str:
+    """A fresh name for one conductor process (128 random bits: no other process, and
+    not this one's next start, draws it again)."""
+    return f"{CONDUCTOR} {secrets.token_hex(16)}"
+
+
+def is_conductor_instance(name: str | None) -> bool:
+    """True for a well-formed :func:`new_conductor_instance` name. A client signs for an
+    announced name only then: an answer cannot make it sign a call for an agent or a
+    driver process (whose names are of other forms)."""
+    return bool(name) and bool(_CONDUCTOR_INSTANCE.match(name))  # type: ignore[arg-type]
 
 
 def agent_destination(hostname: str) -> str:
@@ -208,10 +231,15 @@ class MemoryReplay:
     from the front once their stamp is older than the ttl (a nonce queued behind a
     newer stamp is kept a little longer, which is only memory). Scanning the whole set
     instead cost 0.5 ms per call at 6,000 live nonces (700 agents beating every 10 s).
+
+    ``margin``: seconds a nonce is kept beyond its credential's expiry. Acceptance and
+    forgetting are judged by the same clock (this process's), so 0 is exact while that
+    clock does not step back; a margin tolerates a backward step of up to that much
+    (the guard a conductor keeps alone uses one ttl, as the shared table does).
     """
 
-    def __init__(self, ttl: int) -> None:
-        self._ttl = ttl
+    def __init__(self, ttl: int, margin: int = 0) -> None:
+        self._ttl = ttl + margin
         self._seen: set[str] = set()
         self._order: collections.deque[tuple[int, str]] = collections.deque()
         self._lock = threading.Lock()
@@ -234,16 +262,22 @@ class Verifier:
     ``destination``: this server's name (what clients sign for); ``replay``: where
     accepted nonces are remembered (default: this process's memory); ``not_before``:
     refuse credentials stamped earlier (a restarted server without a shared replay
-    guard gives this its start time).
+    guard gives this its start time). ``own_destination``: a second name that only
+    this process accepts (a conductor's :func:`new_conductor_instance`); credentials
+    made for it are remembered in this process's memory alone, for one ttl more than
+    they can be accepted.
     """
 
     def __init__(self, keys: bytes | Keyring, ttl: int = 60, *, destination: str = "",
-                 replay: ReplayGuard | None = None, not_before: int | None = None) -> None:
+                 replay: ReplayGuard | None = None, not_before: int | None = None,
+                 own_destination: str | None = None) -> None:
         self._keys: Keyring = CloudKeys(keys) if isinstance(keys, bytes) else keys
         self._ttl = ttl
         self.destination = destination
         self._replay: ReplayGuard = replay if replay is not None else MemoryReplay(ttl)
         self.not_before = not_before
+        self.own_destination = own_destination
+        self._own_replay = MemoryReplay(ttl, margin=ttl)
 
     def check(self, method: str, path: str, credential: str | None, node: str | None,
               digest: str | None, now: float | None = None) -> Identity:
@@ -270,11 +304,17 @@ class Verifier:
         if key is None:
             raise CredentialError(f"no key here for node {node!r}" if node
                                   else "a node's key is required here")
-        if not hmac.compare_digest(
+        if self.own_destination is not None and hmac.compare_digest(
+                _mac(key, method, path, stamp, nonce, node, digest, self.own_destination),
+                mac):
+            replay = self._own_replay  # made for this process alone
+        elif hmac.compare_digest(
                 _mac(key, method, path, stamp, nonce, node, digest, self.destination), mac):
+            replay = self._replay
+        else:
             raise CredentialError("wrong credential (another key, or made for another "
                                   "service than " + (self.destination or "this one") + ")")
-        if not self._replay.first_use(nonce, issued, now):
+        if not replay.first_use(nonce, issued, now):
             raise CredentialError("replayed credential")
         return Identity(node, key, nonce, digest)
 

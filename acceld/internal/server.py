@@ -113,6 +113,12 @@ class _Authenticate:
 
     def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object,
                          req_succeeded: bool) -> None:
+        if self.verifier.own_destination is not None:
+            # This process's own name: the caller's next calls made for it are checked
+            # against this process's memory instead of the shared nonce table. Unsigned:
+            # a forged one only makes a client's next call be refused (401) and sent again
+            # for the shared name (acceld.clients.internal).
+            resp.set_header(auth.DESTINATION_HEADER, self.verifier.own_destination)
         identity: auth.Identity | None = getattr(req.context, "identity", None)
         if identity is None:
             return  # nothing to sign with: the caller was refused
@@ -264,6 +270,7 @@ def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]
           node_paths: Collection[str] | None = None,
           replay: auth.ReplayGuard | None = None,
           not_before: int | None = None,
+          own_destination: str | None = None,
           outage: DatabaseOutage | None = None,
           database: object | None = None) -> InternalServer:
     """Start the authenticated internal app for ``routes``, with TLS and limits from
@@ -271,9 +278,10 @@ def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]
     answers without a credential (acceld.healthcheck), checking ``database`` if given.
 
     ``destination``: this server's name, or a function of the port it is bound to (for
-    a server on a free port that is named by its address)."""
+    a server on a free port that is named by its address). ``own_destination``: a name
+    only this process accepts, announced on every answer (see auth.Verifier)."""
     verifier = auth.Verifier(keys, conf.internal.credential_ttl, replay=replay,
-                             not_before=not_before)
+                             not_before=not_before, own_destination=own_destination)
     app = build_app(keys, conf.internal.credential_ttl, routes,
                     max_body=conf.internal.max_request_body, node_paths=node_paths,
                     verifier=verifier, outage=outage)

@@ -188,3 +188,104 @@ def test_a_restarted_agent_refuses_what_its_previous_process_accepted(conf, sqli
             timeout_message="timed out") == {"status": "IN-PROGRESS"}
     finally:
         second.stop()
+
+
+class NonceWrites:
+    """Statements a database ran that write the shared nonce table (event hook)."""
+
+    def __init__(self, db) -> None:  # type: ignore[no-untyped-def]
+        self.db, self.count = db, 0
+
+    def _seen(self, conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+        if "internal_nonces" in statement and statement.lstrip().upper().startswith("INSERT"):
+            self.count += 1
+
+    def __enter__(self) -> "NonceWrites":
+        from sqlalchemy import event
+        event.listen(self.db.engine, "before_cursor_execute", self._seen)
+        return self
+
+    def __exit__(self, *exc) -> None:  # type: ignore[no-untyped-def]
+        from sqlalchemy import event
+        event.remove(self.db.engine, "before_cursor_execute", self._seen)
+
+
+def hello_conductor(conf, db, name: str) -> Conductor:
+    from acceld.conductor.agents import AgentsComponent
+
+    node = Conductor(conf, db, [AgentsComponent(conf, db)], instance_id=name)
+    node.start()
+    return node
+
+
+def test_a_heartbeat_made_for_one_conductor_process_needs_no_nonce_write_and_is_refused_elsewhere(
+        conf, db, node_a, monkeypatch, caplog):
+    """An agent's heartbeat, signed for the conductor process that answered it before,
+    is remembered in that process's memory alone (no INSERT into internal_nonces) and
+    refused on replay there (memory), at another conductor and after a restart (its name
+    is not theirs). What is signed for the shared name still goes through the table."""
+    from acceld.clients.conductor import FailoverClient
+
+    c1, c2 = hello_conductor(conf, db, "c1"), hello_conductor(conf, db, "c2")
+    client = FailoverClient([c1.server.url], node_a.signer, timeout=30)
+    try:
+        with capture(monkeypatch) as sent:
+            client.call("POST", "/hello", node_a.hello_body())  # registers: shared name
+            with NonceWrites(db) as writes:
+                answer = client.call("POST", "/hello", node_a.hello_body())
+                assert answer["pulled"] is False  # an unchanged heartbeat
+                assert writes.count == 0  # its nonce is in c1's memory only
+                first, beat = [s for s in sent if s.path == "/hello"]
+                # Replayed to the same conductor: refused from memory, still no write.
+                assert refused(caplog, beat.replay(c1.server.url)).endswith(
+                    "replayed credential")
+                assert writes.count == 0
+                # To another conductor on the database: not its name.
+                assert "wrong credential" in refused(caplog, beat.replay(c2.server.url))
+        # The first hello was signed for the shared name: refused via the table, anywhere.
+        assert refused(caplog, first.replay(c1.server.url)).endswith("replayed credential")
+        assert refused(caplog, first.replay(c2.server.url)).endswith("replayed credential")
+        # The same conductor restarted on the same port: another process, another name.
+        port = c1.server.port
+        c1.stop()
+        conf.set_override("port", port, group="conductor")
+        c1 = hello_conductor(conf, db, "c1-restarted")
+        assert "wrong credential" in refused(caplog, beat.replay(c1.server.url))
+        # The agent's client: its learned name is refused (nothing ran), the call is sent
+        # again for the shared name and answered.
+        with capture(monkeypatch) as sent:
+            assert client.call("POST", "/hello", node_a.hello_body())["status"] == "OK"
+        assert [call.replay(c1.server.url) for call in sent] == [401, 401]  # both used
+        caplog.clear()
+    finally:
+        client.close()
+        c1.stop()
+        c2.stop()
+
+
+def test_behind_a_load_balancer_a_client_keeps_to_the_shared_name(conf, sqlite_db, node_a,
+                                                                   monkeypatch, caplog):
+    """One URL whose calls reach one conductor, then another (a load balancer): the call
+    refused for the first one's name is sent again for the shared name, and the URL keeps
+    to the shared name (no refusal per call); its nonces go through the shared table."""
+    from acceld.clients.conductor import FailoverClient
+
+    c1, c2 = hello_conductor(conf, sqlite_db, "c1"), hello_conductor(conf, sqlite_db, "c2")
+    client = FailoverClient([c1.server.url], node_a.signer, timeout=30)
+    try:
+        client.call("POST", "/hello", node_a.hello_body())
+        client.call("POST", "/hello", node_a.hello_body())  # for c1's own name
+        client.base_url = c2.server.url  # the balancer picks c2 now
+        with capture(monkeypatch) as sent, NonceWrites(sqlite_db) as writes:
+            for _ in range(3):
+                assert client.call("POST", "/hello", node_a.hello_body())["status"] == "OK"
+            assert len(sent) == 4  # one refusal, then the shared name only
+            assert writes.count == 3
+        client.base_url = c1.server.url  # and back to c1: the shared name still
+        with capture(monkeypatch) as sent:
+            client.call("POST", "/hello", node_a.hello_body())
+        assert refused(caplog, sent[0].replay(c2.server.url)).endswith("replayed credential")
+    finally:
+        client.close()
+        c1.stop()
+        c2.stop()

@@ -26,3 +26,21 @@ def test_stamps_out_of_order_are_kept_until_their_own_expiry():
     assert not guard.first_use("ahead", NOW + 50, NOW + 100)
     assert guard.first_use("later", NOW + 111, NOW + 111)  # both past their ttl
     assert guard._seen == {"later"}
+
+
+def test_a_margin_keeps_nonces_one_more_window():
+    guard = MemoryReplay(60, margin=60)
+    assert guard.first_use("a", NOW, NOW)
+    assert not guard.first_use("a", NOW, NOW + 100)  # past its expiry, within the margin
+    assert guard.first_use("b", NOW + 121, NOW + 121)
+    assert "a" not in guard._seen
+
+
+def test_a_client_signs_only_for_a_conductor_process_name():
+    from acceld.internal import auth
+
+    assert auth.is_conductor_instance(auth.new_conductor_instance())
+    for name in (None, "", "conductor", "agent node-a", "driver 10.0.0.1:1",
+                 "conductor " + "0" * 31, "conductor " + "0" * 32 + "\n"):
+        assert not auth.is_conductor_instance(name)
+    assert auth.new_conductor_instance() != auth.new_conductor_instance()
