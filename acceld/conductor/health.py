@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from oslo_config import cfg
 from sqlalchemy import Connection, Row, select, true, update
@@ -158,11 +158,19 @@ def _needs_write(row: Any, reported: Health, counted: bool) -> bool:
 
 def apply_reported(conn: Connection, hostname: str,
                    reported: Iterable[tuple[Any, int, Health]], counted: bool,
-                   policy: HealthPolicy) -> set[str]:
+                   policy: HealthPolicy, inserted: Mapping[int, Any] | None = None) -> set[str]:
     """Apply each ``(row read by the diff or None, device id, health)`` of one node's report,
-    in the caller's transaction; returns the Placement providers to flag."""
+    in the caller's transaction; returns the Placement providers to flag.
+
+    ``inserted`` holds the rows of devices this transaction added, by id: no other
+    transaction sees them before it commits, so they are neither locked nor read again."""
     dirty: set[str] = set()
     for row, device_id, health in reported:
+        new = inserted.get(device_id) if inserted else None
+        if new is not None:
+            if _needs_write(new, health, counted):
+                dirty |= _apply_one(conn, hostname, new, health, counted, policy)
+            continue
         if row is not None and not _needs_write(row, health, counted):
             continue
         locked = lock_device_row(conn, device_id)

@@ -62,7 +62,7 @@ def apply_report(db: Database, hostname: str, report: Any,
         dirty = health.apply_reported(
             conn, hostname, [(row, device_id, Health.from_dict(record.health))
                              for row, device_id, record in changes.reported],
-            counted, policy or health.HealthPolicy())
+            counted, policy or health.HealthPolicy(), inserted=changes.inserted)
         if dirty:
             placement_flags.flag_providers(conn, hostname, dirty)
         # Held devices wait for a release that no hardware change announces: forget the
