@@ -289,6 +289,10 @@ class Heartbeats:
             self._targets.append((parts.hostname or "127.0.0.1", parts.port or 80,
                                   parts.path.rstrip("/")))
         self._connections = connections
+        # The name each conductor announced as its own process's (X-Acceld-Destination):
+        # hellos are signed for it once known, as acceld's conductor client does, so that
+        # the conductor keeps their nonces in memory (acceld.clients.internal).
+        self._names: list[str | None] = [None] * len(urls)
         # Each agent is in exactly one place: a timer, a queue, or a hello in flight.
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._busy: set[int] = set()  # queued or in flight
@@ -343,7 +347,7 @@ class Heartbeats:
                 if self.conductor_of[index] != target:  # moved since it was queued
                     self._due(index)
                     continue
-                ok = await self._hello(conn, prefix, self.agents[index])
+                ok = await self._hello(conn, prefix, self.agents[index], target)
                 if ok:
                     self._later(index, self.interval)
                 else:  # fail over: the next conductor, at once
@@ -355,14 +359,16 @@ class Heartbeats:
         finally:
             conn.close()
 
-    async def _hello(self, conn: _Connection, prefix: str, agent: SimulatedAgent) -> bool:
+    async def _hello(self, conn: _Connection, prefix: str, agent: SimulatedAgent,
+                     target: int) -> bool:
         body = orjson.dumps({
             "status": "READY", "endpoint": f"127.0.0.1:{agent.port}",
             "hostname": agent.hostname, "heartbeat_interval": max(1, int(self.interval)),
             "hardware_digest": agent.digest, "drivers": ["fake"]})
         path = prefix + "/hello"
         signer = agent.signer
-        headers, nonce = signer.headers("POST", path, body, destination=auth.CONDUCTOR)
+        name = self._names[target]
+        headers, nonce = signer.headers("POST", path, body, destination=name or auth.CONDUCTOR)
         head = (f"POST {path} HTTP/1.1\r\nHost: {conn.host}:{conn.port}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                 + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
@@ -374,6 +380,12 @@ class Heartbeats:
             if status < 400 or auth.RESPONSE_HEADER.lower() in answer_headers:
                 signer.check_response(nonce, status, answer,
                                       answer_headers.get(auth.RESPONSE_HEADER.lower()))
+            if status == 401 and name is not None \
+                    and auth.RESPONSE_HEADER.lower() not in answer_headers:
+                self._names[target] = None  # another process there now: the shared name
+            announced = answer_headers.get(auth.DESTINATION_HEADER.lower())
+            if status < 400 and auth.is_conductor_instance(announced):
+                self._names[target] = announced
             if status >= 400:  # answered: tried again an interval later, same conductor
                 error = f"{status}: {answer[:200]!r}"
             else:

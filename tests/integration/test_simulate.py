@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 from acceld.db.engine import Database
-from acceld.db.models import agents, devices
+from acceld.db.models import agents, devices, internal_nonces
 from acceld.services.secrets import ensure_secret_file
 
 pytestmark = pytest.mark.integration
@@ -85,6 +85,12 @@ def test_agents_register_heartbeat_and_changes_are_pulled(conductor) -> None:
         revised = conn.execute(select(func.count()).select_from(devices).where(
             devices.c.model.like("simulated model rev %"))).scalar_one()
     assert revised >= 1
+    # Hellos are signed for the conductor process's own name once it announced it: only
+    # those sent before its first answer (one per kept-alive connection at most) used the
+    # shared name and its nonce table.
+    with db.read() as conn:
+        shared = conn.execute(select(func.count()).select_from(internal_nonces)).scalar_one()
+    assert 1 <= shared <= 8 < events["churn_end"]["hellos"]
 
 
 def test_a_wrong_secret_is_refused(conductor, tmp_path) -> None:
