@@ -1,5 +1,10 @@
 """The conductors' replay cache of internal credentials, in the database.
 
+Only for credentials made for the conductors' shared name (``conductor``): a
+client's first call to a URL, and URLs behind a load balancer. Those made for one
+conductor process's own name are remembered in that process's memory alone
+(acceld.internal.auth.Verifier's ``own_destination``): no other process accepts them.
+
 Every conductor sharing a database refuses a nonce any of them accepted, and a
 restarted conductor refuses what it accepted before: a credential is accepted once
 cloud-wide. A nonce is kept until its credential has expired for every conductor
