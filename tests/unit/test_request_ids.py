@@ -24,7 +24,8 @@ from tests.support import inventory
 from tests.support.nova import RecordingNova
 
 ARQS = "/accelerator/v2/accelerator_requests"
-GLOBAL_ID = f"req-{uuid.uuid4()}"
+# Fixed: parameter ids built from it must match in every collecting process (pytest-xdist).
+GLOBAL_ID = "req-7e0a4c83-69c7-447c-9f47-b39d4e17c539"
 SECRET = b"s" * 32
 
 
@@ -83,7 +84,7 @@ def test_access_line_per_request(tmp_path, sqlite_db, log_file):
 
 
 @pytest.mark.parametrize("header", [
-    "bogus", str(uuid.uuid4()), GLOBAL_ID.upper(), GLOBAL_ID + "0", GLOBAL_ID + "\nforged",
+    "bogus", "49326a8a-1734-432b-b82b-2f9bcd458642", GLOBAL_ID.upper(), GLOBAL_ID + "0", GLOBAL_ID + "\nforged",
     "req-" + "0" * 36,
 ])
 def test_a_malformed_global_id_is_ignored(tmp_path, sqlite_db, header):
