@@ -106,6 +106,11 @@ class _Node:
     deps_of: dict[int, list[Any]]  # device id -> deployable rows
     attrs_of: dict[int, dict[str, Any]]  # deployable id -> key -> row
     handles_of: dict[int, dict[str, Any]]  # deployable id -> attach identity -> row
+    # Rows to add, written once for the whole node after its devices are diffed (one
+    # executemany each instead of one per deployable).
+    new_attributes: list[dict[str, Any]] = field(default_factory=list)
+    new_handles: list[dict[str, Any]] = field(default_factory=list)
+    added_deployables: dict[str, int] = field(default_factory=dict)  # full name -> new id
 
 
 def _path_key(cpid_type: str, info: dict[str, Any]) -> str:
@@ -158,17 +163,22 @@ def reconcile_node(conn: Connection, hostname: str, records: Iterable[HardwareRe
     changes = Changes()
     reported: set[str] = set()
     taken = _taken_identities(conn, node, records, hostname)
-    for record in records:
-        key = _path_key(record.controlpath_id["cpid_type"], record.controlpath_id["cpid_info"])
-        reported.add(key)
-        row = node.devices.get(key)
-        if row is None:
-            device_id = _add_device(conn, hostname, record, changes, taken)
-        else:
-            device_id = row.id
+    rows = [node.devices.get(_path_key(r.controlpath_id["cpid_type"],
+                                       r.controlpath_id["cpid_info"])) for r in records]
+    # New devices and deployables are inserted first, one statement each for the node (their
+    # ids come back in the rows' order); only new rows, which no one else sees yet.
+    new_ids = iter(_add_devices(conn, hostname, [r for r, row in zip(records, rows)
+                                                 if row is None], changes, taken))
+    device_ids = [next(new_ids) if row is None else row.id for row in rows]
+    _add_deployables(conn, hostname, list(zip(device_ids, records)), node, changes, taken)
+    for record, row, device_id in zip(records, rows, device_ids):
+        reported.add(_path_key(record.controlpath_id["cpid_type"],
+                               record.controlpath_id["cpid_info"]))
+        if row is not None:
             _update_device(conn, row, record, node, changes)
-        _sync_deployables(conn, hostname, device_id, record, node, changes, taken)
+        _sync_deployables(conn, hostname, device_id, record, node, changes)
         changes.reported.append((row, device_id, record))
+    _insert_new_rows(conn, node)
     for key, row in node.devices.items():
         if key in reported:
             continue
@@ -179,6 +189,15 @@ def reconcile_node(conn: Connection, hostname: str, records: Iterable[HardwareRe
     if changes.dirty_rps:
         placement_flags.flag_providers(conn, hostname, changes.dirty_rps)
     return changes
+
+
+def _insert_new_rows(conn: Connection, node: _Node) -> None:
+    """The attributes and attach handles the diff added, one statement each for the node."""
+    if node.new_attributes:
+        conn.execute(insert(attributes), node.new_attributes)
+    _fresh_uuids_where_taken(conn, node.new_handles)
+    if node.new_handles:
+        conn.execute(insert(attach_handles), node.new_handles)
 
 
 @dataclass
@@ -233,30 +252,77 @@ def _device_values(record: HardwareRecord) -> dict[str, Any]:
     }
 
 
-def _add_device(conn: Connection, hostname: str, record: HardwareRecord, changes: Changes,
-                taken: _Taken) -> int:
-    uuid = str(uuidlib.UUID(record.uuid))
-    if uuid in taken.device_uuids:
-        LOG.warning("Hardware uuid %s reported by %s is already used by another device; "
-                    "the new device gets a fresh uuid", uuid, hostname)
-        uuid = str(uuidlib.uuid4())
-    values = _device_values(record)
-    # Parameters rather than .values(): the INSERT is then one cached statement (building
-    # and compiling a statement per row cost ~0.1 ms each).
-    device_id = conn.execute(insert(devices), dict(
+_RETURNING_IDS = {table.name: insert(table).returning(table.c.id, sort_by_parameter_order=True)
+                  for table in (devices, deployables)}
+
+
+def _insert_ids(conn: Connection, table: Any, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert ``rows`` and return their ids in the same order: one statement where the
+    database returns ids in parameter order (SQLite, PostgreSQL, MariaDB 10.5+), else one
+    per row. A cached statement with parameters, never a .values() statement per row
+    (building and compiling one cost ~0.1 ms)."""
+    if not rows:
+        return []
+    if conn.dialect.insert_executemany_returning_sort_by_parameter_order:
+        return list(conn.execute(_RETURNING_IDS[table.name], rows).scalars())
+    return [conn.execute(insert(table), row).inserted_primary_key[0] for row in rows]
+
+
+def _add_devices(conn: Connection, hostname: str, records: list[HardwareRecord],
+                 changes: Changes, taken: _Taken) -> list[int]:
+    """Insert the node's new devices and their control paths; their ids, in order."""
+    uuids = []
+    for record in records:
+        uuid = str(uuidlib.UUID(record.uuid))
+        if uuid in taken.device_uuids:
+            LOG.warning("Hardware uuid %s reported by %s is already used by another device; "
+                        "the new device gets a fresh uuid", uuid, hostname)
+            uuid = str(uuidlib.uuid4())
+        uuids.append(uuid)
+    ids = _insert_ids(conn, devices, [dict(
         uuid=uuid, hostname=hostname, status="enabled", status_reason=not_ready_reason(record),
-        vanished=False, **values)).inserted_primary_key[0]
-    cpid = record.controlpath_id
-    conn.execute(insert(controlpath_ids), dict(
-        uuid=str(uuidlib.uuid4()), device_id=device_id, cpid_type=cpid["cpid_type"],
-        cpid_info=json_text(cpid["cpid_info"])))
-    changes.added += 1
-    changes.inserted[device_id] = InsertedDevice(device_id, uuid, hostname)
-    if uuid in taken.with_history:
-        # A device with a history came back (removed while it was not reported).
-        events.record(conn, uuid, hostname, events.REAPPEARED,
-                      f"Reported again by host {hostname}")
-    return device_id
+        vanished=False, **_device_values(record)) for uuid, record in zip(uuids, records)])
+    if ids:
+        conn.execute(insert(controlpath_ids), [dict(
+            uuid=str(uuidlib.uuid4()), device_id=device_id,
+            cpid_type=record.controlpath_id["cpid_type"],
+            cpid_info=json_text(record.controlpath_id["cpid_info"]))
+            for device_id, record in zip(ids, records)])
+    for device_id, uuid in zip(ids, uuids):
+        changes.added += 1
+        changes.inserted[device_id] = InsertedDevice(device_id, uuid, hostname)
+        if uuid in taken.with_history:
+            # A device with a history came back (removed while it was not reported).
+            events.record(conn, uuid, hostname, events.REAPPEARED,
+                          f"Reported again by host {hostname}")
+    return ids
+
+
+def _add_deployables(conn: Connection, hostname: str,
+                     plan: list[tuple[int, HardwareRecord]], node: _Node, changes: Changes,
+                     taken: _Taken) -> None:
+    """Insert every reported deployable the node lacks (``node.added_deployables``),
+    except those whose name another node holds."""
+    names, rows = [], []
+    for device_id, record in plan:
+        for dep in record.deployables:
+            name = deployable_name(hostname, dep.name)
+            if name in node.deployables:
+                continue
+            if name in taken.deployable_names:
+                LOG.warning("Deployable %s reported by %s already exists on another node; "
+                            "not added", name, hostname)
+                changes.skipped.append(name)
+                continue
+            names.append(name)
+            rows.append(dict(
+                uuid=str(uuidlib.uuid4()), name=name, num_accelerators=dep.num_accelerators,
+                device_id=device_id, driver_name=record.driver_name, rp_uuid=rp_uuid(name),
+                bitstream_id=dep.bitstream_id))
+    for name, dep_id in zip(names, _insert_ids(conn, deployables, rows)):
+        node.added_deployables[name] = dep_id
+        changes.added += 1
+        changes.dirty_rps.add(rp_uuid(name))
 
 
 def _update_device(conn: Connection, row: Any, record: HardwareRecord, node: _Node,
@@ -284,24 +350,16 @@ def _update_device(conn: Connection, row: Any, record: HardwareRecord, node: _No
 
 
 def _sync_deployables(conn: Connection, hostname: str, device_id: int, record: HardwareRecord,
-                      node: _Node, changes: Changes, taken: _Taken) -> None:
+                      node: _Node, changes: Changes) -> None:
     wanted = set()
     for dep in record.deployables:
         name = deployable_name(hostname, dep.name)
         wanted.add(name)
         row = node.deployables.get(name)
         if row is None:
-            if name in taken.deployable_names:
-                LOG.warning("Deployable %s reported by %s already exists on another node; "
-                            "not added", name, hostname)
-                changes.skipped.append(name)
-                continue
-            dep_id = conn.execute(insert(deployables), dict(
-                uuid=str(uuidlib.uuid4()), name=name, num_accelerators=dep.num_accelerators,
-                device_id=device_id, driver_name=record.driver_name, rp_uuid=rp_uuid(name),
-                bitstream_id=dep.bitstream_id)).inserted_primary_key[0]
-            changes.added += 1
-            changes.dirty_rps.add(rp_uuid(name))
+            if name not in node.added_deployables:
+                continue  # held by another node: skipped by _add_deployables
+            dep_id = node.added_deployables[name]
             existing_attrs: dict[str, Any] = {}
             existing_handles: dict[str, Any] = {}
         else:
@@ -322,23 +380,26 @@ def _sync_deployables(conn: Connection, hostname: str, device_id: int, record: H
                 changes.dirty_rps.add(row.rp_uuid)
             existing_attrs = node.attrs_of.get(dep_id, {})
             existing_handles = node.handles_of.get(dep_id, {})
-        if _sync_attributes(conn, dep_id, dep.attributes, existing_attrs, changes):
+        if _sync_attributes(conn, dep_id, dep.attributes, existing_attrs, changes,
+                            node.new_attributes):
             changes.dirty_rps.add(rp_uuid(name))
-        _sync_handles(conn, device_id, dep_id, dep.attach_handles, existing_handles, changes)
+        _sync_handles(conn, device_id, dep_id, dep.attach_handles, existing_handles, changes,
+                      node.new_handles)
     for row in node.deps_of.get(device_id, []):
         if row.name not in wanted:
             _remove_deployable(conn, row, node, changes)
 
 
 def _sync_attributes(conn: Connection, dep_id: int, wanted: dict[str, str],
-                     existing: dict[str, Any], changes: Changes) -> bool:
+                     existing: dict[str, Any], changes: Changes,
+                     to_insert: list[dict[str, Any]]) -> bool:
     """Driver-owned attributes follow the report; operator-owned ones (created through the
     API) are never removed, and a key the driver reports takes the driver's value and
     becomes driver-owned: what the hardware says wins over what an operator typed."""
     new = [{"uuid": str(uuidlib.uuid4()), "deployable_id": dep_id, "key": k, "value": v,
             "operator_owned": False} for k, v in wanted.items() if k not in existing]
     if new:
-        conn.execute(insert(attributes), new)
+        to_insert.extend(new)  # written with the node's others (_insert_new_rows)
         changes.added += len(new)
     changed = 0
     for key, value in wanted.items():
@@ -392,7 +453,8 @@ def _fresh_uuids_where_taken(conn: Connection, rows: list[dict[str, Any]]) -> No
 
 
 def _sync_handles(conn: Connection, device_id: int, dep_id: int, wanted: list[Any],
-                  existing: dict[str, Any], changes: Changes) -> None:
+                  existing: dict[str, Any], changes: Changes,
+                  to_insert: list[dict[str, Any]]) -> None:
     reported = [(_handle_key(h.attach_type, h.attach_info), h) for h in wanted]
     keys = {key for key, _ in reported}
     # Rows naming a reported resource under other info (an mdev whose info changed shape, a
@@ -405,9 +467,8 @@ def _sync_handles(conn: Connection, device_id: int, dep_id: int, wanted: list[An
             new.append({"uuid": _mdev_uuid(handle), "deployable_id": dep_id,
                         "attach_type": handle.attach_type,
                         "attach_info": json_text(handle.attach_info), "in_use": False})
-    _fresh_uuids_where_taken(conn, new)
     if new:
-        conn.execute(insert(attach_handles), new)
+        to_insert.extend(new)  # written with the node's others (_insert_new_rows)
         changes.added += len(new)
     kept = {row.id for row in adopted.values()}
     gone = []
