@@ -25,7 +25,7 @@ from acceld.clients.internal import scheme
 from acceld.drivers import loader
 from acceld.drivers.base import Driver
 from acceld.internal.server import Handler, InternalServer, advertised_endpoint, respond, serve
-from acceld.services.lifecycle import (catch_hup_early, repeat_until_stopped,
+from acceld.services.lifecycle import (announce, catch_hup_early, repeat_until_stopped,
                                       run_until_signalled, start_stamp)
 from acceld.internal.auth import NodeKeys, Signer, agent_destination, driver_destination
 from acceld.services.secrets import own_node_key
@@ -138,5 +138,5 @@ ROUTE_FACTORIES: list[Callable[[DriverProcess], Routes]] = []
 def run(conf: cfg.ConfigOpts, name: str) -> None:
     catch_hup_early()
     process = DriverProcess(conf, name).start()
-    print(f"acceld driver {name}: {process.server.url}", flush=True)  # type: ignore[union-attr]
+    announce(f"acceld driver {name}: {process.server.url}")  # type: ignore[union-attr]
     process.wait()

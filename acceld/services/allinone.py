@@ -117,7 +117,7 @@ def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = 
                 if not stopping:
                     print(f"acceld {service.name} failed to start", file=sys.stderr, flush=True)
                 return False
-            print(f"acceld {service.name}: {service.url}", flush=True)
+            lifecycle.announce(f"acceld {service.name}: {service.url}")
         starting.clear()
         return True
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import sys
 import threading
 import time
 from typing import Callable
@@ -22,6 +23,16 @@ from acceld import logs
 LOG = logging.getLogger(__name__)
 
 RELOADED = "SIGHUP: configuration re-read, log file reopened"
+
+
+def announce(line: str) -> None:
+    """Print a service's announcement (``acceld api: <url>``) as ONE write.
+
+    ``print`` writes the text and the newline separately when output is unbuffered
+    (PYTHONUNBUFFERED), and the services' log lines share the stream: a log line written
+    in between corrupts the URL that launchers and tests read from it."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def reload(conf: cfg.ConfigOpts) -> None:
