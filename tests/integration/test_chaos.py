@@ -633,7 +633,8 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
     # the Placement outage logged it once when it started and once when it ended (binding
     # and the Placement sync share one record per process).
     for name, proc in cloud.processes.items():
-        assert "Traceback" not in proc.log_path.read_text(errors="replace"), proc.log()
+        text = proc.log_path.read_text(errors="replace")
+        assert "Traceback" not in text, f"{name} logged a traceback:\n" + _tracebacks(text)
     outage_logs: dict[str, list[str]] = {}
     for name in ("cond-a", "cond-b"):
         for line in cloud.processes[name].log_path.read_text(errors="replace").splitlines():
@@ -663,3 +664,11 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
           f"{sum(i.state == 'BindFailed' for i in cloud.instances)} BindFailed, "
           f"cond-a died holding {died_with} claims; "
           + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()))
+
+
+def _tracebacks(text: str) -> str:
+    """Each traceback in a log with the lines around it (the whole log is too long for a
+    failure message, and its tail rarely holds the traceback)."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if "Traceback" in line]
+    return "\n----\n".join("\n".join(lines[max(0, i - 5):i + 40]) for i in starts[:3])
