@@ -5,6 +5,9 @@ VENV ?= .venv
 PORT ?= 6666
 STATE_PATH ?= ./.acceld
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist): most integration tests wait on real processes, so two
+# workers finish the suite sooner even on 2 cores. 0 runs it in one process.
+PYTEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.acceld-installed
@@ -61,7 +64,7 @@ $(STAMP_TOOLS): | $(BIN)/python
 test-tools: $(STAMP_TOOLS)
 
 test: $(STAMP_TEST) $(STAMP_KEYSTONE) $(STAMP_PLACEMENT) $(STAMP_TOOLS)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # acceld against upstream Cyborg 17.0.0 (installed into .upstream/venv on first use), then the
 # scale simulation; prints the table and writes it to docs/performance.md. Not part of `make test`.
