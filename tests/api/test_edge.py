@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from falcon import testing
+from oslo_config import cfg
 
 from acceld.api.app import wsgi_app
 from acceld.db.engine import Database
@@ -110,3 +111,19 @@ def test_no_cors_headers_without_configured_origins(tmp_path, sqlite_db) -> None
                                  headers={"Origin": "https://dash.example.com"})
     assert result.status_code == 200
     assert "Access-Control-Allow-Origin" not in result.headers
+
+
+def test_cors_from_a_named_section_alone_is_configured(tmp_path) -> None:
+    """oslo's CORS also reads [cors.<name>] sections: one of those alone must put the
+    middleware in (the edge leaves it out when nothing is configured)."""
+    from acceld import config
+    from acceld.api import edge
+
+    path = tmp_path / "acceld.conf"
+    path.write_text("[cors.dashboard]\nallowed_origin = https://dash.example.com\n")
+    conf = config.load([], config_files=[str(path)], conf=cfg.ConfigOpts())
+    edge.register_opts(conf)
+    assert edge._cors_configured(conf)
+    plain = config.load([], config_files=[], conf=cfg.ConfigOpts())
+    edge.register_opts(plain)
+    assert not edge._cors_configured(plain)
