@@ -117,48 +117,43 @@ def _unreachable(exc: BaseException) -> bool:
     return isinstance(exc, PlacementUnavailable)
 
 
-def placement_pass(func: F) -> F:
-    """For PlacementSync.sync_once: providers written, deleted and refused; whether
-    Placement answered."""
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            result = func(*args, **kwargs)
-        except Exception as exc:
-            if _unreachable(exc):
-                m.PLACEMENT_ERRORS.labels("unreachable").inc()
-                m.PLACEMENT_UP.set(0)
-            raise
-
-        def count() -> None:
-            m.PLACEMENT_UP.set(1)
-            m.PLACEMENT_WRITES.labels("write").inc(len(result.written))
-            m.PLACEMENT_WRITES.labels("delete").inc(len(result.deleted))
-            m.PLACEMENT_ERRORS.labels("refused").inc(len(result.failed))
-        _safely("a Placement pass", count)
-        return result
-    return wrapper  # type: ignore[return-value]
+def _placement_work(what: str, count: Callable[[Any], None]) -> Callable[[F], F]:
+    """A decorator for a pass over Placement: an unreachable Placement is counted (and the
+    gauge set down) from the exception; what the pass did is counted from its result."""
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = func(*args, **kwargs)
+            except Exception as exc:
+                if _unreachable(exc):
+                    m.PLACEMENT_ERRORS.labels("unreachable").inc()
+                    m.PLACEMENT_UP.set(0)
+                raise
+            _safely(what, lambda: count(result))
+            return result
+        return wrapper  # type: ignore[return-value]
+    return decorate
 
 
-def placement_audit(func: F) -> F:
-    """For PlacementSync._audit_step: each difference repaired is one drift repair."""
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            result = func(*args, **kwargs)
-        except Exception as exc:
-            if _unreachable(exc):
-                m.PLACEMENT_ERRORS.labels("unreachable").inc()
-                m.PLACEMENT_UP.set(0)
-            raise
+def _count_pass(result: Any) -> None:
+    m.PLACEMENT_UP.set(1)
+    m.PLACEMENT_WRITES.labels("write").inc(len(result.written))
+    m.PLACEMENT_WRITES.labels("delete").inc(len(result.deleted))
+    m.PLACEMENT_ERRORS.labels("refused").inc(len(result.failed))
 
-        def count() -> None:
-            if result is not None:
-                m.PLACEMENT_DRIFT_REPAIRS.inc(sum(len(v) for v in result.repaired.values()))
-                m.PLACEMENT_ERRORS.labels("refused").inc(len(result.failed))
-        _safely("a Placement audit", count)
-        return result
-    return wrapper  # type: ignore[return-value]
+
+def _count_audit(result: Any) -> None:
+    if result is not None:
+        m.PLACEMENT_DRIFT_REPAIRS.inc(sum(len(v) for v in result.repaired.values()))
+        m.PLACEMENT_ERRORS.labels("refused").inc(len(result.failed))
+
+
+# For PlacementSync.sync_once: providers written, deleted and refused; whether Placement
+# answered.
+placement_pass = _placement_work("a Placement pass", _count_pass)
+# For PlacementSync._audit_step: each difference repaired is one drift repair.
+placement_audit = _placement_work("a Placement audit", _count_audit)
 
 
 # -- conductor work ------------------------------------------------------------------------
