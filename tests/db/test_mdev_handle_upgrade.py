@@ -26,7 +26,6 @@ from sqlalchemy import insert, select, update
 from acceld.agent.attach import AttachSteps
 from acceld.api.app import build_app
 from acceld.conductor import bind_target
-from acceld.conductor.binding import BindWorker
 from acceld.conductor.handle_release import ReleaseWorker
 from acceld.conductor.placement_sync import desired_providers
 from acceld.conductor.reconcile import apply_report
@@ -37,6 +36,7 @@ from acceld.internal.auth import agent_destination
 from acceld.internal.server import InternalServer, build_app as internal_app
 from acceld.metrics.inventory import _handles as handle_counts
 from tests.helpers import ADMIN, SERVICE
+from tests.support.binds import bind_through_api
 from tests.support.interleave import Background
 from tests.support.sysfs_fixtures import SysfsTree
 from tests.unit.test_driver_nvidia_gpu import driver
@@ -103,17 +103,7 @@ class Node:
         assert not outcome.describe_problems()
 
     def bind(self) -> str:
-        [arq] = self.client.simulate_post(ARQS, json={"device_profile_name": "vgpu"},
-                                          headers=SERVICE).json["arqs"]
-        ops = [{"op": "add", "path": "/hostname", "value": HOST},
-               {"op": "add", "path": "/device_rp_uuid", "value": RP},
-               {"op": "add", "path": "/instance_uuid", "value": str(uuidlib.uuid4())}]
-        assert self.client.simulate_patch(ARQS, json={arq["uuid"]: ops},
-                                          headers=SERVICE).status_code == 202
-        worker = BindWorker(self.conf, self.db)
-        while worker.run_once():
-            pass
-        return arq["uuid"]
+        return bind_through_api(self.client, self.conf, self.db, "vgpu", HOST, RP)
 
     def arq(self, uuid: str) -> dict:
         return self.client.simulate_get(f"{ARQS}/{uuid}", headers=V24).json

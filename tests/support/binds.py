@@ -157,3 +157,23 @@ class FlakyProgrammer:
             conn.execute(update(deployables).where(deployables.c.uuid == deployable_uuid)
                          .values(bitstream_id=image_id))
         return str(image_id)
+
+
+def bind_through_api(client: testing.TestClient, conf, db, profile: str, host: str,  # type: ignore[no-untyped-def]
+                     rp_uuid: str) -> str:
+    """Create an ARQ of ``profile``, PATCH it bound to ``rp_uuid`` on ``host`` as Nova does,
+    and run a bind worker until no job is left; returns the ARQ's uuid."""
+    from acceld.conductor.binding import BindWorker
+
+    [arq] = client.simulate_post(ARQS, json={"device_profile_name": profile},
+                                 headers=SERVICE).json["arqs"]
+    ops = [{"op": "add", "path": "/hostname", "value": host},
+           {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+           {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]
+    assert client.simulate_patch(ARQS, json={arq["uuid"]: ops},
+                                 headers=SERVICE).status_code == 202
+    worker = BindWorker(conf, db)
+    while worker.run_once():
+        pass
+    return arq["uuid"]
+
