@@ -213,19 +213,32 @@ def test_busy_workers_make_requests_wait_not_threads_grow() -> None:
         srv.stop()
 
 
-def _read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
-    """One answer (head, body) from a connection that stays open: by its Content-Length."""
+def _read_answers(sock: socket.socket, count: int) -> list[tuple[bytes, bytes]]:
+    """``count`` answers (head, body) from a connection that stays open, each by its
+    Content-Length: pipelined answers can arrive in one recv."""
+    answers: list[tuple[bytes, bytes]] = []
     data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"closed before an answer: {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:")))
-    while len(body) < length:
-        body += sock.recv(65536)
-    return head, body
+    while len(answers) < count:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed before an answer: {data!r}"
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        while len(rest) < length:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed inside an answer: {head!r}"
+            rest += chunk
+        answers.append((head, rest[:length]))
+        data = rest[length:]
+    assert data == b"", f"more than {count} answers: {data!r}"
+    return answers
+
+
+def _read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One answer (head, body) from a connection that stays open."""
+    return _read_answers(sock, 1)[0]
 
 
 def _signed_echo(n: int) -> bytes:
@@ -244,8 +257,8 @@ def test_one_connection_serves_request_after_request(server) -> None:
             assert body == f'{{"got":{{"n":{n}}}}}'.encode()
         # Two requests sent at once (pipelined) are answered in order.
         sock.sendall(_signed_echo(7) + _signed_echo(8))
-        assert _read_answer(sock)[1] == b'{"got":{"n":7}}'
-        assert _read_answer(sock)[1] == b'{"got":{"n":8}}'
+        assert [body for _, body in _read_answers(sock, 2)] == [b'{"got":{"n":7}}',
+                                                              b'{"got":{"n":8}}']
     client = InternalClient(server.url, SECRET)
     try:
         client.call("POST", "/echo", {"a": 1})
