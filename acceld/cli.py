@@ -196,6 +196,9 @@ EXTRA_COMMANDS.append(_host_commands)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from acceld.services.lifecycle import die_with_parent
+
+    die_with_parent()  # a service `acceld all` started does not outlive it
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

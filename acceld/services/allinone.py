@@ -80,7 +80,8 @@ def _child_environment() -> dict[str, str]:
     """The services' environment: the all-in-one runs every service as the invoking user,
     so its agent does root operations itself rather than through a privsep daemon
     (acceld.privileged), unless the environment already says otherwise."""
-    return {"OS_AGENT__PRIVILEGED_CALLS": "in_process", **os.environ}
+    return {"OS_AGENT__PRIVILEGED_CALLS": "in_process", **os.environ,
+            lifecycle.PARENT_ENV: str(os.getpid())}
 
 
 def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = ()) -> int:  # type: ignore[assignment]

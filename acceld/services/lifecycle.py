@@ -8,8 +8,10 @@ path (:func:`reload`).
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
+import os
 import signal
 import sys
 import threading
@@ -23,6 +25,28 @@ from acceld import logs
 LOG = logging.getLogger(__name__)
 
 RELOADED = "SIGHUP: configuration re-read, log file reopened"
+
+
+# Set by `acceld all` in its services' environment: the all-in-one's pid.
+PARENT_ENV = "ACCELD_ALL_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A service the all-in-one started stops (SIGTERM) when the all-in-one dies, even by
+    SIGKILL: each service runs in a session of its own, so nothing else would reach it and
+    it would go on serving, holding its port, with nobody to stop it. Linux's parent-death
+    signal; the check after it covers a parent that died before it was set."""
+    parent = os.environ.pop(PARENT_ENV, None)  # for this process only, not its children
+    if not parent or not parent.isdigit():
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # not Linux: the all-in-one's own stop is all there is
+    if os.getppid() != int(parent):
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def announce(line: str) -> None:

@@ -10,6 +10,7 @@ import time
 import pytest
 import requests
 
+from tests.support import allinone
 from tests.support.net import free_port
 
 
@@ -61,3 +62,25 @@ def test_all_in_one_starts_announces_and_stops(tmp_path, stop_signal):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_services_do_not_outlive_an_all_in_one_killed_with_sigkill(tmp_path):
+    """Each service runs in a session of its own; killed with -9 (the OOM killer, a test's
+    last resort), the all-in-one cannot stop them, so they stop themselves."""
+    conductor, agent = free_port(), free_port()
+    conf = tmp_path / "acceld.conf"
+    conf.write_text(f"[DEFAULT]\nhost = aio-kill\n[conductor]\nport = {conductor}\n"
+                    f"[agent]\nport = {agent}\nenabled_drivers = fake\n")
+    launched = allinone.launch(str(tmp_path / "state"), str(conf))
+    try:
+        ports = [int(url.rsplit(":", 1)[1].split("/")[0]) for url in
+                 (launched.url, f"http://127.0.0.1:{conductor}", f"http://127.0.0.1:{agent}")]
+        assert all(port_open(p) for p in ports)
+        launched.proc.send_signal(signal.SIGKILL)
+        launched.proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while any(port_open(p) for p in ports):
+            assert time.monotonic() < deadline, "a service outlived the all-in-one"
+            time.sleep(0.1)
+    finally:
+        allinone.stop(launched.proc)
