@@ -105,6 +105,20 @@ def build_agents(conf: cfg.ConfigOpts, count: int, devices: int,
 
 # ---- the agents' internal endpoints ------------------------------------------------------------
 
+async def _read_message(reader: asyncio.StreamReader) -> tuple[str, dict[str, str], bytes]:
+    """One HTTP/1.1 message from a kept-alive stream: its start line, its headers (names in
+    lower case) and its body by Content-Length."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length") or 0)
+    return lines[0], headers, (await reader.readexactly(length) if length else b"")
+
+
 class HardwareServers:
     """One listening socket per agent on 127.0.0.1, all served by one asyncio loop."""
 
@@ -143,16 +157,8 @@ class HardwareServers:
                      writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, target, _ = lines[0].split(" ", 2)
-                headers = {}
-                for line in lines[1:]:
-                    if ":" in line:
-                        name, value = line.split(":", 1)
-                        headers[name.strip().lower()] = value.strip()
-                length = int(headers.get("content-length") or 0)
-                body = await reader.readexactly(length) if length else b""
+                start, headers, body = await _read_message(reader)
+                method, target, _ = start.split(" ", 2)
                 status, answer, signature = self._answer(agent, method, target, body, headers)
                 close = headers.get("connection", "").lower() == "close"
                 signed = b"%s: %s\r\n" % (auth.RESPONSE_HEADER.encode(),
@@ -242,16 +248,8 @@ class _Connection:
 
     @staticmethod
     async def _answer(reader: asyncio.StreamReader) -> tuple[int, dict, bytes]:
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        status = int(lines[0].split(" ", 2)[1])
-        headers = {}
-        for line in lines[1:]:
-            if ":" in line:
-                name, value = line.split(":", 1)
-                headers[name.strip().lower()] = value.strip()
-        length = int(headers.get("content-length") or 0)
-        return status, headers, (await reader.readexactly(length) if length else b"")
+        start, headers, body = await _read_message(reader)
+        return int(start.split(" ", 2)[1]), headers, body
 
     def close(self) -> None:
         if self.writer is not None:

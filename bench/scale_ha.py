@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections import Counter
 from pathlib import Path
 
 import requests
@@ -47,6 +47,7 @@ from acceld.db.models import accelerator_requests, deployables, devices
 from acceld.services.secrets import ensure_secret_file
 from bench.acceld_stack import ACCELD
 from bench.upstream import HEADERS, stop_process, tail
+from tests.support.nova import RecordingNova
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "performance.md"
@@ -84,44 +85,9 @@ def _tree_cpu(pid: int) -> float:
     return total + sum(_tree_cpu(int(c)) for c in children)
 
 
-# ---- a recording Nova --------------------------------------------------------------------------
-
-class RecordingNova:
-    """Takes ``os-server-external-events`` posts and counts the events per ARQ (tag)."""
-
-    def __init__(self) -> None:
-        self.events: dict[str, int] = {}
-        self.lock = threading.Lock()
-        nova = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                events = json.loads(raw or b"{}").get("events") or []
-                with nova.lock:
-                    for event in events:
-                        tag = event.get("tag", "")
-                        nova.events[tag] = nova.events.get(tag, 0) + 1
-                data = json.dumps({"events": [{**e, "code": 200} for e in events]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def _events_per_arq(nova: RecordingNova) -> Counter:
+    """How many Nova events each ARQ (the event's tag) got."""
+    return Counter(event.get("tag", "") for event in nova.events())
 
 
 # ---- binds submitted throughout ----------------------------------------------------------------
@@ -325,7 +291,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
     db_url = admin.set(database=name).render_as_string(hide_password=False)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="acceld-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    nova = RecordingNova()
+    nova = RecordingNova().start()
     cluster = Cluster(workdir, db_url, nova.url)
     db = Database(db_url)
     rows: list[tuple[str, str]] = []
@@ -509,9 +475,9 @@ def _check_binds(binder: Binder, db: Database, nova: RecordingNova) -> str:
     uuids = [r["arq"] for r in records]
     deadline = time.monotonic() + 30  # the last events are sent after the ARQ resolved
     while time.monotonic() < deadline:
-        with nova.lock:
-            if all(nova.events.get(u, 0) >= 1 for u in uuids):
-                break
+        per_arq = _events_per_arq(nova)
+        if all(per_arq[u] >= 1 for u in uuids):
+            break
         time.sleep(0.2)
     with db.read() as conn:
         rows = conn.execute(select(accelerator_requests.c.uuid, accelerator_requests.c.state,
@@ -521,8 +487,8 @@ def _check_binds(binder: Binder, db: Database, nova: RecordingNova) -> str:
     for row in rows:
         states[row.state] = states.get(row.state, 0) + 1
     handles = [r.attach_handle_id for r in rows if r.attach_handle_id is not None]
-    with nova.lock:
-        counts = [nova.events.get(u, 0) for u in uuids]
+    per_arq = _events_per_arq(nova)
+    counts = [per_arq[u] for u in uuids]
     lost = sum(1 for c in counts if c == 0)
     doubled = sum(1 for c in counts if c > 1)
     took = sorted(r["resolved"] - r["started"] for r in records if r["resolved"])
