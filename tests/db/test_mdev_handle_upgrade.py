@@ -29,14 +29,14 @@ from acceld.conductor import bind_target
 from acceld.conductor.handle_release import ReleaseWorker
 from acceld.conductor.placement_sync import desired_providers
 from acceld.conductor.reconcile import apply_report
-from acceld.db import handle_releases, inventory
+from acceld.db import handle_releases
 from acceld.db.models import accelerator_requests, agents, attach_handles
 from acceld.drivers.base import HardwareRecord
 from acceld.internal.auth import agent_destination
 from acceld.internal.server import InternalServer, build_app as internal_app
 from acceld.metrics.inventory import _handles as handle_counts
 from tests.helpers import ADMIN, SERVICE
-from tests.support.binds import bind_through_api
+from tests.support.binds import bind_through_api, reconcile_with_a_bind_after_its_read
 from tests.support.interleave import Background
 from tests.support.sysfs_fixtures import SysfsTree
 from tests.unit.test_driver_nvidia_gpu import driver
@@ -242,23 +242,8 @@ def test_a_bind_that_commits_after_the_upgrade_reconcile_read(node, monkeypatch)
     commits -> the reconcile applies the upgraded report: the row taken is updated in use,
     not left beside a new free row for the same mdev."""
     before_the_upgrade_unbound(node)
-    upgraded = upgraded_report(node)
-    real_load = inventory.load_node
-    seen: dict[str, Any] = {}
-
-    def load_then_bind(conn, hostname):  # type: ignore[no-untyped-def]
-        loaded = real_load(conn, hostname)
-        if "binder" not in seen:
-            seen["binder"] = Background(node.db, node.bind, name="bind")
-            seen["bind"] = seen["binder"].finished_or_blocked()
-        return loaded
-
-    monkeypatch.setattr(inventory, "load_node", load_then_bind)
-    apply_report(node.db, HOST, upgraded)
-    monkeypatch.setattr(inventory, "load_node", real_load)
-    arq_uuid = seen["binder"].join()
-    # SQLite: the reconcile held the write lock, the bind ran after it.
-    assert seen["bind"] == ("blocked" if node.db.is_sqlite else "finished")
+    arq_uuid = reconcile_with_a_bind_after_its_read(node.db, HOST, upgraded_report(node),
+                                                    node.bind, monkeypatch)
     assert_one_row_per_mdev(node, arq_uuid)
 
 

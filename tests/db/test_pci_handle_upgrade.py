@@ -24,13 +24,11 @@ from sqlalchemy import insert, select
 from acceld.api.app import build_app
 from acceld.conductor.placement_sync import desired_providers
 from acceld.conductor.reconcile import apply_report
-from acceld.db import inventory
 from acceld.db.models import accelerator_requests, agents, attach_handles
 from acceld.drivers.base import HardwareRecord
 from acceld.metrics.inventory import _handles as handle_counts
 from tests.helpers import ADMIN, SERVICE
-from tests.support.binds import bind_through_api
-from tests.support.interleave import Background
+from tests.support.binds import bind_through_api, reconcile_with_a_bind_after_its_read
 from tests.support.sysfs_fixtures import SysfsTree
 from tests.unit.test_driver_nic import driver
 
@@ -178,23 +176,7 @@ def test_a_split_left_by_an_earlier_reconcile_is_mended(node):
 def bind_after_the_read(node: Node, upgraded: dict, monkeypatch) -> str:
     """Apply ``upgraded`` with a bind forced between the reconcile's read and its writes;
     the ARQ's uuid."""
-    real_load = inventory.load_node
-    seen: dict[str, Any] = {}
-
-    def load_then_bind(conn, hostname):  # type: ignore[no-untyped-def]
-        loaded = real_load(conn, hostname)
-        if "binder" not in seen:
-            seen["binder"] = Background(node.db, node.bind, name="bind")
-            seen["bind"] = seen["binder"].finished_or_blocked()
-        return loaded
-
-    monkeypatch.setattr(inventory, "load_node", load_then_bind)
-    apply_report(node.db, HOST, upgraded)
-    monkeypatch.setattr(inventory, "load_node", real_load)
-    arq_uuid = seen["binder"].join()
-    # SQLite: the reconcile held the write lock, the bind ran after it.
-    assert seen["bind"] == ("blocked" if node.db.is_sqlite else "finished")
-    return arq_uuid
+    return reconcile_with_a_bind_after_its_read(node.db, HOST, upgraded, node.bind, monkeypatch)
 
 
 def assert_one_row_per_vf_one_bound(node: Node, arq_uuid: str) -> None:

@@ -177,3 +177,30 @@ def bind_through_api(client: testing.TestClient, conf, db, profile: str, host: s
         pass
     return arq["uuid"]
 
+
+def reconcile_with_a_bind_after_its_read(db, hostname: str, report: dict, bind,  # type: ignore[no-untyped-def]
+                                         monkeypatch) -> str:
+    """Apply ``report`` for ``hostname`` with ``bind()`` (which returns an ARQ uuid) forced
+    between the reconcile's read of the node and its writes; returns the ARQ's uuid. On
+    SQLite the reconcile holds the write lock, so the bind waits and runs after it."""
+    from acceld.conductor.reconcile import apply_report
+    from acceld.db import inventory
+    from tests.support.interleave import Background
+
+    real_load = inventory.load_node
+    seen: dict[str, object] = {}
+
+    def load_then_bind(conn, name):  # type: ignore[no-untyped-def]
+        loaded = real_load(conn, name)
+        if "binder" not in seen:
+            seen["binder"] = Background(db, bind, name="bind")
+            seen["bind"] = seen["binder"].finished_or_blocked()  # type: ignore[attr-defined]
+        return loaded
+
+    monkeypatch.setattr(inventory, "load_node", load_then_bind)
+    apply_report(db, hostname, report)
+    monkeypatch.setattr(inventory, "load_node", real_load)
+    arq_uuid = seen["binder"].join()  # type: ignore[attr-defined]
+    assert seen["bind"] == ("blocked" if db.is_sqlite else "finished")
+    return arq_uuid
+

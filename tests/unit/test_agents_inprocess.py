@@ -55,7 +55,10 @@ class BrokenRecords(FakeDriver):
 def setup(tmp_path, sqlite_db):
     ensure_secret_file(str(tmp_path))
     conf = make_conf(str(tmp_path), conductor__port=0, agent__port=0,
-                     agent__heartbeat_interval=3600, conductor__agent_check_interval=3600)
+                     agent__heartbeat_interval=3600, conductor__agent_check_interval=3600,
+                     # liveness is flushed by the tests that need it, never behind their back
+                     # (a background flush stamping a host after a test backdated it)
+                     conductor__heartbeat_flush_interval=3600)
     conf.set_override("connection", str(sqlite_db.url), group="database")
     component = AgentsComponent(conf, sqlite_db)
     conductor = Conductor(conf, sqlite_db, [component])
