@@ -36,11 +36,13 @@ api_opts = [
     cfg.HostAddressOpt("host_ip", default="127.0.0.1", help="Address the public API listens on."),
     cfg.PortOpt("port", default=6666, help="Port the public API listens on."),
     cfg.IntOpt("workers", default=2, min=1,
-               help="Number of API worker processes (each a gunicorn threaded worker)."),
+               help="Number of API worker processes (gunicorn workers, each serving with "
+                    "[api] threads threads; acceld.services.api_worker)."),
     cfg.IntOpt("threads", default=4, min=2,
-               help="Request threads per API worker. Idle and kept-alive connections wait "
-                    "in the worker's selector, not in a thread; a thread is taken once "
-                    "request bytes arrive, until the response is sent."),
+               help="Request threads per API worker. Idle and kept-alive connections, and "
+                    "requests whose headers are still arriving, wait in the worker's "
+                    "epoll, not in a thread; a thread is taken once a request's headers "
+                    "are complete, until its response is sent."),
     cfg.FloatOpt("client_header_timeout", default=10.0, min=0.1,
                  help="Seconds a client has, from connecting (or from its next request's "
                       "first byte on a kept-alive connection), to send the complete request "
@@ -120,8 +122,8 @@ internal_opts = [
                     "are small (hellos, program and attach calls); hardware reports travel "
                     "in answers, which this does not limit."),
     cfg.IntOpt("server_threads", default=16, min=1,
-               help="Worker threads of each internal server; requests beyond wait for one. "
-                    "Idle connections hold no thread."),
+               help="Threads of each internal server; each serves the requests it reads, "
+                    "and requests beyond wait for one. Idle connections hold no thread."),
     cfg.IntOpt("max_connections", default=256, min=2,
                help="Open connections an internal server keeps; at the limit the "
                     "longest-waiting idle one is closed for a new one (when every one "

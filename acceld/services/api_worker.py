@@ -1,64 +1,48 @@
-"""The public API's gunicorn worker: gthread, plus deadlines for a client's request.
+"""The public API's gunicorn worker: requests served by the thread that reads them, with
+deadlines for a client's request.
 
-gunicorn's threaded worker keeps idle and kept-alive connections in its
-selector, not in a thread, but once a connection is handed to a thread the
-thread reads the request with blocking calls and no limit: a client that sends
-half its headers (a slowloris) or stops mid-body holds that thread for ever.
-This worker bounds both:
+gunicorn's threaded worker (gthread) hands each request from its selector thread to a
+pool and back; on one GIL those hand-offs cost more per request than acceld's
+handlers (docs/performance.md). This worker runs acceld.connection_loop instead:
+``[api] threads`` threads wait on one epoll and each serves the requests it reads,
+with gunicorn's own HTTP parser, WSGI environ and response writer.
 
-- a new connection waits in the selector (no thread) until it sends a byte,
-  and is closed if it has not sent its complete headers within
-  ``[api] client_header_timeout`` of connecting; a kept-alive connection gets
-  the same budget from its next request's first byte;
-- once the headers are in, the body must arrive within
-  ``[api] client_body_timeout``; a slower client gets 408 and the connection
-  is closed.
+Slow and idle clients hold no thread:
 
-Every read on the connection goes through :class:`DeadlineSocket`, which gives
-the underlying ``recv`` only the time left before the current deadline.
+- a new connection has ``[api] client_header_timeout`` to send its request line and
+  headers, which are buffered without blocking; a kept-alive connection may idle
+  ``keepalive`` seconds (gunicorn's setting), then has the same budget from its next
+  request's first byte. A late connection is closed, nothing answered;
+- once the headers are in, the body must arrive within ``[api] client_body_timeout``;
+  a slower client gets 408 and the connection is closed;
+- a closed connection waits for the client's FIN in the epoll, not in a thread.
 
-gthread also closes a finished connection "gracefully" on its main thread:
-it half-closes and then waits up to 2 s for the client's FIN, during which the
-worker accepts and dispatches nothing. A client that never closes its end
-would stall the whole worker 2 s per connection; here that wait (the linger)
-happens in the selector instead, and a connection dropped for a deadline is
-closed at once.
-It relies on gunicorn 27's ``gthread`` internals (``TConn``, the pending-connection
-queue), hence the version pin in pyproject.toml.
+Writing an answer is bounded too (:data:`SEND_TIMEOUT_MIN` or the body timeout, the
+longer): a client that stops reading cannot hold a thread for ever.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import selectors
-import socket
+import os
+import select
 import ssl
 import time
-from collections import deque
-from functools import partial
 from typing import Any
 
 import falcon
-from gunicorn import util
-from gunicorn.http.errors import NoMoreData
-from gunicorn.workers import gthread
+from gunicorn import http, sock as gsock
+from gunicorn.http import wsgi
+from gunicorn.http.body import LengthReader
+from gunicorn.workers import base
+
+from acceld.connection_loop import Conn, ConnectionLoop, Outcome
 
 LOG = logging.getLogger(__name__)
 
-# Where a connection stands: what its deadline is for.
-HEADERS = "headers"
-BODY = "body"
-
-# As gunicorn's close_graceful: how long a closed connection waits for the client's FIN,
-# and how much it reads meanwhile.
-LINGER_SECONDS = 2.0
-LINGER_MAX_BYTES = 65536
-
-
-class HeaderTimeout(NoMoreData):
-    """The request line and headers did not arrive in time: gunicorn closes the
-    connection as for a client that went away (nothing is answered)."""
+SEND_TIMEOUT_MIN = 60.0
+FLUSH_BYTES = 256 * 1024
 
 
 class BodyTimeout(falcon.HTTPError):
@@ -70,129 +54,53 @@ class BodyTimeout(falcon.HTTPError):
                          description=f"The request body did not arrive within {seconds:g} s.")
 
 
-class DeadlineSocket:
-    """A socket whose reads end at the connection's deadline (``conn.deadline``,
-    absolute ``time.monotonic()``; None: no limit). Everything else is the socket's."""
+class ClientSocket:
+    """What gunicorn's parser and response writer see: reads come from the connection
+    (buffered head first, then the socket under its deadline); writes are gathered and
+    go out in one ``sendall`` per answer (or per :data:`FLUSH_BYTES`) under the send
+    timeout: gunicorn writes the status and headers, then each body chunk, and every
+    write is a loopback packet and a wake-up of the client."""
 
-    def __init__(self, sock: socket.socket, conn: "DeadlineConn") -> None:
-        self._sock = sock
+    def __init__(self, conn: Conn, send_timeout: float) -> None:
         self._conn = conn
+        self._sock = conn.sock
+        self._send_timeout = send_timeout
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
 
-    def recv(self, size: int, *flags: int) -> bytes:
-        conn = self._conn
-        if conn.deadline is None:
-            return self._sock.recv(size, *flags)
-        # Past the deadline, bytes already received are still taken (the application may
-        # have been slow to read them); only waiting for more is refused.
-        remaining = max(0.0, conn.deadline - time.monotonic())
-        prior = self._sock.gettimeout()
-        self._sock.settimeout(remaining)
-        try:
-            return self._sock.recv(size, *flags)
-        except (socket.timeout, TimeoutError, BlockingIOError, ssl.SSLWantReadError):
-            raise conn.expired() from None
-        finally:
-            self._sock.settimeout(prior)
+    def recv(self, size: int, *_flags: int) -> bytes:
+        return self._conn.recv(size)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
+    def sendall(self, data: bytes) -> None:
+        self._pending.append(bytes(data))
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= FLUSH_BYTES:
+            self.flush()
 
+    def send(self, data: bytes) -> int:
+        """Written at once (gunicorn sends ``100 Continue`` this way: the client waits)."""
+        self.sendall(data)
+        self.flush()
+        return len(data)
 
-class DeadlineConn(gthread.TConn):
-    """A connection that knows which deadline its reads are under."""
-
-    def __init__(self, cfg, sock, client, server, *, header_timeout: float,  # type: ignore[no-untyped-def]
-                 body_timeout: float, linger=None) -> None:
-        super().__init__(cfg, sock, client, server)
-        self.header_timeout = header_timeout
-        self.body_timeout = body_timeout
-        self.linger = linger  # takes over a graceful close, in the worker's selector
-        self.aborted = False  # dropped for a deadline: close at once, no linger
-        self.linger_until = 0.0
-        self.drained = 0
-        self.phase = HEADERS
-        self.timed_out = False  # the body deadline passed: close after the 408
-        # A new connection's header deadline runs from the accept.
-        self.deadline: float | None = time.monotonic() + header_timeout
-
-    def init(self) -> None:
-        if self.initialized:
+    def flush(self) -> None:
+        if not self._pending:
             return
-        if self.cfg.is_ssl:
-            # The TLS handshake reads too: bound each of its reads by what is left.
-            self.sock = _HandshakeSocket(self.sock, self)
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._sock.settimeout(self._send_timeout)
         try:
-            super().init()
-        except (socket.timeout, TimeoutError):
-            raise self.expired() from None
-        if self.cfg.is_ssl:
-            self.sock.settimeout(None)
-        if self.parser is not None and hasattr(self.parser, "unreader"):
-            unreader = self.parser.unreader
-            if hasattr(unreader, "sock"):
-                unreader.sock = DeadlineSocket(unreader.sock, self)
-
-    def close(self, graceful: bool = False) -> None:
-        if not graceful or self.aborted:
-            util.close(self.sock)
-        elif self.linger is not None:
-            self.linger(self)
-        else:
-            super().close(graceful=True)  # gunicorn's own: blocks while it lingers
-
-    def start_headers(self) -> None:
-        """A kept-alive connection's next request: a fresh header budget from now."""
-        if self.deadline is None:
-            self.deadline = time.monotonic() + self.header_timeout
-        self.phase = HEADERS
-
-    def start_body(self) -> None:
-        self.phase = BODY
-        self.deadline = time.monotonic() + self.body_timeout
-
-    def finish(self) -> None:
-        """The request was answered: gunicorn's own drain (bounded) takes over."""
-        self.deadline = None
-
-    def expired(self) -> Exception:
-        if self.phase == HEADERS:
-            LOG.info("Closing the connection from %s: its request headers did not arrive "
-                     "within %g s ([api] client_header_timeout).", _peer(self.client),
-                     self.header_timeout)
-            self.aborted = True
-            return HeaderTimeout()
-        LOG.info("Answering 408 to %s: its request body did not arrive within %g s "
-                 "([api] client_body_timeout).", _peer(self.client), self.body_timeout)
-        self.timed_out = True
-        return BodyTimeout(self.body_timeout)
-
-
-class _HandshakeSocket:
-    """Hands the TLS layer a socket whose blocking mode is "time left before the
-    header deadline", so a stalled handshake cannot hold a thread for ever."""
-
-    def __init__(self, sock: socket.socket, conn: DeadlineConn) -> None:
-        self._sock = sock
-        self._conn = conn
-
-    def setblocking(self, flag: bool) -> None:
-        if flag and self._conn.deadline is not None:
-            self._sock.settimeout(max(0.001, self._conn.deadline - time.monotonic()))
-        else:
-            self._sock.setblocking(flag)
+            self._sock.sendall(data)
+        finally:
+            self._sock.settimeout(None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
 
 
-def _peer(client: Any) -> str:
-    if isinstance(client, tuple) and len(client) >= 2:
-        return f"{client[0]}:{client[1]}"
-    return str(client)
-
-
-class DeadlineWorker(gthread.ThreadWorker):
-    """gthread with header and body deadlines (see the module docstring).
+class LoopWorker(base.Worker):
+    """A gunicorn worker on acceld.connection_loop (see the module docstring).
 
     :func:`worker_class` makes the subclass gunicorn runs, with the configured timeouts.
     """
@@ -202,86 +110,153 @@ class DeadlineWorker(gthread.ThreadWorker):
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
-        self.lingering: deque[DeadlineConn] = deque()  # by linger_until (all wait as long)
+        self.loop: ConnectionLoop | None = None
+        self.send_timeout = max(SEND_TIMEOUT_MIN, self.body_timeout)
 
-    def accept(self, listener) -> None:  # type: ignore[no-untyped-def]
-        """Accept, then wait in the selector (no thread) for the first request byte."""
+    def run(self) -> None:
+        context = gsock.ssl_context(self.cfg) if self.cfg.is_ssl else None
+        listeners = [getattr(s, "sock", s) for s in self.sockets]
+        self.loop = ConnectionLoop(
+            listeners, self.serve, threads=self.cfg.threads,
+            max_connections=self.cfg.worker_connections,
+            header_timeout=self.header_timeout, idle_timeout=max(1, self.cfg.keepalive),
+            ssl_context=context, name="api", on_header_timeout=self._header_timeout)
+        self.loop.start()
         try:
-            client_sock, client_addr = listener.accept()
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
-                raise
-            return
-        self.nr_conns += 1
-        conn = DeadlineConn(self.cfg, client_sock, client_addr, listener.getsockname(),
-                            header_timeout=self.header_timeout, body_timeout=self.body_timeout,
-                            linger=self.linger)
-        conn.timeout = conn.deadline  # murder_pending closes it if no byte came by then
-        self.pending_conns.append(conn)
-        self.poller.register(conn.sock, selectors.EVENT_READ,
-                             partial(self.on_pending_socket_readable, conn))
-
-    def linger(self, conn: DeadlineConn) -> None:
-        """Half-close, then wait for the client's FIN in the selector (not blocking)."""
-        sock = conn.sock
-        try:
-            sock.shutdown(socket.SHUT_WR)
-            sock.setblocking(False)
-            conn.linger_until = time.monotonic() + LINGER_SECONDS
-            self.poller.register(sock, selectors.EVENT_READ,
-                                 partial(self._on_lingering_readable, conn))
-        except (OSError, ValueError):
-            util.close(sock)
-            return
-        self.lingering.append(conn)
-
-    def _on_lingering_readable(self, conn: DeadlineConn, _sock) -> None:  # type: ignore[no-untyped-def]
-        try:
-            data = conn.sock.recv(4096)
-        except (BlockingIOError, ssl.SSLWantReadError):
-            return
-        except OSError:
-            data = b""
-        conn.drained += len(data)
-        if not data or conn.drained >= LINGER_MAX_BYTES:
-            self._end_linger(conn)
-
-    def _end_linger(self, conn: DeadlineConn) -> None:
-        try:
-            self.poller.unregister(conn.sock)
-        except (OSError, KeyError, ValueError):
-            pass
-        try:
-            self.lingering.remove(conn)
-        except ValueError:
-            pass
-        util.close(conn.sock)
-
-    def murder_pending(self) -> None:
-        """gthread's sweep of connections waiting for a first byte, plus the lingering
-        ones whose time is up (the run loop calls this about once a second)."""
-        super().murder_pending()
-        now = time.monotonic()
-        while self.lingering and self.lingering[0].linger_until <= now:
-            self._end_linger(self.lingering[0])
-
-    def handle(self, conn):  # type: ignore[no-untyped-def]
-        if isinstance(conn, DeadlineConn):
-            conn.start_headers()
-        return super().handle(conn)
-
-    def handle_request(self, req, conn):  # type: ignore[no-untyped-def]
-        if not isinstance(conn, DeadlineConn):
-            return super().handle_request(req, conn)
-        conn.start_body()
-        try:
-            keepalive = super().handle_request(req, conn)
+            while self.alive:
+                self.notify()
+                if self.ppid != os.getppid():
+                    self.log.info("Parent changed, shutting down: %s", self)
+                    break
+                # Signals write to PIPE (set_wakeup_fd): wake at once for a stop.
+                try:
+                    ready, _, _ = select.select([self.PIPE[0]], [], [], 1.0)
+                    if ready:
+                        os.read(self.PIPE[0], 4096)
+                except (InterruptedError, BlockingIOError):
+                    pass
         finally:
-            conn.finish()
-        return keepalive and not conn.timed_out
+            self.loop.stop(grace=self.cfg.graceful_timeout)
+
+    def _header_timeout(self, conn: Conn) -> None:
+        LOG.info("Closing the connection from %s: its request headers did not arrive "
+                 "within %g s ([api] client_header_timeout).", conn.peer(),
+                 self.header_timeout)
+
+    def serve(self, conn: Conn) -> Outcome:
+        """One request whose head is buffered on ``conn`` (a loop thread runs this)."""
+        timed_out: list[bool] = []
+
+        def body_late() -> Exception:
+            LOG.info("Answering 408 to %s: its request body did not arrive within %g s "
+                     "([api] client_body_timeout).", conn.peer(), self.body_timeout)
+            timed_out.append(True)
+            return BodyTimeout(self.body_timeout)
+
+        conn.deadline = time.monotonic() + self.body_timeout
+        conn.on_expired = body_late
+        client = ClientSocket(conn, self.send_timeout)
+        try:
+            outcome = self._serve(conn, client, timed_out)
+            client.flush()
+            return outcome
+        except OSError as exc:
+            self.log.debug("Client connection error: %s", exc)
+            return Outcome.ABORT
+        finally:
+            conn.deadline = None
+
+    def _serve(self, conn: Conn, client: ClientSocket, timed_out: list[bool]) -> Outcome:
+        parser = http.get_parser(self.cfg, client, conn.address)
+        req = None
+        try:
+            req = next(parser)
+            if not req:
+                return Outcome.CLOSE
+            keepalive = self.handle_request(req, client, conn)
+            if not keepalive or timed_out:
+                return Outcome.CLOSE
+            if not _body_consumed(req) and \
+                    not parser.finish_body(deadline=time.monotonic() + self.body_timeout):
+                return Outcome.CLOSE
+            conn.buffer[:0] = parser.unreader.take_buffered()
+            return Outcome.KEEP
+        except http.errors.NoMoreData as exc:
+            self.log.debug("Ignored premature client disconnection. %s", exc)
+        except StopIteration as exc:
+            self.log.debug("Closing connection. %s", exc)
+        except ssl.SSLError as exc:
+            if exc.args[0] != ssl.SSL_ERROR_EOF:
+                self.handle_error(req, client, conn.address, exc)
+                return Outcome.CLOSE
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, None):
+                self.log.exception("Socket error processing request.")
+            else:
+                self.log.debug("Client connection error: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - gunicorn answers 400/500 and logs
+            self.handle_error(req, client, conn.address, exc)
+            return Outcome.CLOSE
+        return Outcome.ABORT
+
+    def handle_request(self, req, client: ClientSocket, conn: Conn) -> bool:  # type: ignore[no-untyped-def]
+        """gunicorn's request handling (as its gthread worker): True to keep alive."""
+        environ: dict[str, Any] = {}
+        resp = None
+        try:
+            self.cfg.pre_request(self, req)
+            started = time.monotonic()
+            resp, environ = wsgi.create(req, client, conn.address,
+                                        conn.sock.getsockname(), self.cfg)
+            environ["wsgi.multithread"] = True
+            self.nr += 1
+            if self.nr >= self.max_requests:
+                if self.alive:
+                    self.log.info("Autorestarting worker after current request.")
+                    self.alive = False
+                resp.force_close()
+            if not self.alive or not self.cfg.keepalive:
+                resp.force_close()
+            respiter = self.wsgi(environ, resp.start_response)
+            try:
+                if isinstance(respiter, environ["wsgi.file_wrapper"]):
+                    resp.write_file(respiter)
+                else:
+                    for item in respiter:
+                        resp.write(item)
+                resp.close()
+            finally:
+                if self.cfg.accesslog:
+                    from datetime import timedelta
+
+                    self.log.access(resp, req, environ,
+                                    timedelta(seconds=time.monotonic() - started))
+                if hasattr(respiter, "close"):
+                    respiter.close()
+            return not resp.should_close()
+        except OSError:
+            raise
+        except (Exception, SystemExit):
+            if resp and resp.headers_sent:
+                # The answer began: a 500 written now would corrupt it. Close instead.
+                self.log.exception("Error handling request")
+                raise StopIteration() from None
+            raise
+        finally:
+            try:
+                self.cfg.post_request(self, req, environ, resp)
+            except Exception:  # noqa: BLE001
+                self.log.exception("Exception in post_request hook")
 
 
-def worker_class(header_timeout: float, body_timeout: float) -> type[DeadlineWorker]:
+def _body_consumed(req) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the request's body was read off the wire to its end (no drain needed)."""
+    reader = getattr(req.body, "reader", None)
+    return isinstance(reader, LengthReader) and reader.length == 0
+
+
+def worker_class(header_timeout: float, body_timeout: float) -> type[LoopWorker]:
     """The worker class for gunicorn's ``worker_class`` setting, with these timeouts."""
-    return type("AcceldApiWorker", (DeadlineWorker,),
+    return type("AcceldApiWorker", (LoopWorker,),
                 {"header_timeout": float(header_timeout), "body_timeout": float(body_timeout)})
+

@@ -1,0 +1,447 @@
+"""HTTP connections served by the thread that reads them, for the public and internal APIs.
+
+Why not a selector thread feeding a pool (gunicorn's gthread, the internal server
+before this): each request then crosses threads three times (the selector hands it
+to the pool through a queue, the pool hands the connection back through a wake-up
+pipe, the selector re-registers it), and on one GIL those switches cost more than
+acceld's handlers. Measured under four kept-alive clients: 0.66 ms per version
+document with gthread against 0.26 ms for gunicorn's sync worker, whose one
+thread does everything (docs/performance.md).
+
+Here ``threads`` threads all wait on one epoll. Every connection is registered
+one-shot, so a readiness event wakes exactly one thread and the connection is
+that thread's until it re-arms it:
+
+- reading a request's head (request line and headers), and a TLS handshake, never
+  blocks: bytes are buffered on the connection until the head is complete, so a
+  slow or idle client holds no thread, only a file descriptor;
+- the thread that completes a head serves that request itself (``serve``): it reads
+  the body and writes the answer with blocking calls under the caller's deadlines,
+  then re-arms the kept-alive connection. No hand-off, no queue;
+- a new connection has ``header_timeout`` to send its whole head; a kept-alive one
+  may idle ``idle_timeout``, then has ``header_timeout`` from its next first byte;
+  a sweep (one thread at a time, twice a second) closes the late ones;
+- at ``max_connections`` the idle connection nearest its deadline is closed to make
+  room, so an idle flood cannot lock others out;
+- a connection closed after an answer lingers in the epoll, not in a thread, until
+  the client's FIN (at most ``LINGER_SECONDS``), so the answer is not destroyed by a
+  reset and a client that never closes stalls no one.
+
+``serve`` is the owner's: the gunicorn worker of the public API
+(acceld.services.api_worker) and the conductor's and agents' internal server
+(acceld.internal.pool_server).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import select
+import socket
+import ssl
+import threading
+import time
+from typing import Any, Callable
+
+LOG = logging.getLogger(__name__)
+
+HEAD_END = b"\r\n\r\n"
+MAX_HEAD = 64 * 1024
+LINGER_SECONDS = 2.0
+LINGER_MAX_BYTES = 64 * 1024
+SWEEP_INTERVAL = 0.5
+MAX_PIPELINED = 64  # requests already buffered, served in a row before others get a turn
+
+_READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
+_WRITE = select.EPOLLOUT | select.EPOLLONESHOT
+
+
+class Outcome(enum.Enum):
+    """What ``serve`` wants done with the connection after a request."""
+
+    KEEP = "keep"  # kept alive: ``Conn.buffer`` holds whatever was read past the request
+    CLOSE = "close"  # close after the client's FIN (lingering in the epoll)
+    ABORT = "abort"  # close at once (the client broke a deadline or the protocol)
+
+
+class Phase(enum.Enum):
+    HANDSHAKE = "handshake"
+    HEAD = "head"  # reading a head: header_timeout runs
+    IDLE = "idle"  # kept alive, no byte of the next request yet: idle_timeout runs
+    LINGER = "linger"  # answered and half-closed: waiting for the client's FIN
+
+
+class Conn:
+    """One client connection. While ``serve`` runs, the socket is blocking and
+    :meth:`recv` gives the buffered bytes first, then reads until ``deadline``."""
+
+    __slots__ = ("sock", "address", "buffer", "deadline", "phase", "busy", "closed",
+                 "drained", "on_expired")
+
+    def __init__(self, sock: socket.socket, address: Any, deadline: float,
+                 phase: Phase) -> None:
+        self.sock = sock
+        self.address = address
+        self.buffer = bytearray()
+        self.deadline: float | None = deadline
+        self.phase = phase
+        self.busy = False  # a thread owns it (serving, or handling its event)
+        self.closed = False
+        self.drained = 0
+        # While serving: what a read past ``deadline`` raises (the owner's choice).
+        self.on_expired: Callable[[], BaseException] = lambda: TimeoutError("deadline passed")
+
+    def recv(self, size: int) -> bytes:
+        """Buffered bytes first; then one read from the socket, bounded by ``deadline``."""
+        if self.buffer:
+            data = bytes(self.buffer[:size])
+            del self.buffer[:size]
+            return data
+        if self.deadline is None:
+            return self.sock.recv(size)
+        # Past the deadline, bytes already received are still taken (the application may
+        # have been slow to read them); only waiting for more is refused.
+        self.sock.settimeout(max(0.0, self.deadline - time.monotonic()))
+        try:
+            return self.sock.recv(size)
+        except (socket.timeout, TimeoutError, BlockingIOError, ssl.SSLWantReadError):
+            raise self.on_expired() from None
+        finally:
+            self.sock.settimeout(None)
+
+    def peer(self) -> str:
+        if isinstance(self.address, tuple) and len(self.address) >= 2:
+            return f"{self.address[0]}:{self.address[1]}"
+        return str(self.address)
+
+
+Serve = Callable[[Conn], Outcome]
+
+
+class ConnectionLoop:
+    """Serve the connections of ``listeners`` with ``serve`` on ``threads`` threads."""
+
+    def __init__(self, listeners: list[socket.socket], serve: Serve, *, threads: int,
+                 max_connections: int, header_timeout: float, idle_timeout: float,
+                 ssl_context: ssl.SSLContext | None = None, name: str = "http",
+                 on_header_timeout: Callable[[Conn], None] | None = None) -> None:
+        self.serve = serve
+        self.threads = threads
+        self.max_connections = max_connections
+        self.header_timeout = header_timeout
+        self.idle_timeout = idle_timeout
+        self.name = name
+        self._ssl = ssl_context
+        self._on_header_timeout = on_header_timeout
+        self._epoll = select.epoll()
+        self._listeners = {s.fileno(): s for s in listeners}
+        for sock in listeners:
+            sock.setblocking(False)
+            self._epoll.register(sock.fileno(), select.EPOLLIN | select.EPOLLONESHOT)
+        self._wake_r, self._wake_w = socket.socketpair()
+        # Level-triggered and never read: once written, it wakes every thread to stop.
+        self._epoll.register(self._wake_r.fileno(), select.EPOLLIN)
+        self._conns: dict[int, Conn] = {}
+        self._lock = threading.Lock()
+        self._sweeping = threading.Lock()
+        self._next_sweep = 0.0
+        self._serving = 0  # connections inside ``serve`` now
+        self._stopping = False
+        self._accepting = True
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._conns)
+
+    @property
+    def serving(self) -> int:
+        with self._lock:
+            return self._serving
+
+    def start(self) -> "ConnectionLoop":
+        for i in range(self.threads):
+            thread = threading.Thread(target=self._run, name=f"{self.name}-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop_accepting(self) -> None:
+        """Take the listeners out of the epoll (a graceful stop: others take new clients)."""
+        with self._lock:
+            self._accepting = False
+            for fd in self._listeners:
+                try:
+                    self._epoll.unregister(fd)
+                except (OSError, ValueError):
+                    pass
+
+    def stop(self, grace: float = 0.0) -> None:
+        """Stop accepting; wait up to ``grace`` seconds for requests being served; then
+        end the threads and close every connection (the listeners are the caller's)."""
+        self.stop_accepting()
+        until = time.monotonic() + grace
+        while self.serving and time.monotonic() < until:
+            time.sleep(0.05)
+        self._stopping = True
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=max(0.1, until - time.monotonic()) + 1)
+        with self._lock:
+            conns = list(self._conns.values())
+            self._conns.clear()
+        for conn in conns:
+            if not conn.busy:
+                _close_now(conn.sock)
+        self._epoll.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # One thread's loop
+
+    def _run(self) -> None:
+        epoll = self._epoll
+        while not self._stopping:
+            try:
+                events = epoll.poll(SWEEP_INTERVAL)
+            except (OSError, ValueError):  # closed under us by stop()
+                return
+            for fd, mask in events:
+                if self._stopping:
+                    return
+                try:
+                    if fd in self._listeners:
+                        self._accept(self._listeners[fd])
+                    else:
+                        self._on_event(fd, mask)
+                except Exception:  # noqa: BLE001 - one connection's failure is its own
+                    LOG.exception("%s: connection handling failed", self.name)
+            now = time.monotonic()
+            if now >= self._next_sweep and self._sweeping.acquire(blocking=False):
+                try:
+                    self._next_sweep = now + SWEEP_INTERVAL
+                    self._sweep(now)
+                finally:
+                    self._sweeping.release()
+
+    def _accept(self, listener: socket.socket) -> None:
+        try:
+            for _ in range(64):
+                try:
+                    sock, address = listener.accept()
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as exc:  # out of descriptors, ...: try at the next event
+                    LOG.warning("%s: cannot accept: %s", self.name, exc)
+                    return
+                self._admit(sock, address)
+        finally:
+            with self._lock:
+                if self._accepting and not self._stopping:
+                    try:
+                        self._epoll.modify(listener.fileno(),
+                                           select.EPOLLIN | select.EPOLLONESHOT)
+                    except (OSError, ValueError):
+                        pass
+
+    def _admit(self, sock: socket.socket, address: Any) -> None:
+        if len(self._conns) >= self.max_connections and not self._evict():
+            _close_now(sock)  # every slot holds a request being served: refuse
+            return
+        sock.setblocking(False)
+        try:  # an answer goes out in one write: do not wait for the ACK of the last
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        phase = Phase.HEAD
+        if self._ssl is not None:
+            try:
+                sock = self._ssl.wrap_socket(sock, server_side=True,
+                                             do_handshake_on_connect=False)
+            except (OSError, ssl.SSLError) as exc:
+                LOG.debug("%s: TLS setup for %s failed: %s", self.name, address, exc)
+                _close_now(sock)
+                return
+            phase = Phase.HANDSHAKE
+        conn = Conn(sock, address, time.monotonic() + self.header_timeout, phase)
+        with self._lock:
+            self._conns[sock.fileno()] = conn
+        self._epoll.register(sock.fileno(), _READ)
+
+    def _evict(self) -> bool:
+        """Close the idle connection nearest its deadline; False if none is idle."""
+        with self._lock:
+            idle = [c for c in self._conns.values() if not c.busy and c.deadline is not None]
+            if not idle:
+                return False
+            victim = min(idle, key=lambda c: c.deadline or 0.0)
+            self._forget(victim)
+        LOG.debug("%s: full, closing the idle connection from %s", self.name, victim.peer())
+        _close_now(victim.sock)
+        return True
+
+    def _forget(self, conn: Conn) -> None:
+        """Under the lock: the connection is no longer ours to serve."""
+        conn.closed = True
+        self._conns.pop(conn.sock.fileno(), None)
+
+    def _sweep(self, now: float) -> None:
+        with self._lock:
+            late = [c for c in self._conns.values()
+                    if not c.busy and c.deadline is not None and c.deadline <= now]
+            for conn in late:
+                self._forget(conn)
+        for conn in late:
+            if conn.phase in (Phase.HEAD, Phase.HANDSHAKE) and self._on_header_timeout:
+                self._on_header_timeout(conn)
+            _close_now(conn.sock)
+
+    def _on_event(self, fd: int, mask: int) -> None:
+        with self._lock:
+            conn = self._conns.get(fd)
+            if conn is None or conn.busy or conn.closed:
+                return  # closed by a sweep after its event fired
+            conn.busy = True
+        try:
+            outcome = self._advance(conn, mask)
+        except Exception:
+            self._close(conn, Outcome.ABORT)
+            raise
+        if outcome is not None:
+            self._close(conn, outcome)
+
+    def _advance(self, conn: Conn, mask: int) -> Outcome | None:
+        """Read what arrived; serve complete requests. None: the connection was re-armed."""
+        sock = conn.sock
+        try:
+            if conn.phase is Phase.LINGER:
+                return self._drain(conn)
+            if conn.phase is Phase.HANDSHAKE:
+                sock.do_handshake()  # type: ignore[attr-defined]
+                conn.phase = Phase.HEAD
+            while True:
+                chunk = sock.recv(MAX_HEAD)
+                if not chunk:
+                    return Outcome.ABORT
+                if conn.phase is Phase.IDLE:  # the next request began: header_timeout runs
+                    conn.phase = Phase.HEAD
+                    conn.deadline = min(conn.deadline or float("inf"),
+                                        time.monotonic() + self.header_timeout)
+                conn.buffer += chunk
+                if HEAD_END in conn.buffer:
+                    return self._serve(conn)
+                if len(conn.buffer) > MAX_HEAD:
+                    LOG.debug("%s: head from %s over %d bytes: closed", self.name,
+                              conn.peer(), MAX_HEAD)
+                    return Outcome.ABORT
+                if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                    self._rearm(conn, _READ)
+                    return None
+        except ssl.SSLWantReadError:
+            self._rearm(conn, _READ)
+        except ssl.SSLWantWriteError:
+            self._rearm(conn, _WRITE)
+        except (BlockingIOError, InterruptedError):
+            self._rearm(conn, _READ)
+        except (OSError, ssl.SSLError) as exc:
+            LOG.debug("%s: connection from %s failed: %s", self.name, conn.peer(), exc)
+            return Outcome.ABORT
+        return None
+
+    def _serve(self, conn: Conn) -> Outcome | None:
+        """Serve the buffered request(s) in this thread, then re-arm or close."""
+        with self._lock:
+            self._serving += 1
+        try:
+            for _ in range(MAX_PIPELINED):
+                conn.sock.setblocking(True)
+                conn.deadline = None
+                outcome = self.serve(conn)
+                if outcome is not Outcome.KEEP or self._stopping or not self._accepting:
+                    return Outcome.CLOSE if outcome is Outcome.KEEP else outcome
+                if HEAD_END not in conn.buffer:
+                    break
+        finally:
+            with self._lock:
+                self._serving -= 1
+        sock = conn.sock
+        sock.setblocking(False)
+        now = time.monotonic()
+        if conn.buffer:  # the next request began already
+            conn.phase, conn.deadline = Phase.HEAD, now + self.header_timeout
+        else:
+            conn.phase, conn.deadline = Phase.IDLE, now + self.idle_timeout
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return self._advance(conn, 0)  # decrypted already: epoll will not fire
+        self._rearm(conn, _READ)
+        return None
+
+    def _rearm(self, conn: Conn, events: int) -> None:
+        with self._lock:
+            if conn.closed:
+                return
+            conn.busy = False
+        try:
+            self._epoll.modify(conn.sock.fileno(), events)
+        except (OSError, ValueError):  # swept and closed meanwhile
+            pass
+
+    def _close(self, conn: Conn, outcome: Outcome) -> None:
+        sock = conn.sock
+        if outcome is Outcome.CLOSE and not isinstance(sock, ssl.SSLSocket) \
+                and not self._stopping:
+            try:
+                sock.shutdown(socket.SHUT_WR)
+                sock.setblocking(False)
+                conn.phase, conn.deadline = Phase.LINGER, time.monotonic() + LINGER_SECONDS
+                conn.buffer.clear()
+                self._rearm(conn, _READ)
+                return
+            except OSError:
+                pass
+        with self._lock:
+            self._forget(conn)
+        if outcome is Outcome.CLOSE:
+            _close_after_answer(sock)
+        else:
+            _close_now(sock)
+
+    def _drain(self, conn: Conn) -> Outcome | None:
+        """A lingering connection: discard what the client sends until its FIN."""
+        try:
+            while True:
+                data = conn.sock.recv(65536)
+                conn.drained += len(data)
+                if not data or conn.drained >= LINGER_MAX_BYTES:
+                    return Outcome.ABORT  # its FIN (or enough): close now
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+            self._rearm(conn, _READ)
+            return None
+        except OSError:
+            return Outcome.ABORT
+
+
+def _close_now(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+def _close_after_answer(sock: socket.socket) -> None:
+    """Close without resetting the answer: discard what the client already sent (up to
+    64 KiB, not waiting for more), as closing with unread bytes sends a reset."""
+    try:
+        sock.setblocking(False)
+        for _ in range(16):
+            if not sock.recv(4096):
+                break
+    except (OSError, ValueError):
+        pass
+    finally:
+        _close_now(sock)

@@ -1,0 +1,247 @@
+"""acceld.connection_loop: one epoll shared by a few threads, each serving the requests it
+reads. Real sockets on loopback; interleavings are forced with events, never sleeps (the
+deadline tests wait on purpose: time is what they test)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from acceld.connection_loop import HEAD_END, Conn, ConnectionLoop, Outcome
+
+
+class Expired(Exception):
+    pass
+
+
+@pytest.fixture
+def pair():
+    left, right = socket.socketpair()
+    yield left, right
+    left.close()
+    right.close()
+
+
+def _conn(sock: socket.socket, deadline: float | None) -> Conn:
+    conn = Conn(sock, ("test", 0), 0.0, None)  # type: ignore[arg-type]
+    conn.deadline = deadline
+    conn.on_expired = Expired
+    return conn
+
+
+def test_buffered_bytes_come_first_then_the_socket(pair):
+    server, client = pair
+    conn = _conn(server, None)
+    conn.buffer += b"head"
+    client.sendall(b"body")
+    assert conn.recv(2) == b"he"
+    assert conn.recv(10) == b"ad"
+    assert conn.recv(10) == b"body"
+
+
+def test_bytes_already_received_are_read_after_the_deadline(pair):
+    server, client = pair
+    client.sendall(b"body")
+    time.sleep(0.05)
+    conn = _conn(server, time.monotonic() - 5)
+    assert conn.recv(10) == b"body"
+    with pytest.raises(Expired):  # nothing more came: no waiting past the deadline
+        conn.recv(10)
+    assert server.gettimeout() is None  # the socket's own mode is given back
+
+
+def test_a_read_waits_only_until_the_deadline(pair):
+    server, _client = pair
+    conn = _conn(server, time.monotonic() + 0.3)
+    started = time.monotonic()
+    with pytest.raises(Expired):
+        conn.recv(10)
+    assert 0.25 <= time.monotonic() - started < 2
+
+
+class Server:
+    """A loop whose requests are ``GET /<word>``: ``block`` waits for ``release``,
+    ``boom`` raises, ``close`` answers and closes, anything else is answered and kept."""
+
+    def __init__(self, threads: int = 2, **limits: float) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.blocked = threading.Event()
+        self.release = threading.Event()
+        self.served_by: list[str] = []
+        self.late: list[str] = []
+        options = {"max_connections": 64, "header_timeout": 5.0, "idle_timeout": 5.0}
+        options.update(limits)
+        self.loop = ConnectionLoop([self.listener], self.serve, threads=threads,
+                                   on_header_timeout=lambda c: self.late.append(c.peer()),
+                                   **options).start()  # type: ignore[arg-type]
+
+    def serve(self, conn: Conn) -> Outcome:
+        end = conn.buffer.index(HEAD_END)
+        word = bytes(conn.buffer[:end]).split(b" ")[1].lstrip(b"/")
+        del conn.buffer[:end + len(HEAD_END)]
+        self.served_by.append(threading.current_thread().name)
+        if word == b"block":
+            self.blocked.set()
+            assert self.release.wait(10)
+        if word == b"boom":
+            raise RuntimeError("boom")
+        body = word + b"!"
+        conn.sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        return Outcome.CLOSE if word == b"close" else Outcome.KEEP
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=5)
+
+    def stop(self) -> None:
+        self.release.set()
+        self.loop.stop()
+        self.listener.close()
+
+
+@pytest.fixture
+def server():
+    srv = Server()
+    yield srv
+    srv.stop()
+
+
+def _get(sock: socket.socket, word: str) -> bytes:
+    sock.sendall(f"GET /{word} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return _answer(sock)
+
+
+_READERS: dict[int, object] = {}
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """The next answer's body (answers that arrive together are read one by one)."""
+    reader = _READERS.setdefault(id(sock), sock.makefile("rb"))
+    length = None
+    while True:
+        line = reader.readline()  # type: ignore[attr-defined]
+        assert line, "closed before an answer"
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+        if line == b"\r\n":
+            return reader.read(length)  # type: ignore[attr-defined]
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_kept_alive_connection_serves_requests_in_turn(server):
+    sock = server.connect()
+    assert [_get(sock, w) for w in ("a", "b", "c")] == [b"a!", b"b!", b"c!"]
+    assert all(name.startswith("http-") for name in server.served_by)  # a loop thread
+
+
+def test_pipelined_requests_are_all_answered_in_order(server):
+    sock = server.connect()
+    sock.sendall(b"".join(f"GET /{w} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for w in "xyz"))
+    assert [_answer(sock) for _ in range(3)] == [b"x!", b"y!", b"z!"]
+
+
+def test_a_head_in_pieces_is_served_once_complete(server):
+    sock = server.connect()
+    for piece in (b"GET /pie", b"ces HTTP/1.1\r\n", b"Host: x\r\n", b"\r\n"):
+        sock.sendall(piece)
+    assert _answer(sock) == b"pieces!"
+
+
+def test_a_blocked_request_holds_one_thread_only(server):
+    blocked = server.connect()
+    blocked.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert server.blocked.wait(5)
+    other = server.connect()  # served by the other thread while the first still waits
+    assert _get(other, "free") == b"free!"
+    assert server.loop.serving == 1
+    server.release.set()
+    assert _answer(blocked) == b"block!"
+
+
+def test_a_failing_request_closes_its_connection_and_nothing_else(server):
+    bad, good = server.connect(), server.connect()
+    bad.sendall(b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert _closed_within(bad, 5)
+    assert _get(good, "still") == b"still!"
+
+
+def test_closing_answer_arrives_whole_and_the_connection_lingers_for_the_fin(server):
+    sock = server.connect()
+    assert _get(sock, "close") == b"close!"
+    assert _closed_within(sock, 5)  # the server half-closed after the answer
+    assert server.loop.open_connections == 1  # lingering, in the epoll, no thread
+    sock.close()  # the client's FIN ends the linger
+    deadline = time.monotonic() + 5
+    while server.loop.open_connections and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.loop.open_connections == 0
+
+
+def test_an_incomplete_head_is_closed_at_the_header_deadline():
+    srv = Server(header_timeout=0.5)
+    try:
+        slow, quick = srv.connect(), srv.connect()
+        slow.sendall(b"GET /never HTTP/1.1\r\nHost")
+        assert _get(quick, "ok") == b"ok!"  # no thread waits on the slow one
+        assert _closed_within(slow, 5)
+        assert len(srv.late) == 1
+    finally:
+        srv.stop()
+
+
+def test_an_idle_kept_alive_connection_is_closed_at_the_idle_deadline():
+    srv = Server(idle_timeout=0.5, header_timeout=30)
+    try:
+        sock = srv.connect()
+        assert _get(sock, "once") == b"once!"
+        assert _closed_within(sock, 5)
+        assert srv.late == []  # idle, not late with a head
+    finally:
+        srv.stop()
+
+
+def test_at_the_limit_an_idle_connection_makes_room_and_busy_ones_do_not():
+    srv = Server(max_connections=2)
+    try:
+        idle = srv.connect()
+        assert _get(idle, "idle") == b"idle!"
+        blocked = srv.connect()
+        blocked.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert srv.blocked.wait(5)
+        newcomer = srv.connect()
+        assert _get(newcomer, "new") == b"new!"  # the idle one was evicted for it
+        assert _closed_within(idle, 5)
+        refused = srv.connect()  # the newcomer is idle now and gets evicted in turn
+        assert _get(refused, "next") == b"next!"
+        srv.release.set()
+        assert _answer(blocked) == b"block!"
+    finally:
+        srv.stop()
+
+
+def test_stop_waits_for_a_request_being_served():
+    srv = Server()
+    sock = srv.connect()
+    sock.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert srv.blocked.wait(5)
+    stopper = threading.Thread(target=srv.loop.stop, kwargs={"grace": 10})
+    stopper.start()
+    stopper.join(0.3)
+    assert stopper.is_alive()  # still waiting for the request
+    srv.release.set()
+    assert _answer(sock) == b"block!"
+    stopper.join(10)
+    assert not stopper.is_alive()
+    srv.listener.close()
