@@ -6,6 +6,7 @@ import io
 import logging
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from acceld import logs
 from acceld.internal import auth
@@ -87,3 +88,21 @@ def test_setup_installs_the_redacting_formatter(tmp_path) -> None:
         root.setLevel(level)
     written = (tmp_path / "acceld.log").read_text()
     assert "token=***" in written and TOKEN not in written
+
+
+def _redact_every_pattern(text: str) -> str:
+    """redact() without its quick check for a hint word: every pattern, every time."""
+    for pattern in logs._SECRET_PATTERNS:
+        replacement = r"\1***\3" if pattern.pattern.startswith("(?i)(://") else r"\1\2***"
+        text = pattern.sub(replacement, text)
+    return text
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from([
+    "X-Auth-Token", "x-SERVICE-token", "Authorization", "x-acceld-credential", "PassWord",
+    "secret", "TOKEN", "://", "user", ":", "=", " ", "'", '"', "@", "/", "abc", "p4ss", ",",
+    "}", "{", "\n", "tok", "en", "pass", "word", "cred", "ential", ":/", "/"]), max_size=14)
+       .map("".join))
+def test_the_quick_check_never_skips_a_line_a_pattern_would_change(text):
+    assert logs.redact(text) == _redact_every_pattern(text)
