@@ -50,7 +50,6 @@ MAX_HEAD = 64 * 1024
 LINGER_SECONDS = 2.0
 LINGER_MAX_BYTES = 64 * 1024
 SWEEP_INTERVAL = 0.5
-MAX_PIPELINED = 64  # requests already buffered, served in a row before others get a turn
 
 _READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
 _WRITE = select.EPOLLOUT | select.EPOLLONESHOT
@@ -146,6 +145,7 @@ class ConnectionLoop:
         self._sweeping = threading.Lock()
         self._next_sweep = 0.0
         self._serving = 0  # connections inside ``serve`` now
+        self.accepted = 0  # connections accepted since the start
         self._stopping = False
         self._accepting = True
         self._threads: list[threading.Thread] = []
@@ -154,6 +154,12 @@ class ConnectionLoop:
     def open_connections(self) -> int:
         with self._lock:
             return len(self._conns)
+
+    @property
+    def idle_connections(self) -> int:
+        """Open connections no thread holds (waiting for a request, or lingering)."""
+        with self._lock:
+            return sum(1 for conn in self._conns.values() if not conn.busy)
 
     @property
     def serving(self) -> int:
@@ -208,7 +214,9 @@ class ConnectionLoop:
         epoll = self._epoll
         while not self._stopping:
             try:
-                events = epoll.poll(SWEEP_INTERVAL)
+                # One event a wait: events taken in a batch would be disarmed (one-shot)
+                # and wait behind this thread's request while other threads are idle.
+                events = epoll.poll(SWEEP_INTERVAL, 1)
             except (OSError, ValueError):  # closed under us by stop()
                 return
             for fd, mask in events:
@@ -239,6 +247,7 @@ class ConnectionLoop:
                 except OSError as exc:  # out of descriptors, ...: try at the next event
                     LOG.warning("%s: cannot accept: %s", self.name, exc)
                     return
+                self.accepted += 1
                 self._admit(sock, address)
         finally:
             with self._lock:
@@ -324,6 +333,8 @@ class ConnectionLoop:
             if conn.phase is Phase.HANDSHAKE:
                 sock.do_handshake()  # type: ignore[attr-defined]
                 conn.phase = Phase.HEAD
+            if HEAD_END in conn.buffer:  # pipelined behind the last request
+                return self._serve(conn)
             while True:
                 chunk = sock.recv(MAX_HEAD)
                 if not chunk:
@@ -354,21 +365,20 @@ class ConnectionLoop:
         return None
 
     def _serve(self, conn: Conn) -> Outcome | None:
-        """Serve the buffered request(s) in this thread, then re-arm or close."""
+        """Serve the request buffered on ``conn`` in this thread, then re-arm or close."""
         with self._lock:
             self._serving += 1
         try:
-            for _ in range(MAX_PIPELINED):
-                conn.sock.setblocking(True)
-                conn.deadline = None
-                outcome = self.serve(conn)
-                if outcome is not Outcome.KEEP or self._stopping or not self._accepting:
-                    return Outcome.CLOSE if outcome is Outcome.KEEP else outcome
-                if HEAD_END not in conn.buffer:
-                    break
+            conn.sock.setblocking(True)
+            conn.deadline = None
+            outcome = self.serve(conn)
         finally:
             with self._lock:
                 self._serving -= 1
+        if outcome is not Outcome.KEEP:
+            return outcome
+        if self._stopping or not self._accepting:
+            return Outcome.CLOSE
         sock = conn.sock
         sock.setblocking(False)
         now = time.monotonic()
@@ -376,9 +386,14 @@ class ConnectionLoop:
             conn.phase, conn.deadline = Phase.HEAD, now + self.header_timeout
         else:
             conn.phase, conn.deadline = Phase.IDLE, now + self.idle_timeout
-        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        if HEAD_END in conn.buffer:
+            # A pipelined request is complete already: the socket is writable, so this
+            # fires at once, after the other connections' events (one request a turn).
+            self._rearm(conn, _WRITE)
+        elif isinstance(sock, ssl.SSLSocket) and sock.pending():
             return self._advance(conn, 0)  # decrypted already: epoll will not fire
-        self._rearm(conn, _READ)
+        else:
+            self._rearm(conn, _READ)
         return None
 
     def _rearm(self, conn: Conn, events: int) -> None:

@@ -153,6 +153,10 @@ class PoolServer:
     def open_connections(self) -> int:
         return self._loop.open_connections
 
+    @property
+    def loop(self) -> ConnectionLoop:
+        return self._loop
+
     def start(self) -> "PoolServer":
         self._loop.start()
         return self

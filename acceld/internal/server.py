@@ -24,6 +24,7 @@ from acceld import request_ids
 from acceld.addresses import is_loopback
 from acceld.db.outage import RETRY_AFTER_SECONDS
 from acceld.internal import auth
+from acceld.connection_loop import ConnectionLoop
 from acceld.internal.pool_server import Limits, PoolServer
 
 LOG = logging.getLogger(__name__)
@@ -247,6 +248,11 @@ class InternalServer:
     @property
     def open_connections(self) -> int:
         return self._server.open_connections
+
+    @property
+    def loop(self) -> ConnectionLoop:
+        """The server's connection loop (its counters, for tests and metrics)."""
+        return self._server.loop
 
     def start(self) -> "InternalServer":
         self._server.start()

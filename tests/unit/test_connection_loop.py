@@ -4,6 +4,7 @@ deadline tests wait on purpose: time is what they test)."""
 
 from __future__ import annotations
 
+import collections
 import socket
 import threading
 import time
@@ -72,6 +73,9 @@ class Server:
         self.blocked = threading.Event()
         self.release = threading.Event()
         self.served_by: list[str] = []
+        self.words: list[str] = []
+        self.gates = collections.defaultdict(threading.Event)
+        self.entered = collections.defaultdict(threading.Event)
         self.late: list[str] = []
         options = {"max_connections": 64, "header_timeout": 5.0, "idle_timeout": 5.0}
         options.update(limits)
@@ -84,9 +88,13 @@ class Server:
         word = bytes(conn.buffer[:end]).split(b" ")[1].lstrip(b"/")
         del conn.buffer[:end + len(HEAD_END)]
         self.served_by.append(threading.current_thread().name)
+        self.words.append(word.decode())
         if word == b"block":
             self.blocked.set()
             assert self.release.wait(10)
+        if word.startswith(b"wait-"):  # waits for its own gate
+            self.entered[word].set()
+            assert self.gates[word].wait(10)
         if word == b"boom":
             raise RuntimeError("boom")
         body = word + b"!"
@@ -98,6 +106,8 @@ class Server:
 
     def stop(self) -> None:
         self.release.set()
+        for gate in list(self.gates.values()):
+            gate.set()
         self.loop.stop()
         self.listener.close()
 
@@ -140,6 +150,13 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
         return False
 
 
+def _wait_until(condition, seconds: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
 def test_kept_alive_connection_serves_requests_in_turn(server):
     sock = server.connect()
     assert [_get(sock, w) for w in ("a", "b", "c")] == [b"a!", b"b!", b"c!"]
@@ -150,6 +167,20 @@ def test_pipelined_requests_are_all_answered_in_order(server):
     sock = server.connect()
     sock.sendall(b"".join(f"GET /{w} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for w in "xyz"))
     assert [_answer(sock) for _ in range(3)] == [b"x!", b"y!", b"z!"]
+
+
+def test_a_pipelined_request_waits_its_turn_behind_other_connections():
+    srv = Server(threads=1)
+    try:
+        first, other = srv.connect(), srv.connect()
+        first.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert srv.blocked.wait(5)
+        other.sendall(b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")  # ready while /block runs
+        srv.release.set()
+        assert [_answer(first), _answer(first), _answer(other)] == [b"block!", b"next!", b"other!"]
+        assert srv.words == ["block", "other", "next"]
+    finally:
+        srv.stop()
 
 
 def test_a_head_in_pieces_is_served_once_complete(server):
@@ -165,9 +196,36 @@ def test_a_blocked_request_holds_one_thread_only(server):
     assert server.blocked.wait(5)
     other = server.connect()  # served by the other thread while the first still waits
     assert _get(other, "free") == b"free!"
-    assert server.loop.serving == 1
+    _wait_until(lambda: server.loop.serving == 1)  # its thread counts itself out after answering
     server.release.set()
     assert _answer(blocked) == b"block!"
+
+
+def test_a_ready_request_goes_to_a_free_thread_not_behind_a_busy_one():
+    """Each thread takes one event a wait: two requests ready together are not both
+    taken by a thread that then serves one and keeps the other waiting."""
+    srv = Server(threads=2)
+    try:
+        a, b, c, d = (srv.connect() for _ in range(4))
+        a.sendall(b"GET /wait-a HTTP/1.1\r\nHost: x\r\n\r\n")
+        b.sendall(b"GET /wait-b HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert srv.entered[b"wait-a"].wait(5) and srv.entered[b"wait-b"].wait(5)
+        # Both threads busy: c and d are ready in the epoll together.
+        c.sendall(b"GET /wait-c HTTP/1.1\r\nHost: x\r\n\r\n")
+        d.sendall(b"GET /d HTTP/1.1\r\nHost: x\r\n\r\n")
+        srv.gates[b"wait-b"].set()  # one thread is free: it takes c and blocks on it
+        assert _answer(b) == b"wait-b!"
+        assert srv.entered[b"wait-c"].wait(5)
+        srv.gates[b"wait-a"].set()  # the other thread is free: d is its to serve
+        assert _answer(a) == b"wait-a!"
+        d.settimeout(5)
+        assert _answer(d) == b"d!"  # while c still holds its thread
+        srv.gates[b"wait-c"].set()
+        assert _answer(c) == b"wait-c!"
+    finally:
+        for gate in list(srv.gates.values()):
+            gate.set()
+        srv.stop()
 
 
 def test_a_failing_request_closes_its_connection_and_nothing_else(server):
@@ -183,10 +241,7 @@ def test_closing_answer_arrives_whole_and_the_connection_lingers_for_the_fin(ser
     assert _closed_within(sock, 5)  # the server half-closed after the answer
     assert server.loop.open_connections == 1  # lingering, in the epoll, no thread
     sock.close()  # the client's FIN ends the linger
-    deadline = time.monotonic() + 5
-    while server.loop.open_connections and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.loop.open_connections == 0
+    _wait_until(lambda: server.loop.open_connections == 0)
 
 
 def test_an_incomplete_head_is_closed_at_the_header_deadline():
@@ -217,14 +272,29 @@ def test_at_the_limit_an_idle_connection_makes_room_and_busy_ones_do_not():
     try:
         idle = srv.connect()
         assert _get(idle, "idle") == b"idle!"
+        _wait_until(lambda: srv.loop.idle_connections == 1)  # its thread re-armed it
         blocked = srv.connect()
         blocked.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
         assert srv.blocked.wait(5)
         newcomer = srv.connect()
         assert _get(newcomer, "new") == b"new!"  # the idle one was evicted for it
         assert _closed_within(idle, 5)
-        refused = srv.connect()  # the newcomer is idle now and gets evicted in turn
-        assert _get(refused, "next") == b"next!"
+        _wait_until(lambda: srv.loop.idle_connections == 1)
+        third = srv.connect()  # the newcomer is idle now and gets evicted in turn
+        assert _get(third, "next") == b"next!"
+        srv.release.set()
+        assert _answer(blocked) == b"block!"
+    finally:
+        srv.stop()
+
+
+def test_at_the_limit_with_every_connection_busy_a_newcomer_is_closed():
+    srv = Server(max_connections=1)
+    try:
+        blocked = srv.connect()
+        blocked.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert srv.blocked.wait(5)
+        assert _closed_within(srv.connect(), 5)
         srv.release.set()
         assert _answer(blocked) == b"block!"
     finally:
