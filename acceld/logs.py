@@ -98,10 +98,14 @@ class RedactingFormatter(logging.Formatter):
                                                        formatters.FluentFormatter))
 
     def format(self, record: logging.LogRecord) -> str:
-        clean = logging.makeLogRecord(record.__dict__)
-        clean.msg = redact(record.getMessage())
-        clean.args = None
-        clean.exc_text = None
+        message = record.getMessage()
+        if record.exc_info or record.exc_text or _SECRET_HINT.search(message):
+            clean = logging.makeLogRecord(record.__dict__)
+            clean.msg = redact(message)
+            clean.args = None
+            clean.exc_text = None
+        else:  # nothing to redact in the message (most lines): no copy of the record
+            clean = record
         line = self.inner.format(clean)
         if self._whole_line:
             return redact(line)

@@ -1,6 +1,7 @@
 """The public API's own cost per request, without any HTTP server: the WSGI app (build_app)
 and the whole pipeline (wsgi_app: access log, edge, noauth identity) called in process on
-SQLite, 2,000 times per route after 200 warm-up calls. Separates the app's time from the
+SQLite, 2,000 times per route after 200 warm-up calls; 100 device profiles listed, as in
+`make bench`. Separates the app's time from the
 server's when `make bench` moves.
 
     .venv/bin/python -m bench.api_inprocess
@@ -20,6 +21,7 @@ from acceld.db.engine import Database
 
 ROUTES = ("/accelerator/", "/accelerator/v2/device_profiles")
 CALLS = 2000
+PROFILES = 100
 
 
 def _environ(path: str) -> dict:
@@ -40,6 +42,13 @@ def main() -> None:
     conf.set_override("state_path", state)
     db = Database(f"sqlite:///{state}/acceld.sqlite")
     migrate.upgrade(db)
+    seed = api_app.build_app(conf, db)
+    for i in range(PROFILES):  # as `make bench` lists: 100 profiles
+        body = b'[{"name": "seed-%d", "groups": [{"resources:FPGA": "1"}]}]' % i
+        environ = {**_environ("/accelerator/v2/device_profiles"), "REQUEST_METHOD": "POST",
+                   "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
+                   "wsgi.input": io.BytesIO(body)}
+        b"".join(seed(environ, _start_response))
     for name, app in (("app alone", api_app.build_app(conf, db)),
                       ("whole pipeline", api_app.wsgi_app(conf, db))):
         for path in ROUTES:

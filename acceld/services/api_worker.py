@@ -23,6 +23,7 @@ longer): a client that stops reading cannot hold a thread for ever.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import os
@@ -43,6 +44,38 @@ LOG = logging.getLogger(__name__)
 
 SEND_TIMEOUT_MIN = 60.0
 FLUSH_BYTES = 256 * 1024
+
+
+_M_ARENA_MAX = -8  # glibc's mallopt parameter
+ARENA_MAX = 2
+TRIM_AFTER_BYTES = 1024 * 1024  # an answer this large: give_back_memory after it
+
+
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to tune
+        return None
+
+
+def give_back_memory() -> None:
+    """Return the free pages of glibc's heaps to the system (after a large answer: the
+    memory that built it is free, but glibc keeps it mapped)."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+def limit_malloc_arenas() -> None:
+    """glibc gives each thread that allocates its own malloc arena, up to 8 per core, and
+    keeps their freed memory: four threads each building a 10,000-device list at once
+    left the worker at 157 MB RSS, against 83 at start. Two arenas, and
+    :func:`give_back_memory` after large answers: 128-134 MB (40 such lists, 4 clients).
+    Under the GIL the threads seldom allocate at once, so sharing arenas costs nothing
+    measurable. Called before the worker starts its threads."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(_M_ARENA_MAX, ARENA_MAX)
 
 
 class BodyTimeout(falcon.HTTPError):
@@ -67,6 +100,7 @@ class ClientSocket:
         self._send_timeout = send_timeout
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self.sent = 0
 
     def recv(self, size: int, *_flags: int) -> bytes:
         return self._conn.recv(size)
@@ -89,6 +123,7 @@ class ClientSocket:
         data = b"".join(self._pending)
         self._pending.clear()
         self._pending_bytes = 0
+        self.sent += len(data)
         self._sock.settimeout(self._send_timeout)
         try:
             self._sock.sendall(data)
@@ -114,6 +149,7 @@ class LoopWorker(base.Worker):
         self.send_timeout = max(SEND_TIMEOUT_MIN, self.body_timeout)
 
     def run(self) -> None:
+        limit_malloc_arenas()
         context = gsock.ssl_context(self.cfg) if self.cfg.is_ssl else None
         listeners = [getattr(s, "sock", s) for s in self.sockets]
         self.loop = ConnectionLoop(
@@ -159,6 +195,8 @@ class LoopWorker(base.Worker):
         try:
             outcome = self._serve(conn, client, timed_out)
             client.flush()
+            if client.sent >= TRIM_AFTER_BYTES:
+                give_back_memory()
             return outcome
         except OSError as exc:
             self.log.debug("Client connection error: %s", exc)
