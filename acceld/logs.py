@@ -50,11 +50,17 @@ _QUIET = ("alembic=WARN", "gunicorn.access=WARN")
 
 
 # Every secret pattern above needs one of these words: most lines have none and skip them.
-_SECRET_HINT = re.compile(r"(?i)token|authorization|credential|password|secret|://")
+# (Substring tests on the lowered text: a case-insensitive regex alternation cost ~5 us.)
+_SECRET_HINTS = ("token", "authorization", "credential", "password", "secret", "://")
+
+
+def _may_hold_secret(text: str) -> bool:
+    lowered = text.lower()
+    return any(hint in lowered for hint in _SECRET_HINTS)
 
 
 def redact(text: str) -> str:
-    if not _SECRET_HINT.search(text):
+    if not _may_hold_secret(text):
         return text
     for pattern in _SECRET_PATTERNS:
         if pattern.groups == 3 and pattern.pattern.startswith("(?i)(://"):
@@ -99,7 +105,7 @@ class RedactingFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
-        if record.exc_info or record.exc_text or _SECRET_HINT.search(message):
+        if record.exc_info or record.exc_text or _may_hold_secret(message):
             clean = logging.makeLogRecord(record.__dict__)
             clean.msg = redact(message)
             clean.args = None
