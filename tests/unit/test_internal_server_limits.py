@@ -314,12 +314,15 @@ def test_kept_alive_connections_are_idle_ones_at_the_connection_limit() -> None:
     """Kept-alive connections cannot lock newcomers out: the oldest makes room."""
     srv = _server(max_connections=4, header_timeout=30.0, idle_timeout=30.0)
     try:
-        kept = [_connect(srv) for _ in range(4)]
+        kept: list[socket.socket] = []
         try:
-            for n, sock in enumerate(kept):
-                sock.sendall(_signed_echo(n))
-                _read_answer(sock)
-            _wait_until(lambda: srv.loop.idle_connections == 4)  # each thread re-armed its own
+            for n in range(4):
+                kept.append(_connect(srv))
+                kept[n].sendall(_signed_echo(n))
+                _read_answer(kept[n])
+                # Idle in this order: a thread re-arms its connection after the answer
+                # went out, so the next one could otherwise go idle first.
+                _wait_until(lambda: srv.loop.idle_connections == n + 1)
             client = InternalClient(srv.url, SECRET)
             assert client.call("POST", "/echo", {"n": 9}, timeout=5) == {"got": {"n": 9}}
             client.close()
