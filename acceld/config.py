@@ -195,8 +195,8 @@ conductor_opts = [
                       "memory and stamped in one UPDATE per interval for every host heard "
                       "(acceld.conductor.liveness). 0: one transaction per heartbeat."),
     cfg.FloatOpt("agent_check_interval", default=2.0, min=0.05,
-                 help="Seconds between liveness sweeps over the agents (one conductor "
-                      "at a time runs it)."),
+                 help="Seconds between liveness sweeps: each conductor marks down the "
+                      "silent agents among the hosts it owns."),
     cfg.BoolOpt("reserve_devices_of_down_agents", default=True,
                 help="Reserve the Placement inventory of a down agent's devices."),
     cfg.IntOpt("program_timeout", default=100, min=1,

@@ -9,7 +9,8 @@ import falcon
 import orjson
 from jsonschema import Draft202012Validator
 
-from acceld.api import errors, fastcheck
+from acceld import fastcheck
+from acceld.api import errors
 
 _JSON_TYPES = ("application/json",)
 _NUL = "\x00"
@@ -76,7 +77,7 @@ def validate(validator: Draft202012Validator, document: Any, what: str = "reques
     """400 naming the first problem found, with its location.
 
     Valid documents (nearly every request) are passed by a compiled check (see
-    acceld.api.fastcheck, about a tenth of the cost); anything it does not pass goes to
+    acceld.fastcheck, about a tenth of the cost); anything it does not pass goes to
     jsonschema, which decides and words the message."""
     if fastcheck.passes(validator, document):
         return

@@ -34,6 +34,7 @@ from oslo_config import cfg
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
+from acceld import fastcheck
 from acceld.clients.agent import agent_client
 from acceld.clients.internal import InternalClient, InternalError, internal_url
 from acceld.conductor import health
@@ -126,7 +127,10 @@ class AgentsComponent:
 
     def on_hello(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = json_body(req)
-        error = next(iter(HELLO_SCHEMA.iter_errors(body)), None)
+        # Every heartbeat is a hello: the compiled check passes a valid one (jsonschema's
+        # walk was a fifth of an unchanged heartbeat's CPU); jsonschema words a refusal.
+        error = None if fastcheck.passes(HELLO_SCHEMA, body) else next(
+            iter(HELLO_SCHEMA.iter_errors(body)), None)
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
             raise falcon.HTTPBadRequest(

@@ -84,10 +84,14 @@ def set_digest(conn: Connection, hostname: str, digest: str | None) -> None:
 def overdue(conn: Connection, down_intervals: int) -> list[Any]:
     """Agents marked up whose last contact is older than ``down_intervals`` of their interval,
     by the database's clock (read in the same SELECT; each row carries it as ``db_now``)."""
-    rows = conn.execute(select(agents, sql_now(conn.dialect.name).label("db_now")).where(
-        agents.c.state == "up")).all()
-    return [r for r in rows if r.db_now - r.last_seen_at
-            > dt.timedelta(seconds=r.heartbeat_interval * down_intervals)]
+    # The database filters (each conductor sweeps every agent_check_interval: reading every
+    # agent's row to keep the few late ones cost more than the heartbeats themselves).
+    dialect = conn.dialect.name
+    return conn.execute(select(
+        agents.c.id, agents.c.hostname, agents.c.last_seen_at, agents.c.heartbeat_interval,
+        sql_now(dialect).label("db_now"),
+    ).where(agents.c.state == "up", agents.c.last_seen_at < sql_now(
+        dialect, -(agents.c.heartbeat_interval * down_intervals)))).all()
 
 
 def mark_down(conn: Connection, row: Any) -> bool:

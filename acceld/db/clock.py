@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 
 from sqlalchemy import (TIMESTAMP, BigInteger, ColumnElement, Connection, Float,
-                        cast, func, literal, literal_column, text, type_coerce)
+                        String, cast, func, literal, literal_column, text, type_coerce)
 
 from acceld.db.models import Timestamp
 
@@ -35,28 +35,31 @@ def db_now(conn: Connection) -> dt.datetime:
     return value
 
 
-def sql_now(dialect: str, plus: float = 0.0) -> ColumnElement[dt.datetime]:
+def sql_now(dialect: str, plus: float | ColumnElement[int] = 0.0) -> ColumnElement[dt.datetime]:
     """The database's "now" (plus ``plus`` seconds) as an SQL expression of a timestamp column.
 
     For the hot paths (claims, renewals, heartbeats): the statement that compares or writes
     a lease reads the database's clock itself, so judging expiry by it costs no extra query.
-    ``dialect`` is ``conn.dialect.name`` / ``Database.backend``.
+    ``plus`` may be an SQL expression of whole seconds (a bound per row, e.g. from a
+    column). ``dialect`` is ``conn.dialect.name`` / ``Database.backend``.
     """
-    seconds = float(plus)
+    per_row = isinstance(plus, ColumnElement)
+    seconds = 0.0 if per_row else float(plus)  # type: ignore[arg-type]
     if dialect == "sqlite":
         # Stored the way SQLAlchemy stores a datetime on SQLite (six fraction digits), so
         # that text comparison with Python-written values orders them by time. 'now' is
         # one value for the whole statement.
-        expr = func.strftime("%Y-%m-%d %H:%M:%f", "now",
-                             literal(f"{seconds:+.6f} seconds")).op("||")(
-            literal("000"))
+        modifier = (cast(plus, String).concat(" seconds") if per_row
+                    else literal(f"{seconds:+.6f} seconds"))
+        expr = func.strftime("%Y-%m-%d %H:%M:%f", "now", modifier).op("||")(literal("000"))
     elif dialect == "postgresql":
         # statement_timestamp(): the statement's start, so one value for every row (and
         # usable as an index bound), unlike clock_timestamp(); not frozen at BEGIN like now().
         expr = cast(func.timezone("UTC", func.statement_timestamp()), TIMESTAMP()) + \
-            func.make_interval(0, 0, 0, 0, 0, 0, literal(seconds, Float()))
+            func.make_interval(0, 0, 0, 0, 0, 0,
+                               cast(plus, Float()) if per_row else literal(seconds, Float()))
     else:  # mysql, mariadb: UTC_TIMESTAMP is one value for the whole statement
-        expr = func.timestampadd(literal_column("MICROSECOND"),
-                                 literal(round(seconds * 1e6), BigInteger()),
-                                 func.utc_timestamp(6))
+        micro = (plus * 1_000_000 if per_row  # type: ignore[operator]
+                 else literal(round(seconds * 1e6), BigInteger()))
+        expr = func.timestampadd(literal_column("MICROSECOND"), micro, func.utc_timestamp(6))
     return type_coerce(expr, Timestamp)
