@@ -55,6 +55,13 @@ api_opts = [
                     "Unset: taken from the request."),
     cfg.IntOpt("max_request_body_size", default=1024 * 1024, min=1024,
                help="Largest request body accepted, in bytes; larger bodies get 413."),
+    cfg.FloatOpt("bind_wait", default=0.5, min=0.0, max=10.0,
+                 help="Seconds a bind PATCH waits, after committing its binds, for the "
+                      "conductor to resolve them (Bound or BindFailed) before it answers "
+                      "202, so that the client's next GET finds them resolved, as with "
+                      "upstream. A bind not resolved by then (a device being programmed, "
+                      "a busy conductor) completes after the answer, as always. 0 answers "
+                      "at once."),
     cfg.IntOpt("max_patch_operations", default=1000, min=1,
                help="Most ARQs one PATCH may bind or unbind; more get 400."),
     cfg.IntOpt("max_arqs_per_delete", default=1000, min=1,

@@ -210,6 +210,23 @@ class ConductorClient:
                 self._waker.start()
             self._wake.notify()
 
+    def wait_for_binds(self, arq_ids: list[int], seconds: float) -> int:
+        """Wake a conductor and wait, at most ``seconds``, until it resolved the binds of
+        ``arq_ids`` (acceld.conductor.bind_wakes); return how many it resolved. Any failure
+        falls back to :meth:`wake_binds`: the jobs are committed, and a worker takes them
+        whenever it is woken or its scan finds them."""
+        try:
+            answer = self._client.call("POST", "/binds/wake",
+                                       {"arq_ids": arq_ids, "wait": seconds},
+                                       timeout=seconds + 2.0)
+            return int((answer or {}).get("resolved", 0))
+        except (requests.RequestException, InternalError) as exc:
+            LOG.debug("Could not wait for the binds at a conductor: %s", exc)
+        except Exception:  # noqa: BLE001 - a bug: the PATCH still answers
+            LOG.exception("Waiting for the binds at a conductor failed")
+        self.wake_binds()
+        return 0
+
     def _send_wakes(self) -> None:
         while True:
             with self._wake:

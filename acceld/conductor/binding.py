@@ -30,11 +30,12 @@ import falcon
 from oslo_config import cfg
 from sqlalchemy import delete, select
 
-from acceld import request_ids
+from acceld import fastcheck, request_ids
 from acceld.clients import nova
 from acceld.conductor import (bind_attach, bind_outages, bind_programming, bind_target,
                               placement_checks)
 from acceld.conductor.attach import AttachClient, AttachError
+from acceld.conductor.bind_wakes import ResolvedWatch, WakeCalls
 from acceld.conductor.service import PeriodicTask
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs
@@ -42,7 +43,8 @@ from acceld.db.clock import db_now, sql_now
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import bind_jobs as jobs_table
-from acceld.internal.server import respond
+from acceld.internal.server import json_body, respond
+from acceld.jsonschemas import strict_validator
 from acceld.metrics import record as metrics
 from acceld.outages import process_log
 
@@ -100,6 +102,8 @@ class BindWorker:
         self.attach = AttachClient(conf, db)
         self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}"
         self.stopping = threading.Event()
+        # Wake calls waiting for the ARQs this process's workers resolve (bind_wakes).
+        self.resolved = ResolvedWatch()
         # Tokens of the claims being worked on now; renew_leases keeps them from lapsing.
         self._active: set[str] = set()
         self._active_guard = threading.Lock()
@@ -168,6 +172,7 @@ class BindWorker:
             with request_ids.bound(job.global_request_id):
                 if self._bind(job, token):
                     resolved.append(job.id)
+                    self.resolved.announce(job.arq_id)
         self._notify(resolved, token)
 
     def _notify_claimed(self, claimed: list, token: str) -> None:
@@ -421,6 +426,19 @@ class BindWorker:
             bind_jobs.retry_later(self.db, again, token, delay)
 
 
+# What an API worker may send to POST /binds/wake (nothing, or the ARQs its PATCH bound
+# and how long to wait for them: at most [api] max_patch_operations's ceiling).
+WAKE_SCHEMA = strict_validator({
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "arq_ids": {"type": "array", "maxItems": 10000,
+                    "items": {"type": "integer", "minimum": 1}},
+        "wait": {"type": "number", "minimum": 0, "maximum": 10},
+    },
+})
+
+
 class BindingComponent:
     """Conductor component: the wake route, worker threads, and the safety-net scan."""
 
@@ -428,16 +446,27 @@ class BindingComponent:
         self.conf = conf
         self.db = db
         self.worker = BindWorker(conf, db)
-        self._wake = threading.Event()
-        self.worker.on_claimed = self._wake.set
+        self.wakes = WakeCalls(conf.conductor.bind_workers)
+        self.worker.on_claimed = self.wakes.wake
         self._threads: list[threading.Thread] = []
 
     def routes(self) -> dict:
         return {"/binds/wake": {"POST": self.on_wake}}
 
     def on_wake(self, req: falcon.Request, resp: falcon.Response) -> None:
-        self._wake.set()
-        respond(resp, {"status": "woken"}, status=202)
+        """Let a worker look for due jobs now. With ``{"arq_ids": [...], "wait": s}`` (an API
+        worker's PATCH), answer once this conductor resolved those ARQs, or after ``s``."""
+        body = json_body(req) if req.content_length else {}
+        error = None if fastcheck.passes(WAKE_SCHEMA, body) else next(
+            iter(WAKE_SCHEMA.iter_errors(body)), None)
+        if error is not None:
+            raise falcon.HTTPBadRequest(description=f"Invalid wake: {error.message}")
+        if not body.get("wait") or not body.get("arq_ids"):
+            self.wakes.wake()
+            respond(resp, {"status": "woken"}, status=202)
+            return
+        resolved = self.worker.resolved.wait(body["arq_ids"], body["wait"], self.wakes.wake)
+        respond(resp, {"status": "woken", "resolved": resolved}, status=202)
 
     def periodic_tasks(self) -> list[PeriodicTask]:
         renew_every = max(1.0, self.conf.conductor.bind_lease_seconds / 3)
@@ -448,7 +477,7 @@ class BindingComponent:
         """Wake the workers when a job is due that no wake call announced, or when claims
         a database outage interrupted wait to be given back."""
         if self.worker.has_stranded() or bind_jobs.any_due(self.db):
-            self._wake.set()
+            self.wakes.wake()
 
     def start(self) -> None:
         if not self.worker.notifier.configured:
@@ -459,14 +488,12 @@ class BindingComponent:
                                       daemon=True)
             thread.start()
             self._threads.append(thread)
-        self._wake.set()  # jobs left by a previous run
+        self.wakes.wake()  # jobs left by a previous run
 
     def _loop(self) -> None:
         while not self.worker.stopping.is_set():
-            self._wake.wait()
-            if self.worker.stopping.is_set():
+            if not self.wakes.wait() or self.worker.stopping.is_set():
                 return
-            self._wake.clear()
             try:
                 while not self.worker.stopping.is_set() and self.worker.run_once():
                     pass
@@ -478,6 +505,6 @@ class BindingComponent:
 
     def stop(self) -> None:
         self.worker.stopping.set()
-        self._wake.set()
+        self.wakes.close()
         for thread in self._threads:
             thread.join(timeout=10)

@@ -19,10 +19,12 @@ been told (or there is no Nova to tell).
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from sqlalchemy import (Connection, Row, case, delete, exists, func, insert, or_, select,
-                        update)
+from sqlalchemy import (Connection, Row, Select, Update, bindparam, case, delete, exists, func,
+                        insert, or_, select, update)
 
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
@@ -73,7 +75,48 @@ def claim_and_peek(db: Database, phase: str, token: str, limit: int,
     database can), then one compare-and-set UPDATE that only takes rows still claimable;
     the rows carrying ``token`` afterwards are this claim's.
     """
-    now = sql_now(db.backend)
+    sql = _claim_statements(db.backend, phase, limit, lease_seconds)
+    # A read first: most wakes find nothing of this phase (notifications are sent right
+    # after their binds), and on SQLite an empty write transaction still waited for, and
+    # held, the database's only write lock.
+    with db.read() as conn:
+        if conn.execute(sql.any_due).scalar() is not True:
+            return [], False
+    with db.write() as conn:
+        first = conn.execute(sql.first_lead).first()
+        if first is None:
+            return [], False
+        # Not locking (a second locked lead would be skipped by a concurrent claim).
+        more = conn.execute(sql.another_lead, {"first_id": first.id}).first() is not None
+        if first.instance_uuid is None:
+            candidates = list(conn.execute(sql.same_job, {"first_id": first.id}).scalars())
+        else:
+            candidates = list(conn.execute(sql.same_instance,
+                                           {"instance": first.instance_uuid}).scalars())
+        if not candidates:
+            return [], more
+        conn.execute(sql.take, {"ids": candidates, "token": token})
+        return list(conn.execute(sql.taken, {"ids": candidates, "token": token}).all()), \
+            more or len(candidates) == limit
+
+
+@dataclass(frozen=True)
+class _ClaimStatements:
+    any_due: Select
+    first_lead: Select
+    another_lead: Select
+    same_job: Select
+    same_instance: Select
+    take: Update
+    taken: Select
+
+
+@functools.lru_cache(maxsize=32)
+def _claim_statements(backend: str, phase: str, limit: int,
+                      lease_seconds: float) -> _ClaimStatements:
+    """A claim's statements, built once per (backend, phase, batch, lease): building them
+    per claim (an alias, its column copies, the cache keys) cost more than running them."""
+    now = sql_now(backend)
     due = (jobs.c.phase == phase, _claimable(now))
     # Only an instance's first due job can start a claim: two concurrent claims then lock
     # the leads of two instances, never two jobs of one instance (each would take part
@@ -86,33 +129,31 @@ def claim_and_peek(db: Database, phase: str, token: str, limit: int,
         or_(peer.c.lease_expires_at.is_(None), peer.c.lease_expires_at < now)
     ).group_by(peer.c.instance_uuid)
     lead = or_(jobs.c.instance_uuid.is_(None), jobs.c.id.in_(leads))
-    with db.write() as conn:
-        first = conn.execute(_skip_locked(db, select(jobs.c.id, jobs.c.instance_uuid).where(
-            *due, lead).order_by(jobs.c.id).limit(1))).first()
-        if first is None:
-            return [], False
-        # Not locking (a second locked lead would be skipped by a concurrent claim).
-        more = conn.execute(select(jobs.c.id).where(*due, lead, jobs.c.id != first.id)
-                            .limit(1)).first() is not None
-        same = (jobs.c.id == first.id if first.instance_uuid is None
-                else jobs.c.instance_uuid == first.instance_uuid)
-        candidates = list(conn.execute(_skip_locked(db, select(jobs.c.id).where(
-            *due, same).order_by(jobs.c.id).limit(limit))).scalars())
-        if not candidates:
-            return [], more
-        conn.execute(update(jobs).where(jobs.c.id.in_(candidates), jobs.c.phase == phase,
-                                        _claimable(now)).values(
-            lease_owner=token, lease_expires_at=sql_now(db.backend, lease_seconds),
-            attempts=jobs.c.attempts + 1, updated_at=now))
-        return list(conn.execute(select(jobs).where(
-            jobs.c.id.in_(candidates), jobs.c.lease_owner == token).order_by(jobs.c.id)).all()), \
-            more or len(candidates) == limit
+    ids = bindparam("ids", expanding=True)
+    return _ClaimStatements(
+        any_due=select(exists().where(*due)),
+        first_lead=_skip_locked(backend, select(jobs.c.id, jobs.c.instance_uuid).where(
+            *due, lead).order_by(jobs.c.id).limit(1)),
+        another_lead=select(jobs.c.id).where(*due, lead, jobs.c.id != bindparam("first_id"))
+        .limit(1),
+        same_job=_skip_locked(backend, select(jobs.c.id).where(
+            *due, jobs.c.id == bindparam("first_id")).order_by(jobs.c.id).limit(limit)),
+        same_instance=_skip_locked(backend, select(jobs.c.id).where(
+            *due, jobs.c.instance_uuid == bindparam("instance")).order_by(jobs.c.id)
+            .limit(limit)),
+        take=update(jobs).where(jobs.c.id.in_(ids), jobs.c.phase == phase,
+                                _claimable(now)).values(
+            lease_owner=bindparam("token"), lease_expires_at=sql_now(backend, lease_seconds),
+            attempts=jobs.c.attempts + 1, updated_at=now),
+        taken=select(jobs).where(jobs.c.id.in_(ids), jobs.c.lease_owner == bindparam("token"))
+        .order_by(jobs.c.id),
+    )
 
 
-def _skip_locked(db: Database, query):  # type: ignore[no-untyped-def]
+def _skip_locked(backend: str, query):  # type: ignore[no-untyped-def]
     """``FOR UPDATE SKIP LOCKED`` on PostgreSQL and MariaDB; SQLite's BEGIN IMMEDIATE
     already made this transaction the only writer."""
-    return query if db.is_sqlite else query.with_for_update(skip_locked=True)
+    return query if backend == "sqlite" else query.with_for_update(skip_locked=True)
 
 
 @retry_on_deadlock

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -21,6 +21,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict
+    received_at: float = field(default_factory=time.perf_counter)  # bench: event latency
 
 
 class RecordingNova:
@@ -90,6 +91,19 @@ class RecordingNova:
     def events(self) -> list[dict]:
         with self._lock:
             return [e for r in self.requests for e in r.body.get("events") or []]
+
+    def received_at(self, tag: str, timeout: float = 30.0) -> float:
+        """``time.perf_counter()`` when the first event tagged ``tag`` (an ARQ uuid) came.
+        Waits in this process only: polling it loads no server."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                for recorded in self.requests:
+                    if any(isinstance(e, dict) and e.get("tag") == tag
+                           for e in recorded.body.get("events") or []):
+                        return recorded.received_at
+            time.sleep(0.0005)
+        raise AssertionError(f"no event for {tag} within {timeout}s")
 
     def wait_for_events(self, count: int, timeout: float = 20.0) -> list[dict]:
         deadline = time.monotonic() + timeout

@@ -339,8 +339,22 @@ def _patch(req: falcon.Request, resp: falcon.Response, path_uuid: str | None) ->
                          global_request_id=req.context.ctx.global_id)
         db.unbind(conn, unbinds)
     if binds and api.conductor is not None:
-        api.conductor.wake_binds()
+        _wake_for(api, [b["id"] for b in binds])
     wire.no_content(resp, 202)
+
+
+# More ARQs than a wake may name (acceld.conductor.binding.WAKE_SCHEMA): wake only.
+_MOST_WAITED = 10000
+
+
+def _wake_for(api, arq_ids: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Wake a conductor for the binds just committed; with ``[api] bind_wait``, answer the
+    PATCH once they resolved (a client's next GET finds them ``Bound``), or when it ran out."""
+    wait = api.conf.api.bind_wait
+    if wait > 0 and len(arq_ids) <= _MOST_WAITED:
+        api.conductor.wait_for_binds(arq_ids, wait)
+    else:
+        api.conductor.wake_binds()
 
 
 def _parse_patch(req: falcon.Request, body) -> dict[str, dict | None]:  # type: ignore[no-untyped-def]
