@@ -216,9 +216,12 @@ class ConductorClient:
         falls back to :meth:`wake_binds`: the jobs are committed, and a worker takes them
         whenever it is woken or its scan finds them."""
         try:
+            # Not repeated at another conductor after a timeout (a saturated conductor
+            # answering late): the PATCH would wait a bind_wait per conductor. Only a
+            # conductor that surely never got the call is replaced by the next.
             answer = self._client.call("POST", "/binds/wake",
                                        {"arq_ids": arq_ids, "wait": seconds},
-                                       timeout=seconds + 2.0)
+                                       timeout=seconds + 0.5, repeatable=False)
             return int((answer or {}).get("resolved", 0))
         except (requests.RequestException, InternalError) as exc:
             LOG.debug("Could not wait for the binds at a conductor: %s", exc)

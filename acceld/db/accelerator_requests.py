@@ -10,15 +10,16 @@ SQLite every write transaction holds the database write lock anyway.
 
 from __future__ import annotations
 
+import functools
 import uuid as uuidlib
 from typing import Iterable, Sequence
 
-from sqlalchemy import Connection, Row, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import (Connection, Row, Select, Update, bindparam, delete, func, insert, or_,
+                        select, update)
 
-from acceld.db import handle_releases
+from acceld.db import bind_jobs, handle_releases
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import attach_handles as handles
-from acceld.db.models import bind_jobs as jobs
 from acceld.db.models import device_profiles as dp
 from acceld.db.models import utcnow
 from acceld.db.rows import driver_rows
@@ -139,14 +140,22 @@ def lock(conn: Connection, *, uuids: Iterable[str] | None = None,
          instance_uuid: str | None = None, project_id: str | None = None) -> Sequence[Row]:
     """The ARQs a write is about, locked until the transaction ends (FOR UPDATE; SQLite
     holds the whole database for a write), in id order."""
+    query = _lock_query(uuids is not None, instance_uuid is not None, project_id is not None)
+    return conn.execute(query, {"uuids": list(uuids or ()), "instance": instance_uuid,
+                                "project": project_id}).all()
+
+
+@functools.lru_cache(maxsize=8)
+def _lock_query(by_uuids: bool, by_instance: bool, by_project: bool) -> Select:
+    """:func:`lock`'s statement for one combination of filters, built once."""
     query = select(*_LOCK_COLUMNS).order_by(arqs.c.id).with_for_update()
-    if uuids is not None:
-        query = query.where(arqs.c.uuid.in_(list(uuids)))
-    if instance_uuid is not None:
-        query = query.where(arqs.c.instance_uuid == instance_uuid)
-    if project_id is not None:
-        query = query.where(arqs.c.project_id == project_id)
-    return conn.execute(query).all()
+    if by_uuids:
+        query = query.where(arqs.c.uuid.in_(bindparam("uuids", expanding=True)))
+    if by_instance:
+        query = query.where(arqs.c.instance_uuid == bindparam("instance"))
+    if by_project:
+        query = query.where(arqs.c.project_id == bindparam("project"))
+    return query
 
 
 def lock_one_by_id(conn: Connection, arq_id: int) -> "_Bindable | None":
@@ -182,9 +191,29 @@ def transition(conn: Connection, ids: Sequence[int], target: str, **values: obje
     """
     if not ids:
         return 0
-    return conn.execute(update(arqs).where(
-        arqs.c.id.in_(list(ids)), arqs.c.state.in_(SOURCES[target])).values(
-        state=target, updated_at=utcnow(), **values)).rowcount
+    statement = _transition_statement(target, tuple(sorted(values)))
+    return conn.execute(statement, {"ids": list(ids), "now": utcnow(),
+                                    **{f"v_{k}": v for k, v in values.items()}}).rowcount
+
+
+@functools.lru_cache(maxsize=32)
+def _transition_statement(target: str, columns: tuple[str, ...]) -> Update:
+    """:func:`transition`'s UPDATE for one target state and set of columns, built once."""
+    return update(arqs).where(
+        arqs.c.id.in_(bindparam("ids", expanding=True)),
+        arqs.c.state.in_(SOURCES[target])).values(
+        state=target, updated_at=bindparam("now"),
+        **{column: bindparam(f"v_{column}") for column in columns})
+
+
+_START_BINDS = update(arqs).where(
+    arqs.c.id == bindparam("b_id"),
+    # OR, not IN: an expanding IN cannot run as executemany.
+    or_(*(arqs.c.state == s for s in SOURCES[BIND_STARTED]))).values(
+    state=BIND_STARTED, hostname=bindparam("b_hostname"),
+    device_rp_uuid=bindparam("b_rp"), instance_uuid=bindparam("b_instance"),
+    project_id=bindparam("b_project"), attach_handle_id=None, deployable_id=None,
+    bind_failure_reason=None, updated_at=bindparam("b_now"))
 
 
 def start_binds(conn: Connection, binds: Sequence[dict]) -> int:
@@ -195,17 +224,11 @@ def start_binds(conn: Connection, binds: Sequence[dict]) -> int:
     """
     if not binds:
         return 0
-    stmt = update(arqs).where(
-        arqs.c.id == bindparam("b_id"),
-        # OR, not IN: an expanding IN cannot run as executemany.
-        or_(*(arqs.c.state == s for s in SOURCES[BIND_STARTED]))).values(
-        state=BIND_STARTED, hostname=bindparam("b_hostname"),
-        device_rp_uuid=bindparam("b_rp"), instance_uuid=bindparam("b_instance"),
-        project_id=bindparam("b_project"), attach_handle_id=None, deployable_id=None,
-        bind_failure_reason=None, updated_at=utcnow())
+    now = utcnow()
     params = [{"b_id": b["id"], "b_hostname": b["hostname"], "b_rp": b["device_rp_uuid"],
-               "b_instance": b["instance_uuid"], "b_project": b["project_id"]} for b in binds]
-    result = conn.execute(stmt, params)
+               "b_instance": b["instance_uuid"], "b_project": b["project_id"], "b_now": now}
+              for b in binds]
+    result = conn.execute(_START_BINDS, params)
     return result.rowcount if conn.dialect.supports_sane_multi_rowcount else -1
 
 
@@ -221,7 +244,7 @@ def unbind(conn: Connection, rows: Sequence[Row]) -> int:
     """Unbind locked ARQs: free their handles, drop their bind jobs, clear the binding."""
     ids = [r.id for r in rows]
     release_handles(conn, (r.attach_handle_id for r in rows))
-    conn.execute(delete(jobs).where(jobs.c.arq_id.in_(ids)))
+    conn.execute(bind_jobs.DELETE_OF_ARQS, {"arq_ids": ids})
     return transition(conn, ids, UNBOUND, hostname=None, device_rp_uuid=None,
                       instance_uuid=None, attach_handle_id=None, deployable_id=None,
                       bind_failure_reason=None)
@@ -235,5 +258,8 @@ def delete_locked(conn: Connection, rows: Sequence[Row]) -> int:
         return 0
     transition(conn, ids, DELETING)
     release_handles(conn, (r.attach_handle_id for r in rows))
-    conn.execute(delete(jobs).where(jobs.c.arq_id.in_(ids)))
-    return conn.execute(delete(arqs).where(arqs.c.id.in_(ids))).rowcount
+    conn.execute(bind_jobs.DELETE_OF_ARQS, {"arq_ids": ids})
+    return conn.execute(_DELETE_ARQS, {"ids": ids}).rowcount
+
+
+_DELETE_ARQS = delete(arqs).where(arqs.c.id.in_(bindparam("ids", expanding=True)))

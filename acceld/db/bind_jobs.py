@@ -43,13 +43,23 @@ def create(conn: Connection, arq_rows: Iterable[tuple[int, str | None]],
     rows = list(arq_rows)
     if not rows:
         return
-    conn.execute(delete(jobs).where(jobs.c.arq_id.in_([r[0] for r in rows])))
-    # created_at starts the bind deadline: the database's clock, not the API host's.
-    conn.execute(insert(jobs).values(created_at=sql_now(conn.dialect.name)), [
+    conn.execute(DELETE_OF_ARQS, {"arq_ids": [r[0] for r in rows]})
+    conn.execute(_insert_stamped(conn.dialect.name), [
         {"arq_id": arq_id, "instance_uuid": instance, "phase": PENDING, "lease_owner": None,
          "lease_expires_at": None, "attempts": 0, "updated_at": None,
          "global_request_id": global_request_id}
         for arq_id, instance in rows])
+
+
+# Every bind, unbind and delete of ARQs runs it (with ``arq_ids``): built once.
+DELETE_OF_ARQS = delete(jobs).where(jobs.c.arq_id.in_(bindparam("arq_ids", expanding=True)))
+
+
+@functools.lru_cache(maxsize=4)
+def _insert_stamped(dialect: str):  # type: ignore[no-untyped-def]
+    """The jobs' INSERT, built once per dialect: created_at starts the bind deadline, by the
+    database's clock, not the API host's."""
+    return insert(jobs).values(created_at=sql_now(dialect))
 
 
 def _claimable(now):  # type: ignore[no-untyped-def]
