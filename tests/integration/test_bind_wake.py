@@ -1,5 +1,6 @@
 """The API wakes the conductor after a bind commits: the bind completes without waiting for
-the periodic scan (set to a minute here), over the real signed internal call."""
+the periodic scan (set to a minute here), over the real signed internal call; with
+``[api] bind_wait`` the PATCH answers once its bind resolved, or when the wait ran out."""
 
 from __future__ import annotations
 
@@ -20,45 +21,26 @@ from tests.helpers import ADMIN, SERVICE
 from tests.support import inventory
 
 URL = "/accelerator/v2/accelerator_requests"
+SECRET = "wake-test-secret-0123456789abcdef"
 
 
-def test_patch_wakes_the_conductor(tmp_path, sqlite_db):
-    conf = make_conf(str(tmp_path), internal__shared_secret="wake-test-secret-0123456789abcdef",
-                     conductor__port=0, conductor__bind_poll_interval=60.0)
-    conductor = Conductor(conf, sqlite_db, [BindingComponent(conf, sqlite_db)])
-    conductor.start()
-    try:
-        client = testing.TestClient(build_app(
-            conf, sqlite_db, ConductorClient(conductor.server.url, b"wake-test-secret-0123456789abcdef")))
-        fpga = inventory.add_fpga(sqlite_db, hostname="wake-node", handles=1)
-        client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN,
-                             json=[{"name": "w", "groups": [{"resources:FPGA": "1"}]}])
-        time.sleep(0.3)  # the start-up pass has run and found nothing
-        (arq,) = client.simulate_post(URL, json={"device_profile_name": "w"},
-                                      headers=ADMIN).json["arqs"]
-        body = {arq["uuid"]: [
-            {"op": "add", "path": "/hostname", "value": "wake-node"},
-            {"op": "add", "path": "/device_rp_uuid", "value": fpga["deployable"]["rp_uuid"]},
-            {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]}
-        assert client.simulate_patch(URL, json=body, headers=SERVICE).status_code == 202
-        deadline = time.monotonic() + 10
-        while client.simulate_get(f"{URL}/{arq['uuid']}", headers=ADMIN).json["state"] != \
-                "Bound":
-            assert time.monotonic() < deadline, "the wake call did not reach the workers"
-            time.sleep(0.05)
-    finally:
-        conductor.stop()
-
-
-def _stack(tmp_path, db, **conf_overrides):  # type: ignore[no-untyped-def]
-    secret = "wake-test-secret-0123456789abcdef"
-    conf = make_conf(str(tmp_path), internal__shared_secret=secret, conductor__port=0,
+def _conductor(tmp_path, db, **conf_overrides):  # type: ignore[no-untyped-def]
+    """A conductor with only its binding component (the scan every minute: binds start
+    from wakes) on ``db``."""
+    conf = make_conf(str(tmp_path), internal__shared_secret=SECRET, conductor__port=0,
                      conductor__bind_poll_interval=60.0, **conf_overrides)
     binding = BindingComponent(conf, db)
     conductor = Conductor(conf, db, [binding])
     conductor.start()
+    return conf, conductor, binding
+
+
+def _stack(tmp_path, db, **conf_overrides):  # type: ignore[no-untyped-def]
+    """A conductor, the API in process with its client, a one-handle FPGA, a profile, an
+    ARQ and the PATCH body binding it."""
+    conf, conductor, binding = _conductor(tmp_path, db, **conf_overrides)
     client = testing.TestClient(build_app(
-        conf, db, ConductorClient(conductor.server.url, secret.encode())))
+        conf, db, ConductorClient(conductor.server.url, SECRET.encode())))
     fpga = inventory.add_fpga(db, hostname="wake-node", handles=1)
     client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN,
                          json=[{"name": "w", "groups": [{"resources:FPGA": "1"}]}])
@@ -69,6 +51,24 @@ def _stack(tmp_path, db, **conf_overrides):  # type: ignore[no-untyped-def]
         {"op": "add", "path": "/device_rp_uuid", "value": fpga["deployable"]["rp_uuid"]},
         {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]}
     return conductor, binding, client, arq, body
+
+
+def _wait_until_bound(client, arq, why: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 10
+    while client.simulate_get(f"{URL}/{arq['uuid']}", headers=ADMIN).json["state"] != "Bound":
+        assert time.monotonic() < deadline, why
+        time.sleep(0.05)
+
+
+def test_patch_wakes_the_conductor(tmp_path, sqlite_db):
+    """bind_wait = 0: the PATCH answers at once and its wake alone starts the bind (the
+    scan runs every minute here)."""
+    conductor, binding, client, arq, body = _stack(tmp_path, sqlite_db, api__bind_wait=0)
+    try:
+        assert client.simulate_patch(URL, json=body, headers=SERVICE).status_code == 202
+        _wait_until_bound(client, arq, "the wake call did not reach the workers")
+    finally:
+        conductor.stop()
 
 
 def test_the_patch_answers_once_its_binds_are_resolved(tmp_path, sqlite_db):
@@ -100,25 +100,16 @@ def test_a_bind_slower_than_bind_wait_completes_after_the_answer(tmp_path, sqlit
         assert client.simulate_get(f"{URL}/{arq['uuid']}", headers=ADMIN).json["state"] == \
             "BindStarted"
         release.set()
-        deadline = time.monotonic() + 10
-        while client.simulate_get(f"{URL}/{arq['uuid']}", headers=ADMIN).json["state"] != \
-                "Bound":
-            assert time.monotonic() < deadline, "the bind did not complete after the answer"
-            time.sleep(0.05)
+        _wait_until_bound(client, arq, "the bind did not complete after the answer")
     finally:
         release.set()
         conductor.stop()
 
 
 def test_a_malformed_wake_is_refused_and_wakes_nobody(tmp_path, sqlite_db):
-    secret = "wake-test-secret-0123456789abcdef"
-    conf = make_conf(str(tmp_path), internal__shared_secret=secret, conductor__port=0,
-                     conductor__bind_poll_interval=60.0)
-    binding = BindingComponent(conf, sqlite_db)
-    conductor = Conductor(conf, sqlite_db, [binding])
-    conductor.start()
+    _, conductor, _ = _conductor(tmp_path, sqlite_db)
     try:
-        caller = ConductorClient(conductor.server.url, secret.encode())
+        caller = ConductorClient(conductor.server.url, SECRET.encode())
         for bad in ({"wait": "soon", "arq_ids": [1]}, {"wait": 11, "arq_ids": [1]},
                     {"arq_ids": ["x"], "wait": 1}, {"arq_ids": [0], "wait": 1},
                     {"unexpected": True}):
