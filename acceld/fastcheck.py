@@ -19,7 +19,7 @@ import threading
 from typing import Any, Callable
 
 import fastjsonschema
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
 
 # Same meaning in draft 7 and 2020-12 (array-form "items" and "$ref" are not).
 SAFE_KEYWORDS = frozenset({
@@ -75,6 +75,14 @@ def _check_for(validator: Draft202012Validator) -> Check | None:
             entry = (validator, compile_check(validator))
             _checks[id(validator)] = entry
     return entry[1]
+
+
+def first_error(validator: Draft202012Validator, document: Any) -> ValidationError | None:
+    """jsonschema's first error for ``document``, or None when it is valid; a document the
+    compiled check passes is valid without asking jsonschema."""
+    if passes(validator, document):
+        return None
+    return next(iter(validator.iter_errors(document)), None)
 
 
 def passes(validator: Draft202012Validator, document: Any) -> bool:

@@ -5,8 +5,8 @@ One ARQ at a time, nothing else running: POST an ARQ, PATCH it bound to the fake
 driver's deployable, and wait for what Nova waits for: the ``accelerator-request-bound``
 event, received by a recording Nova endpoint in this process (tests.support.nova).
 Reported: the median and 90th percentile from the PATCH being sent to the event's
-arrival, and the PATCH's own answer time (it returns 202 once the bind job is
-committed and the conductor woken). Each bind is then checked with one
+arrival, and the PATCH's own answer time (it returns 202 once the conductor resolved
+the bind, within ``[api] bind_wait``). Each bind is then checked with one
 ``GET ?instance=&bind_state=resolved``: 200 with ``Bound``, since the conductor sends
 the event after the bind's commit. (Earlier versions polled that GET every millisecond
 instead; the polling loaded the API and the machine's two cores, and added its own

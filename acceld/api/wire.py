@@ -79,9 +79,7 @@ def validate(validator: Draft202012Validator, document: Any, what: str = "reques
     Valid documents (nearly every request) are passed by a compiled check (see
     acceld.fastcheck, about a tenth of the cost); anything it does not pass goes to
     jsonschema, which decides and words the message."""
-    if fastcheck.passes(validator, document):
-        return
-    error = next(iter(validator.iter_errors(document)), None)
+    error = fastcheck.first_error(validator, document)
     if error is None:
         return
     best = _deepest(error)

@@ -43,6 +43,9 @@ from acceld.services.secrets import SECRET_FILE, internal_secret
 
 LOG = logging.getLogger(__name__)
 
+# Most ARQ ids one POST /binds/wake may name to wait for (the conductor refuses more).
+MOST_ARQS_WAITED_FOR = 10000
+
 
 def conductor_urls(conf: cfg.ConfigOpts) -> list[str]:
     """``[conductor] url`` as a list, else the local conductor's own address."""
@@ -212,9 +215,12 @@ class ConductorClient:
 
     def wait_for_binds(self, arq_ids: list[int], seconds: float) -> int:
         """Wake a conductor and wait, at most ``seconds``, until it resolved the binds of
-        ``arq_ids`` (acceld.conductor.bind_wakes); return how many it resolved. Any failure
-        falls back to :meth:`wake_binds`: the jobs are committed, and a worker takes them
-        whenever it is woken or its scan finds them."""
+        ``arq_ids`` (acceld.conductor.bind_wakes); return how many it resolved. More ARQs
+        than a wake may name, or any failure, fall back to :meth:`wake_binds`: the jobs are
+        committed, and a worker takes them whenever it is woken or its scan finds them."""
+        if len(arq_ids) > MOST_ARQS_WAITED_FOR:
+            self.wake_binds()
+            return 0
         try:
             # Not repeated at another conductor after a timeout (a saturated conductor
             # answering late): the PATCH would wait a bind_wait per conductor. Only a

@@ -32,6 +32,7 @@ from sqlalchemy import delete, select
 
 from acceld import fastcheck, request_ids
 from acceld.clients import nova
+from acceld.clients.conductor import MOST_ARQS_WAITED_FOR
 from acceld.conductor import (bind_attach, bind_outages, bind_programming, bind_target,
                               placement_checks)
 from acceld.conductor.attach import AttachClient, AttachError
@@ -426,13 +427,13 @@ class BindWorker:
             bind_jobs.retry_later(self.db, again, token, delay)
 
 
-# What an API worker may send to POST /binds/wake (nothing, or the ARQs its PATCH bound
-# and how long to wait for them: at most [api] max_patch_operations's ceiling).
+# What an API worker may send to POST /binds/wake: nothing, or the ARQs its PATCH bound
+# and how long to wait for them (acceld.clients.conductor.ConductorClient.wait_for_binds).
 WAKE_SCHEMA = strict_validator({
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "arq_ids": {"type": "array", "maxItems": 10000,
+        "arq_ids": {"type": "array", "maxItems": MOST_ARQS_WAITED_FOR,
                     "items": {"type": "integer", "minimum": 1}},
         "wait": {"type": "number", "minimum": 0, "maximum": 10},
     },
@@ -457,8 +458,7 @@ class BindingComponent:
         """Let a worker look for due jobs now. With ``{"arq_ids": [...], "wait": s}`` (an API
         worker's PATCH), answer once this conductor resolved those ARQs, or after ``s``."""
         body = json_body(req) if req.content_length else {}
-        error = None if fastcheck.passes(WAKE_SCHEMA, body) else next(
-            iter(WAKE_SCHEMA.iter_errors(body)), None)
+        error = fastcheck.first_error(WAKE_SCHEMA, body)
         if error is not None:
             raise falcon.HTTPBadRequest(description=f"Invalid wake: {error.message}")
         if not body.get("wait") or not body.get("arq_ids"):

@@ -56,10 +56,10 @@ def give_back(conn: Connection, handle_ids: Iterable[int | None]) -> tuple[int, 
     stepped = {r.id: r for r in rows
                if needs_attach_step(r.attach_type, orjson.loads(r.attach_info))}
     free = [i for i in ids if i not in stepped]
+    now = utcnow()
     freed = 0
     if free:
-        freed = conn.execute(_FREE_HANDLES, {"ids": free, "now": utcnow()}).rowcount
-    now = utcnow()
+        freed = conn.execute(_FREE_HANDLES, {"ids": free, "now": now}).rowcount
     new = [{"attach_handle_id": r.id, "hostname": r.hostname, "driver_name": r.driver_name,
             "lease_owner": None, "lease_expires_at": None, "attempts": 0, "last_error": None,
             "created_at": now, "updated_at": None}

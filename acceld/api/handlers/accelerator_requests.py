@@ -343,15 +343,11 @@ def _patch(req: falcon.Request, resp: falcon.Response, path_uuid: str | None) ->
     wire.no_content(resp, 202)
 
 
-# More ARQs than a wake may name (acceld.conductor.binding.WAKE_SCHEMA): wake only.
-_MOST_WAITED = 10000
-
-
 def _wake_for(api, arq_ids: list[int]) -> None:  # type: ignore[no-untyped-def]
     """Wake a conductor for the binds just committed; with ``[api] bind_wait``, answer the
     PATCH once they resolved (a client's next GET finds them ``Bound``), or when it ran out."""
     wait = api.conf.api.bind_wait
-    if wait > 0 and len(arq_ids) <= _MOST_WAITED:
+    if wait > 0:
         api.conductor.wait_for_binds(arq_ids, wait)
     else:
         api.conductor.wake_binds()
