@@ -14,17 +14,19 @@ conductor could not reach the agent's endpoint to pull.
 
 Liveness: a periodic sweep marks ``down``, with a WARNING naming the host and
 its last contact, every agent silent for
-``[conductor] agent_down_intervals`` of its heartbeat interval. Each conductor
-sweeps the hosts the ring gives it (acceld.conductor.membership); the mark is a
-compare-and-set, so a host two conductors sweep during a rebalance is marked
-once. Its next
-hello brings it back ``up``. Binds on a down host are refused
+``[conductor] agent_down_intervals`` of its heartbeat interval, judged up to the
+point the live conductors have written the hellos they heard
+(acceld.conductor.liveness). Each conductor sweeps the hosts the ring gives it
+(acceld.conductor.membership); the mark is a compare-and-set, so a host two
+conductors sweep during a rebalance is marked once. Its next hello brings it
+back ``up``. Binds on a down host are refused
 (:func:`host_is_up`, called by acceld.conductor.bind_target).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from typing import Any
 
@@ -38,11 +40,12 @@ from acceld import fastcheck
 from acceld.clients.agent import agent_client
 from acceld.clients.internal import InternalClient, InternalError, internal_url
 from acceld.conductor import health
-from acceld.conductor.membership import EVERYTHING, Ownership
+from acceld.conductor.membership import EVERYTHING, Ownership, dead_after
 from acceld.conductor.liveness import Liveness
 from acceld.conductor.reconcile import apply_report
 from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
+from acceld.db import conductors as conductors_db
 from acceld.db.engine import Database
 from acceld.internal.server import caller_node, json_body, respond
 from acceld.jsonschemas import strict_validator
@@ -89,15 +92,19 @@ class AgentsComponent:
         self._guard = threading.Lock()
         self._node_locks: dict[str, threading.Lock] = {}
         # Unchanged heartbeats are answered from memory and stamped in batches.
-        self.liveness = Liveness(db, conf.conductor.heartbeat_flush_interval)
+        self.liveness = Liveness(db, conf.conductor.heartbeat_flush_interval,
+                                 trust_intervals=2 * conf.conductor.agent_down_intervals)
         self.ownership: Ownership = EVERYTHING
+        self._behind: conductors_db.HearingLag | None = None  # the sweep is judging late
         self.health_policy = health.HealthPolicy.from_conf(conf)
 
     # Component protocol
 
     def use_ownership(self, ownership: Ownership) -> None:
-        """Sweep only the hosts the ring gives this conductor."""
+        """Sweep only the hosts the ring gives this conductor; mark this member current in
+        the conductors table at each flush."""
         self.ownership = ownership
+        self.liveness.member = getattr(ownership, "name", None)
 
     def routes(self) -> dict[str, dict[str, Any]]:
         return {"/hello": {"POST": self.on_hello}}
@@ -233,10 +240,19 @@ class AgentsComponent:
     # Liveness
 
     def sweep(self) -> None:
-        """Mark down every agent of this conductor's hosts silent for too long."""
+        """Mark down every agent of this conductor's hosts silent for too long.
+
+        Silence is judged only up to the point where every live conductor has written the
+        heartbeats it heard (acceld.conductor.liveness): a conductor whose flushes run late
+        would otherwise get its agents marked down for hellos it did answer. That deferral
+        is bounded by a dead conductor's bound, and is logged when it starts and ends.
+        """
         intervals = self.conf.conductor.agent_down_intervals
         with self.db.read() as conn:  # judged by the database's clock, not this host's
-            late = [row for row in agents_db.overdue(conn, intervals)
+            lag = conductors_db.hearing_lag(conn, dead_after(self.conf))
+            behind = min(lag.seconds, dead_after(self.conf))
+            self._note_lag(lag, behind)
+            late = [row for row in agents_db.overdue(conn, intervals, behind=math.ceil(behind))
                     if self.ownership.owns(row.hostname)]
         if not late:
             return
@@ -249,3 +265,18 @@ class AgentsComponent:
                                 row.last_seen_at.isoformat(timespec="seconds"),
                                 (row.db_now - row.last_seen_at).total_seconds(),
                                 row.heartbeat_interval)
+
+    def _note_lag(self, lag: conductors_db.HearingLag, behind: float) -> None:
+        """One WARNING when a conductor falls behind writing its heartbeats, one INFO when
+        the conductors are current again (a flush late by a few of its intervals is not)."""
+        late_after = max(3 * self.liveness.flush_interval,
+                         2 * self.conf.conductor.member_heartbeat_interval)
+        if lag.seconds > late_after and self._behind is None:
+            self._behind = lag
+            LOG.warning("Conductor %s has not written the heartbeats it heard for %.1f s: "
+                        "agents are judged silent only up to %.1f s ago until it catches up",
+                        lag.member, lag.seconds, behind)
+        elif lag.seconds <= late_after and self._behind is not None:
+            LOG.info("Conductor %s wrote its heartbeats again: agents' silence is judged "
+                     "up to now", self._behind.member)
+            self._behind = None

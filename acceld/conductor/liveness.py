@@ -11,18 +11,29 @@ SQLite, ~3 ms on PostgreSQL). Instead:
 - every ``[conductor] heartbeat_flush_interval`` seconds :meth:`Liveness.flush`
   stamps every host heard since the last flush in one UPDATE (by the
   database's clock, as before) and reads the rows back in one SELECT, which
-  refreshes the memory. A host the flush finds marked ``down`` (the liveness
-  sweep got there first) is brought back up as a full hello would, with its
-  waiting releases made due; a host whose row is gone is forgotten.
+  refreshes the memory. Hosts the flush finds marked ``down`` (the liveness
+  sweep got there first) are brought back up together, in two statements, with
+  their waiting releases made due, and remembered as up: their next hello is
+  answered from memory again. A host whose row is gone is forgotten.
 
 Any difference, a host not known yet, or a memory older than
-``_MAX_AGE_INTERVALS`` of its heartbeat interval sends the hello down the full
+``trust_intervals`` of its heartbeat interval sends the hello down the full
 path (acceld.conductor.agents), after which the next flush learns the row.
-What this trades: ``last_seen_at`` lags a hello by up to one flush interval
-(the sweep allows ``agent_down_intervals`` whole heartbeat intervals), and a
-change made to a host's row by someone else (another conductor's pull) is seen
-by this conductor's next flush of that host, so one heartbeat may be answered
-from the older row; the one after is not.
+What this trades: ``last_seen_at`` lags a hello by up to one flush interval,
+and a change made to a host's row by someone else (another conductor's pull)
+is seen by this conductor's next flush of that host, so one heartbeat may be
+answered from the older row; the one after is not. The memory outlives a few
+missed heartbeats on purpose: a conductor falling behind (hellos spaced wider
+than their interval) must not be pushed further behind by sending every hello
+down the full path.
+
+The lag is made visible to the sweep: each flush first records, in this
+conductor's row of the ``conductors`` table, that every hello it read before
+now is written (``heard_through``). A sweep judges an agent's silence only up
+to the oldest such mark among the live conductors (acceld.db.conductors
+``hearing_lag``), so a conductor whose flushes run late (a saturated process,
+a slow database) does not get the agents it heard marked down; a mark older
+than a dead conductor's bound is not waited for.
 """
 
 from __future__ import annotations
@@ -33,13 +44,15 @@ import time
 from dataclasses import dataclass
 
 from acceld.db import agents as agents_db
+from acceld.db import conductors as conductors_db
 from acceld.db.engine import Database
 
 LOG = logging.getLogger(__name__)
 
 # A host's remembered row is trusted for this many of its heartbeat intervals after the
-# flush that read it; a host silent longer goes through the full path again.
-_MAX_AGE_INTERVALS = 1.5
+# flush that read it (the conductor passes twice its agents' down window); a host silent
+# longer goes through the full path again.
+TRUST_INTERVALS = 6.0
 _CHUNK = 500  # hosts per statement (bound parameters stay far below every backend's limit)
 
 
@@ -57,9 +70,13 @@ class Known:
 class Liveness:
     """This conductor's memory of its agents' rows and the hosts heard since the last flush."""
 
-    def __init__(self, db: Database, flush_interval: float) -> None:
+    def __init__(self, db: Database, flush_interval: float,
+                 trust_intervals: float = TRUST_INTERVALS) -> None:
         self.db = db
         self.flush_interval = flush_interval
+        self.trust_intervals = trust_intervals
+        # This conductor's name in the conductors table: each flush marks it current there.
+        self.member: str | None = None
         self._known: dict[str, Known] = {}
         self._heard: set[str] = set()
         # Full hellos per host: a flush that read a row before a full hello changed it
@@ -79,7 +96,7 @@ class Liveness:
         known = self._known.get(hostname)
         if (known is None or known.endpoint != endpoint or known.interval != interval
                 or known.digest != digest or known.discovery != discovery
-                or time.monotonic() - known.read_at > known.interval * _MAX_AGE_INTERVALS):
+                or time.monotonic() - known.read_at > known.interval * self.trust_intervals):
             return False
         with self._lock:
             self._heard.add(hostname)
@@ -101,23 +118,25 @@ class Liveness:
     def flush(self) -> int:
         """Stamp every host heard since the last flush; refresh their remembered rows.
         Returns how many hosts were stamped."""
-        with self._lock:
-            heard, self._heard = self._heard, set()
-            learned = {host: self._learned.get(host) for host in heard}
-        if not heard:
+        if self.member is None and not self._heard:
             return 0
-        hosts = sorted(heard)  # a fixed lock order against concurrent flushes elsewhere
+        heard: set[str] = set()
         try:
             with self.db.write() as conn:
+                if self.member is not None:  # before taking the hosts: never ahead of them
+                    conductors_db.record_heard(conn, self.member)
+                with self._lock:
+                    heard, self._heard = self._heard, set()
+                    learned = {host: self._learned.get(host) for host in heard}
+                hosts = sorted(heard)  # a fixed lock order against concurrent flushes
                 rows = []
                 for start in range(0, len(hosts), _CHUNK):
                     chunk = hosts[start:start + _CHUNK]
                     agents_db.touch_up(conn, chunk)
                     rows += agents_db.rows_of(conn, chunk)
                 back = [row for row in rows if row.state != "up"]
-                for row in back:  # marked down by a sweep before this flush: a full hello
-                    agents_db.record_heartbeat(conn, row.hostname, row.endpoint,
-                                               row.heartbeat_interval)
+                for start in range(0, len(back), _CHUNK):  # marked down by a sweep meanwhile
+                    agents_db.bring_up(conn, [row.hostname for row in back[start:start + _CHUNK]])
         except Exception:
             with self._lock:  # stamped at the next flush instead
                 self._heard.update(heard)
@@ -128,12 +147,10 @@ class Liveness:
             for row in rows:
                 if self._learned.get(row.hostname) != learned[row.hostname]:
                     continue  # a full hello since our read: the next flush reads it again
-                if row.state == "up":
-                    self._known[row.hostname] = Known(row.endpoint, row.heartbeat_interval,
-                                                      row.hardware_digest, row.last_discovery,
-                                                      read_at)
-                else:
-                    self._known.pop(row.hostname, None)
+                # Up, or brought up above: endpoint, interval, digest are as read.
+                self._known[row.hostname] = Known(row.endpoint, row.heartbeat_interval,
+                                                  row.hardware_digest, row.last_discovery,
+                                                  read_at)
             for gone in heard - found:  # retired meanwhile: its next hello says what to do
                 self._known.pop(gone, None)
         for row in back:

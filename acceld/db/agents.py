@@ -55,18 +55,18 @@ def record_heartbeat(conn: Connection, hostname: str, endpoint: str, interval: i
         values["heartbeat_interval"] = interval
     conn.execute(update(agents).where(agents.c.id == row.id).values(**values))
     if row.state != "up" or "endpoint" in values:
-        _releases_due_now(conn, hostname)
+        _releases_due_now(conn, [hostname])
     stored = None if "hardware_digest" in values else row.hardware_digest
     return Heartbeat(False, row.state, row.last_seen_at, stored,
                      discovery is None or "last_discovery" in values)
 
 
-def _releases_due_now(conn: Connection, hostname: str) -> None:
-    """An agent that is back (or restarted) can release at once: the host's queued releases
+def _releases_due_now(conn: Connection, hostnames: list[str]) -> None:
+    """An agent that is back (or restarted) can release at once: the hosts' queued releases
     that wait out a backoff from its outage (up to 5 minutes) are made due. A release in
     flight (leased) is left to its conductor. A steady heartbeat never runs this."""
     conn.execute(update(handle_releases).where(
-        handle_releases.c.hostname == hostname, handle_releases.c.lease_owner.is_(None),
+        handle_releases.c.hostname.in_(hostnames), handle_releases.c.lease_owner.is_(None),
         handle_releases.c.lease_expires_at.is_not(None)).values(lease_expires_at=None))
 
 
@@ -81,9 +81,10 @@ def set_digest(conn: Connection, hostname: str, digest: str | None) -> None:
                  .values(hardware_digest=digest))
 
 
-def overdue(conn: Connection, down_intervals: int) -> list[Any]:
-    """Agents marked up whose last contact is older than ``down_intervals`` of their interval,
-    by the database's clock (read in the same SELECT; each row carries it as ``db_now``)."""
+def overdue(conn: Connection, down_intervals: int, behind: int = 0) -> list[Any]:
+    """Agents marked up whose last contact is older than ``down_intervals`` of their interval
+    plus ``behind`` whole seconds (how far the conductors' written heartbeats lag), by the
+    database's clock (read in the same SELECT; each row carries it as ``db_now``)."""
     # The database filters (each conductor sweeps every agent_check_interval: reading every
     # agent's row to keep the few late ones cost more than the heartbeats themselves).
     dialect = conn.dialect.name
@@ -91,7 +92,7 @@ def overdue(conn: Connection, down_intervals: int) -> list[Any]:
         agents.c.id, agents.c.hostname, agents.c.last_seen_at, agents.c.heartbeat_interval,
         sql_now(dialect).label("db_now"),
     ).where(agents.c.state == "up", agents.c.last_seen_at < sql_now(
-        dialect, -(agents.c.heartbeat_interval * down_intervals)))).all()
+        dialect, -(agents.c.heartbeat_interval * down_intervals + int(behind))))).all()
 
 
 def mark_down(conn: Connection, row: Any) -> bool:
@@ -144,6 +145,18 @@ def touch_up(conn: Connection, hostnames: list[str]) -> int:
     return conn.execute(update(agents).where(
         agents.c.hostname.in_(hostnames), agents.c.state == "up").values(
         last_seen_at=sql_now(conn.dialect.name))).rowcount
+
+
+def bring_up(conn: Connection, hostnames: list[str]) -> None:
+    """Agents marked down that were heard again (a coalesced flush found them so): up and
+    seen now, their waiting releases due, in two statements for all of them. The cheap way
+    back: a conductor behind on its heartbeats may find thousands at once."""
+    if not hostnames:
+        return
+    conn.execute(update(agents).where(
+        agents.c.hostname.in_(hostnames), agents.c.state != "up").values(
+        state="up", last_seen_at=sql_now(conn.dialect.name)))
+    _releases_due_now(conn, hostnames)
 
 
 def rows_of(conn: Connection, hostnames: list[str]) -> list[Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from acceld.db.clock import sql_now
@@ -23,6 +23,15 @@ from acceld.db.models import conductors
 
 # A row silent for this many times the liveness bound is deleted by whoever sees it.
 PRUNE_FACTOR = 10
+
+
+@dataclass(frozen=True)
+class HearingLag:
+    """How far behind the database's clock the least current live conductor has written
+    the heartbeats it heard (0 when every one is current, or none has a row)."""
+
+    seconds: float
+    member: str | None  # the conductor furthest behind
 
 
 @dataclass(frozen=True)
@@ -86,3 +95,27 @@ def leave(db: Database, name: str) -> bool:
     """Remove ``name`` at a clean stop, so that its peers take its hosts at their next beat."""
     with db.write() as conn:
         return bool(conn.execute(delete(conductors).where(conductors.c.name == name)).rowcount)
+
+
+def record_heard(conn: Connection, name: str) -> None:
+    """Every heartbeat ``name`` read before now is written (called first in its flush's
+    transaction, before the flush takes the hosts it heard, so the mark is never ahead)."""
+    conn.execute(update(conductors).where(conductors.c.name == name).values(
+        heard_through=sql_now(conn.dialect.name)))
+
+
+def hearing_lag(conn: Connection, dead_after: float) -> HearingLag:
+    """The live conductor whose written heartbeats are the oldest, and by how much: the
+    liveness sweep may judge an agent's silence only up to that point (one query over the
+    few conductor rows). A conductor that writes each heartbeat in its own transaction
+    (no flush) has no mark: its last heartbeat stands for it."""
+    rows = conn.execute(select(
+        conductors.c.name, func.coalesce(conductors.c.heard_through, conductors.c.heartbeat_at)
+        .label("heard"), sql_now(conn.dialect.name).label("db_now"),
+    ).where(conductors.c.heartbeat_at >= sql_now(conn.dialect.name, -dead_after))).all()
+    worst = HearingLag(0.0, None)
+    for row in rows:
+        behind = (row.db_now - row.heard).total_seconds()
+        if behind > worst.seconds:
+            worst = HearingLag(behind, row.name)
+    return worst

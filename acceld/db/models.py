@@ -298,6 +298,10 @@ class Conductor(Base):
     url: Mapped[str | None] = mapped_column(String(255))
     started_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
     heartbeat_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
+    # Every heartbeat this conductor had read before this time (the database's clock) is
+    # written to its agent's row: the liveness sweep judges silence only up to the oldest
+    # of these among the live conductors (acceld.conductor.liveness). NULL: heartbeat_at.
+    heard_through: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
 
 class InternalNonce(Base):

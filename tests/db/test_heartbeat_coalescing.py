@@ -5,13 +5,18 @@ from the remembered row, a row marked down or gone, goes the full way. Every bac
 from __future__ import annotations
 
 import datetime as dt
+import time
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 
+from acceld.conductor import liveness as liveness_module
 from acceld.conductor.liveness import Liveness
 from acceld.db import agents as agents_db
+from acceld.db import conductors as conductors_db
 from acceld.db.clock import db_now
-from acceld.db.models import agents
+from acceld.db.models import agents, conductors, handle_releases
+from tests.conftest import count_queries
+from tests.support import inventory
 
 LONG_AGO = dt.datetime(2020, 1, 1)
 
@@ -97,7 +102,87 @@ def test_a_host_marked_down_before_the_flush_is_brought_back_up(db, caplog):
     live.flush()
     assert _row(db, "n1").state == "up"
     assert "Agent of host n1 is back" in caplog.text
-    assert not live.unchanged("n1", "n1:9000", 10, "d1", 3)  # relearnt by a full hello
+    # Remembered as up: its next hello is answered from memory, not the full path.
+    assert live.unchanged("n1", "n1:9000", 10, "d1", 3)
+
+
+def test_many_hosts_back_at_once_cost_a_few_statements_not_a_transaction_each(db):
+    """A conductor that fell behind finds thousands marked down at its next flush: they
+    come back in a bounded number of statements, waiting releases made due, and every one
+    is answered from memory afterwards (each took the full path before)."""
+    hosts = [f"n{i:03d}" for i in range(60)]
+    for host in hosts:
+        _register(db, host)
+    live = _known(db, *hosts)
+    for host in hosts:
+        assert live.unchanged(host, f"{host}:9000", 10, "d1", 3)
+    with db.write() as conn:  # the sweep marked them all down
+        for row in conn.execute(select(agents)).all():
+            assert agents_db.mark_down(conn, row)
+        device = inventory.add_device(conn, hostname=hosts[7])
+        dep = inventory.add_deployable(conn, device["id"], name="dep")
+        [handle] = inventory.add_attach_handles(conn, dep["id"], 1, in_use=True)
+        conn.execute(insert(handle_releases).values(  # waits out the agent's outage
+            attach_handle_id=handle["id"], hostname=hosts[7], driver_name="fake",
+            lease_owner=None, lease_expires_at=dt.datetime(2999, 1, 1), attempts=3,
+            created_at=LONG_AGO))
+    with count_queries(db) as statements:
+        assert live.flush() == len(hosts)
+    assert len(statements) <= 6, statements  # stamp, read, bring up, releases due
+    with db.read() as conn:
+        states = {r.hostname: r.state for r in conn.execute(select(agents))}
+        waiting = conn.execute(select(handle_releases.c.lease_expires_at)).scalar_one()
+    assert set(states.values()) == {"up"}
+    assert waiting is None  # due now: the agent is back
+    assert all(live.unchanged(h, f"{h}:9000", 10, "d1", 3) for h in hosts)
+
+
+def test_the_memory_outlives_a_few_missed_heartbeats(db, monkeypatch):
+    """A conductor behind on its hellos (spaced wider than their interval) still answers
+    them from memory, so falling behind does not send every hello down the full path; a
+    host silent past the trusted span goes the full way."""
+    _register(db, "n1")
+    live = Liveness(db, 1.0, trust_intervals=6.0)
+    live.learn("n1")
+    live.flush()
+    clock = [time.monotonic()]
+    monkeypatch.setattr(liveness_module.time, "monotonic", lambda: clock[0])
+    clock[0] += 4 * 10  # four missed heartbeats of 10 s
+    assert live.unchanged("n1", "n1:9000", 10, "d1", 3)
+    live.flush()  # read again: trusted from now
+    clock[0] += 6 * 10 + 1
+    assert not live.unchanged("n1", "n1:9000", 10, "d1", 3)
+
+
+def test_each_flush_marks_its_conductor_current_before_taking_the_hosts(db, monkeypatch):
+    """heard_through never runs ahead of what was written: a hello heard just after the
+    mark is in the same flush, not left for the next one under a newer mark."""
+    with db.write() as conn:
+        conn.execute(insert(conductors).values(name="c1", url=None,
+                                               started_at=LONG_AGO, heartbeat_at=LONG_AGO))
+    _register(db, "n1")
+    _register(db, "n2")
+    live = _known(db, "n1", "n2")
+    live.member = "c1"
+    _age(db, "n1", "n2")
+    live.unchanged("n1", "n1:9000", 10, "d1", 3)
+    real_record_heard = conductors_db.record_heard
+
+    def mark_then_hello(conn, name):  # type: ignore[no-untyped-def]
+        real_record_heard(conn, name)
+        live.unchanged("n2", "n2:9000", 10, "d1", 3)  # read by the server right after
+
+    monkeypatch.setattr(conductors_db, "record_heard", mark_then_hello)
+    assert live.flush() == 2
+    with db.read() as conn:
+        mark = conn.execute(select(conductors.c.heard_through)).scalar_one()
+    assert mark is not None and mark > LONG_AGO
+    for host in ("n1", "n2"):
+        assert _row(db, host).last_seen_at >= mark
+    monkeypatch.undo()
+    assert live.flush() == 0  # nothing heard since; the mark still moves
+    with db.read() as conn:
+        assert conn.execute(select(conductors.c.heard_through)).scalar_one() >= mark
 
 
 def test_a_retired_host_is_forgotten(db):
