@@ -47,6 +47,7 @@ from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
 from acceld.db import conductors as conductors_db
 from acceld.db.engine import Database
+from acceld.db.retry import retry_on_deadlock
 from acceld.internal.server import caller_node, json_body, respond
 from acceld.jsonschemas import strict_validator
 from acceld.metrics import record as metrics
@@ -254,17 +255,22 @@ class AgentsComponent:
             self._note_lag(lag, behind)
             late = [row for row in agents_db.overdue(conn, intervals, behind=math.ceil(behind))
                     if self.ownership.owns(row.hostname)]
-        if not late:
-            return
+        if late:
+            self._mark_down(sorted(late, key=lambda row: row.hostname))  # the flushes' order
+
+    def _mark_down(self, late: list[Any]) -> None:
+        for row in self._mark_down_committed(late):  # logged once the marks are kept
+            LOG.warning("Agent of host %s is down: last contact %s UTC, %.1f s ago "
+                        "(heartbeat every %d s); its devices are not bound until it "
+                        "reports again", row.hostname,
+                        row.last_seen_at.isoformat(timespec="seconds"),
+                        (row.db_now - row.last_seen_at).total_seconds(),
+                        row.heartbeat_interval)
+
+    @retry_on_deadlock  # a flush of the same hosts by another conductor
+    def _mark_down_committed(self, late: list[Any]) -> list[Any]:
         with self.db.write() as conn:
-            for row in late:
-                if agents_db.mark_down(conn, row):
-                    LOG.warning("Agent of host %s is down: last contact %s UTC, %.1f s ago "
-                                "(heartbeat every %d s); its devices are not bound until it "
-                                "reports again", row.hostname,
-                                row.last_seen_at.isoformat(timespec="seconds"),
-                                (row.db_now - row.last_seen_at).total_seconds(),
-                                row.heartbeat_interval)
+            return [row for row in late if agents_db.mark_down(conn, row)]
 
     def _note_lag(self, lag: conductors_db.HearingLag, behind: float) -> None:
         """One WARNING when a conductor falls behind writing its heartbeats, one INFO when
@@ -274,7 +280,7 @@ class AgentsComponent:
         if lag.seconds > late_after and self._behind is None:
             self._behind = lag
             LOG.warning("Conductor %s has not written the heartbeats it heard for %.1f s: "
-                        "agents are judged silent only up to %.1f s ago until it catches up",
+                        "agents' silence is judged %.1f s late until it catches up",
                         lag.member, lag.seconds, behind)
         elif lag.seconds <= late_after and self._behind is not None:
             LOG.info("Conductor %s wrote its heartbeats again: agents' silence is judged "

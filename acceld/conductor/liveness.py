@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from acceld.db import agents as agents_db
 from acceld.db import conductors as conductors_db
 from acceld.db.engine import Database
+from acceld.db.retry import retry_on_deadlock
 
 LOG = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class Liveness:
         with self._lock:
             self._known.pop(hostname, None)
 
+    @retry_on_deadlock  # another conductor's flush or sweep locked some of the same rows
     def flush(self) -> int:
         """Stamp every host heard since the last flush; refresh their remembered rows.
         Returns how many hosts were stamped."""

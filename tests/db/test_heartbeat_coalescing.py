@@ -7,7 +7,9 @@ from __future__ import annotations
 import datetime as dt
 import time
 
+import pymysql
 from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import OperationalError
 
 from acceld.conductor import liveness as liveness_module
 from acceld.conductor.liveness import Liveness
@@ -235,4 +237,28 @@ def test_a_database_outage_keeps_the_heard_hosts_for_the_next_flush(db, monkeypa
         raise AssertionError("the flush hid the outage")
     monkeypatch.undo()
     assert live.flush() == 1
+    assert _row(db, "n1").last_seen_at != LONG_AGO
+
+
+def test_a_flush_chosen_as_a_deadlock_victim_runs_again_with_the_same_hosts(db, monkeypatch):
+    """Two conductors' flushes (or a flush and a sweep) lock agent rows in one statement
+    each; the database may roll one back to break a deadlock: it runs again at once, with
+    every host it had taken, and no traceback."""
+    _register(db, "n1")
+    live = _known(db, "n1")
+    _age(db, "n1")
+    live.unchanged("n1", "n1:9000", 10, "d1", 3)
+    real_touch_up = agents_db.touch_up
+    calls = []
+
+    def deadlock_once(conn, hosts):  # type: ignore[no-untyped-def]
+        calls.append(list(hosts))
+        if len(calls) == 1:
+            raise OperationalError("UPDATE agents", {}, pymysql.err.OperationalError(
+                1213, "Deadlock found when trying to get lock; try restarting transaction"))
+        return real_touch_up(conn, hosts)
+
+    monkeypatch.setattr(agents_db, "touch_up", deadlock_once)
+    assert live.flush() == 1
+    assert calls == [["n1"], ["n1"]]
     assert _row(db, "n1").last_seen_at != LONG_AGO

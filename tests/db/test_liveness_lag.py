@@ -11,8 +11,10 @@ database's own clock, on every backend.
 
 from __future__ import annotations
 
+import pymysql
 import pytest
 from sqlalchemy import insert, select, update
+from sqlalchemy.exc import OperationalError
 
 from acceld.conductor.agents import AgentsComponent
 from acceld.db import agents as agents_db
@@ -108,3 +110,28 @@ def test_the_lag_is_logged_when_it_starts_and_when_it_ends(db, sweeper, caplog):
     assert lines[0].startswith("Conductor behind has not written the heartbeats it heard for")
     assert caplog.records[0].levelname == "WARNING"
     assert lines[1].startswith("Conductor behind wrote its heartbeats again")
+
+
+def test_a_sweep_chosen_as_a_deadlock_victim_marks_and_logs_once(db, sweeper, caplog,
+                                                                   monkeypatch):
+    """The marks lock agent rows a flush may lock too: a deadlock runs the marks again
+    (in the flushes' host order) and the WARNING is logged for the kept marks only."""
+    caplog.set_level("WARNING", logger="acceld.conductor.agents")
+    agent(db, "b-silent", silent_for=40)
+    agent(db, "a-silent", silent_for=40)
+    real_mark_down = agents_db.mark_down
+    order = []
+
+    def deadlock_once(conn, row):  # type: ignore[no-untyped-def]
+        order.append(row.hostname)
+        if len(order) == 2:
+            raise OperationalError("UPDATE agents", {}, pymysql.err.OperationalError(
+                1213, "Deadlock found when trying to get lock; try restarting transaction"))
+        return real_mark_down(conn, row)
+
+    monkeypatch.setattr(agents_db, "mark_down", deadlock_once)
+    sweeper.sweep()
+    assert states(db) == {"a-silent": "down", "b-silent": "down"}
+    assert order == ["a-silent", "b-silent", "a-silent", "b-silent"]
+    downs = [r.getMessage() for r in caplog.records if " is down: " in r.getMessage()]
+    assert len(downs) == 2, downs
