@@ -54,3 +54,22 @@ def test_new_node_health_applied_without_relocking_its_rows(db, tmp_path):
         kinds = conn.execute(select(device_events.c.kind)).scalars().all()
     assert rows and all(tuple(r) == ("unhealthy", "ECC errors", True) for r in rows)
     assert len(kinds) == 16  # a health change and a quarantine per device, as before
+
+
+def test_a_known_node_is_read_by_id_lists_not_subqueries(db, tmp_path):
+    """A report of a node already in the inventory reads its rows in five statements, each
+    naming the ids the one before found: a subquery's plan followed PostgreSQL's table
+    statistics, which were stale after a bulk registration (autovacuum had not analysed
+    the grown tables), and it scanned every node's rows: 15 ms a statement at 10,000
+    nodes (docs/performance.md). An id list is an index lookup whatever they say."""
+    report = _report(tmp_path, None)
+    apply_report(db, HOST, report)
+    report["digest"] = "d2"
+    with count_queries(db) as statements:
+        apply_report(db, HOST, report)
+    reads = [s for s in _selects(statements) if "FROM devices" in s
+             or "FROM controlpath_ids" in s or "FROM deployables" in s
+             or "FROM attributes" in s or "FROM attach_handles" in s]
+    assert len(reads) >= 5, reads
+    nested = [s for s in reads if "(SELECT" in s.upper().replace("( SELECT", "(SELECT")]
+    assert not nested, nested
