@@ -146,12 +146,14 @@ class AgentsComponent:
         hostname = self._speaker(req, body.get("hostname"))
         interval = body.get("heartbeat_interval", self.conf.agent.heartbeat_interval)
         digest = body.get("hardware_digest")
-        if self.liveness.unchanged(hostname, endpoint, interval, digest, body.get("discovery")):
+        discovery = body.get("discovery")
+        if (self.liveness.unchanged(hostname, endpoint, interval, digest, discovery)
+                or self.liveness.recall(hostname, endpoint, interval, digest, discovery)):
             respond(resp, {"status": "OK", "hostname": hostname, "pulled": False,
                            "heartbeat_interval": interval})
             return
         try:
-            self._full_hello(resp, hostname, endpoint, interval, digest, body.get("discovery"))
+            self._full_hello(resp, hostname, endpoint, interval, digest, discovery)
         finally:
             self.liveness.learn(hostname)
 

@@ -103,6 +103,34 @@ class Liveness:
             self._heard.add(hostname)
         return True
 
+    def recall(self, hostname: str, endpoint: str, interval: int, digest: str | None,
+               discovery: int | None) -> bool:
+        """For a hello :meth:`unchanged` could not answer because this conductor does not
+        remember the host (it just started, or the host's agents failed over to it from a
+        conductor that stopped): True, and the host remembered and noted as heard, when
+        its row repeats the hello. One indexed read instead of the full path's locked
+        read, write and commit: after a conductor dies, its peers take its agents' hellos
+        at the cost of a read each."""
+        if not self.enabled or digest is None:
+            return False
+        with self._lock:
+            if hostname in self._known:
+                return False  # remembered and different: the full path
+            learned = self._learned.get(hostname)
+        with self.db.read() as conn:
+            row = agents_db.get_agent(conn, hostname)
+        if (row is None or row.state != "up" or row.endpoint != endpoint
+                or row.heartbeat_interval != interval or row.hardware_digest != digest
+                or row.last_discovery != discovery):
+            return False
+        with self._lock:
+            if self._learned.get(hostname) != learned or hostname in self._known:
+                return False  # a full hello or a flush meanwhile: theirs is newer
+            self._known[hostname] = Known(endpoint, interval, digest, discovery,
+                                          time.monotonic())
+            self._heard.add(hostname)
+        return True
+
     def learn(self, hostname: str) -> None:
         """After a full hello: read the host's row at the next flush (and stamp it again,
         which is harmless: it was just heard)."""

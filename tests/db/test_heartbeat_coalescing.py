@@ -262,3 +262,50 @@ def test_a_flush_chosen_as_a_deadlock_victim_runs_again_with_the_same_hosts(db, 
     assert live.flush() == 1
     assert calls == [["n1"], ["n1"]]
     assert _row(db, "n1").last_seen_at != LONG_AGO
+
+
+def test_a_host_this_conductor_never_heard_is_recalled_with_one_read(db):
+    """After a peer died its agents hello here: a row that repeats the hello is read, not
+    locked and written, and the host is remembered and stamped at the next flush."""
+    _register(db, "n1")
+    _age(db, "n1")
+    live = Liveness(db, 1.0)  # a conductor that never heard n1
+    assert not live.unchanged("n1", "n1:9000", 10, "d1", 3)
+    with count_queries(db) as statements:
+        assert live.recall("n1", "n1:9000", 10, "d1", 3)
+    assert statements and all(s.lstrip().upper().startswith("SELECT") for s in statements)
+    assert live.unchanged("n1", "n1:9000", 10, "d1", 3)  # remembered
+    assert live.flush() == 1
+    assert _row(db, "n1").last_seen_at != LONG_AGO
+
+
+def test_a_row_that_differs_is_not_recalled(db):
+    _register(db, "n1")
+    live = Liveness(db, 1.0)
+    assert not live.recall("n1", "n1:9001", 10, "d1", 3)  # another agent process
+    assert not live.recall("n1", "n1:9000", 20, "d1", 3)  # another interval
+    assert not live.recall("n1", "n1:9000", 10, "d2", 3)  # hardware changed: pull
+    assert not live.recall("n1", "n1:9000", 10, None, 3)  # no digest: always pulled
+    assert not live.recall("n1", "n1:9000", 10, "d1", 4)  # a new discovery (health)
+    assert not live.recall("n9", "n9:9000", 10, "d1", 3)  # never registered
+    with db.write() as conn:
+        assert agents_db.mark_down(conn, _row(db, "n1"))
+    assert not live.recall("n1", "n1:9000", 10, "d1", 3)  # down: the full path brings it up
+    assert not Liveness(db, 0.0).recall("n1", "n1:9000", 10, "d1", 3)  # disabled
+    assert live.flush() == 0  # nothing was noted as heard
+
+
+def test_a_full_hello_during_a_recall_keeps_the_read_row_out_of_memory(db, monkeypatch):
+    _register(db, "n1")
+    live = Liveness(db, 1.0)
+    real_get_agent = agents_db.get_agent
+
+    def read_then_full_hello(conn, hostname):  # type: ignore[no-untyped-def]
+        row = real_get_agent(conn, hostname)
+        live.learn("n1")  # a full hello of n1 (a new digest, say) completes here
+        return row
+
+    monkeypatch.setattr(agents_db, "get_agent", read_then_full_hello)
+    assert not live.recall("n1", "n1:9000", 10, "d1", 3)
+    monkeypatch.undo()
+    assert not live.unchanged("n1", "n1:9000", 10, "d1", 3)  # read again at the flush
