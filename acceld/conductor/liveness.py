@@ -16,9 +16,12 @@ SQLite, ~3 ms on PostgreSQL). Instead:
   their waiting releases made due, and remembered as up: their next hello is
   answered from memory again. A host whose row is gone is forgotten.
 
-Any difference, a host not known yet, or a memory older than
-``trust_intervals`` of its heartbeat interval sends the hello down the full
-path (acceld.conductor.agents), after which the next flush learns the row.
+A host not remembered (this conductor just started, or the host's agent failed
+over from a conductor that stopped) is recalled by :meth:`Liveness.recall`: one
+read of its row, and when the row repeats the hello it is answered like an
+unchanged one. Any difference, or a memory older than ``trust_intervals`` of its
+heartbeat interval, sends the hello down the full path
+(acceld.conductor.agents), after which the next flush learns the row.
 What this trades: ``last_seen_at`` lags a hello by up to one flush interval,
 and a change made to a host's row by someone else (another conductor's pull)
 is seen by this conductor's next flush of that host, so one heartbeat may be
