@@ -40,6 +40,9 @@ class Member:
     url: str | None
     heartbeat_at: dt.datetime
     age: float  # seconds since its heartbeat, by the database's clock
+    # Seconds since every heartbeat it had read was written (``heard_through``, else its
+    # own heartbeat): how far the liveness sweep waits for it (acceld.conductor.liveness).
+    written_ago: float = 0.0
 
 
 @retry_on_deadlock
@@ -66,7 +69,9 @@ def members(db: Database) -> list[Member]:
         rows = conn.execute(select(conductors, sql_now(db.backend).label("db_now"))
                             .order_by(conductors.c.name)).all()
     return [Member(r.name, r.url, r.heartbeat_at,
-                   max(0.0, (r.db_now - r.heartbeat_at).total_seconds())) for r in rows]
+                   max(0.0, (r.db_now - r.heartbeat_at).total_seconds()),
+                   max(0.0, (r.db_now - (r.heard_through or r.heartbeat_at)).total_seconds()))
+            for r in rows]
 
 
 def live(db: Database, dead_after: float) -> list[str]:

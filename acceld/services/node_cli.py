@@ -95,11 +95,13 @@ def format_conductors(members, dead_after: float, hosts: list[str]) -> str:  # t
         owner = ring.owner(host)
         owned[owner] = owned.get(owner, 0) + 1
     lines = ["", f"Conductors (live while heard from within {dead_after:.0f} s; the ring "
-                 "over the live ones divides the hosts' periodic work):",
-             f"{'NAME':<32} {'STATE':<6} {'AGO':>8} {'HOSTS':>6}  URL"]
+                 "over the live ones divides the hosts' periodic work; WRITTEN: how long "
+                 "ago it last wrote the heartbeats it answered):",
+             f"{'NAME':<32} {'STATE':<6} {'AGO':>8} {'WRITTEN':>8} {'HOSTS':>6}  URL"]
     for m in members:
         live = m.age <= dead_after
         lines.append(f"{m.name:<32} {'live' if live else 'gone':<6} {m.age:>7.0f}s "
+                     f"{m.written_ago:>7.0f}s "
                      f"{owned.get(m.name, 0) if live else '-':>6}  {m.url or '-'}")
     return "\n".join(lines) + "\n"
 

@@ -226,10 +226,17 @@ def test_status_lists_the_conductors_and_the_hosts_the_ring_gives_each(db, ring_
     hosts = [f"compute-{i}" for i in range(100)]
     text = format_conductors(conductors_db.members(db), DEAD_AFTER, hosts)
     rows = {line.split()[0]: line.split() for line in text.splitlines()[3:]}
-    assert rows["cond-c"][1] == "gone" and rows["cond-c"][3] == "-"
+    assert rows["cond-c"][1] == "gone" and rows["cond-c"][4] == "-"
     ring = HashRing(["cond-a", "cond-b"])
     for name in ("cond-a", "cond-b"):
         assert rows[name][1] == "live"
-        assert int(rows[name][3]) == sum(ring.owner(h) == name for h in hosts) > 0
-        assert rows[name][4] == f"http://{name}:6667"
+        assert int(rows[name][4]) == sum(ring.owner(h) == name for h in hosts) > 0
+        assert rows[name][5] == f"http://{name}:6667"
+    assert rows["cond-a"][3] == "0s"  # never flushed: its heartbeat stands for it
+    with db.write() as conn:  # cond-b wrote what it heard 40 s ago (its flushes stalled)
+        conn.execute(update(conductors).where(conductors.c.name == "cond-b").values(
+            heard_through=sql_now(db.backend, -40)))
+    text = format_conductors(conductors_db.members(db), DEAD_AFTER, hosts)
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[3:]}
+    assert 39 <= int(rows["cond-b"][3].rstrip("s")) <= 45, rows["cond-b"]
     assert format_conductors([], DEAD_AFTER, hosts) == ""
