@@ -4,6 +4,7 @@ session lock never outlives the transaction (commit, rollback, a failed release)
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from sqlalchemy import text
@@ -82,7 +83,11 @@ def test_a_failed_release_discards_the_connection(db, monkeypatch):
     with project_lock.write(db, "p1"):
         pass
     monkeypatch.undo()
-    # The session that held the lock was closed, so the lock is free again.
+    # The session that held the lock was closed, so the lock is free again: the server
+    # ends the session when it reads the client's disconnect, which can take a moment.
+    deadline = time.monotonic() + 10
+    while not _is_free(db, "p1") and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert _is_free(db, "p1")
     with db.engine.connect() as conn:
         alive = conn.execute(text("SELECT count(*) FROM information_schema.processlist "

@@ -397,9 +397,16 @@ class Cloud:
     def start(self) -> None:
         for host in HOSTS:
             self.placement.create_compute_node(host)
-        for name in ("cond-b", "cond-a", "api-2", *HOSTS):
+        # The conductors listen before any agent says hello: an agent whose first hello
+        # found cond-a not yet listening failed over to cond-b, and was still there when
+        # step 1 killed cond-a, so it never saw that outage (a failure under load).
+        for name in ("cond-b", "cond-a"):
             self.processes[name].launch()
-        for name in ("cond-b", "cond-a", "api-2", *HOSTS):
+        for name in ("cond-b", "cond-a"):
+            self.processes[name].wait_ready()
+        for name in ("api-2", *HOSTS):
+            self.processes[name].launch()
+        for name in ("api-2", *HOSTS):
             self.processes[name].wait_ready()
         for rc, name in PROFILES.items():  # one profile per request
             resp = self.api.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN,
