@@ -2,8 +2,8 @@
 
 Every API replica reads the same database, so every replica shows the same
 numbers, and nothing is cached that could go stale between processes. A scrape is
-four aggregate queries in one read transaction (devices, attach handles, ARQs,
-agents), however large the inventory: no query per row. A database that cannot be
+five aggregate queries in one read transaction (devices, attach handles, ARQs,
+agents, conductors), however large the inventory: no query per row. A database that cannot be
 reached makes the scrape show ``acceld_inventory_up 0`` (logged once per outage,
 :mod:`acceld.outages`) instead of failing the whole page.
 """
@@ -22,7 +22,7 @@ from acceld.db import accelerator_requests as arq_db
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests, agents, attach_handles, attributes, \
-    deployables, devices
+    conductors, deployables, devices
 from acceld.outages import OutageLog
 
 LOG = logging.getLogger(__name__)
@@ -34,7 +34,8 @@ NO_RESOURCE_CLASS = "none"  # a deployable without an rc attribute
 
 FAMILY_NAMES = ("acceld_inventory_up", "acceld_devices", "acceld_devices_quarantined",
                 "acceld_attach_handles", "acceld_arqs", "acceld_agents", "acceld_agent_up",
-                "acceld_agent_last_seen_seconds")
+                "acceld_agent_last_seen_seconds", "acceld_conductor_heartbeat_seconds",
+                "acceld_conductor_heartbeats_written_seconds")
 
 _DATABASE = "The database (metrics scrape)"
 
@@ -75,8 +76,8 @@ class InventoryCollector(Collector):
 
 
 def read(conn: Connection) -> list[GaugeMetricFamily]:
-    """The inventory families, from four aggregate queries on ``conn``."""
-    return [*_devices(conn), _handles(conn), _arqs(conn), *_agents(conn)]
+    """The inventory families, from five aggregate queries on ``conn``."""
+    return [*_devices(conn), _handles(conn), _arqs(conn), *_agents(conn), *_conductors(conn)]
 
 
 def _devices(conn: Connection) -> list[GaugeMetricFamily]:
@@ -156,3 +157,22 @@ def _agents(conn: Connection) -> list[GaugeMetricFamily]:
     for state, count in counts.items():
         by_state.add_metric([state], count)
     return [by_state, per_host, seen]
+
+
+def _conductors(conn: Connection) -> list[GaugeMetricFamily]:
+    beat = GaugeMetricFamily(
+        "acceld_conductor_heartbeat_seconds", "Seconds since a conductor's last heartbeat in "
+        "the conductors table, by the database's clock (its peers drop it from the ring "
+        "after [conductor] member_dead_after).", labels=["conductor"])
+    written = GaugeMetricFamily(
+        "acceld_conductor_heartbeats_written_seconds", "Seconds since a conductor last wrote "
+        "the agents' heartbeats it had answered (its heard_through mark, else its own "
+        "heartbeat): the liveness sweep judges agents that much late, up to "
+        "member_dead_after.", labels=["conductor"])
+    now = sql_now(conn.dialect.name).label("db_now")
+    for row in conn.execute(select(conductors.c.name, conductors.c.heartbeat_at,
+                                   conductors.c.heard_through, now)):
+        beat.add_metric([row.name], max(0.0, (row.db_now - row.heartbeat_at).total_seconds()))
+        written.add_metric([row.name], max(0.0, (
+            row.db_now - (row.heard_through or row.heartbeat_at)).total_seconds()))
+    return [beat, written]

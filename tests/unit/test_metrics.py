@@ -13,12 +13,13 @@ import pytest
 from falcon import testing
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import update
+from sqlalchemy import insert, update
 
 from acceld.api.app import build_app
 from acceld.conductor.binding import BindWorker
 from acceld.db import agents as agents_db
-from acceld.db.models import devices
+from acceld.db.clock import sql_now
+from acceld.db.models import conductors, devices
 from acceld.metrics import families, record
 from acceld.metrics.http import MetricsServer
 from acceld.metrics.inventory import InventoryCollector
@@ -73,10 +74,15 @@ def fleet(db):  # type: ignore[no-untyped-def]
     return {"a": a, "b": b, "gpu": gpu}
 
 
-def test_inventory_gauges_match_the_database_in_four_queries(db, fleet):
+def test_inventory_gauges_match_the_database_in_five_queries(db, fleet):
+    with db.write() as conn:  # c1 current, c2 behind on writing its agents' heartbeats
+        for name, heard in (("c1", None), ("c2", sql_now(db.backend, -40))):
+            conn.execute(insert(conductors).values(
+                name=name, url=None, started_at=sql_now(db.backend, -60),
+                heartbeat_at=sql_now(db.backend, -1), heard_through=heard))
     with count_queries(db) as statements:
         samples = inventory(db)
-    assert len(statements) == 4, statements  # aggregates only, whatever the inventory's size
+    assert len(statements) == 5, statements  # aggregates only, whatever the inventory's size
     assert sample(samples, "acceld_inventory_up") == 1
     assert sample(samples, "acceld_devices", type="FPGA", vendor="0x8086", host="node1",
                   status="enabled", health="healthy") == 1
@@ -96,6 +102,11 @@ def test_inventory_gauges_match_the_database_in_four_queries(db, fleet):
     assert sample(samples, "acceld_agent_up", host="node2") == 0
     assert 0 <= sample(samples, "acceld_agent_last_seen_seconds", host="node1") < 60
     assert sample(samples, "acceld_arqs", state="Bound") == 0
+    for name in ("c1", "c2"):
+        assert 0.5 <= sample(samples, "acceld_conductor_heartbeat_seconds", conductor=name) < 30
+    assert sample(samples, "acceld_conductor_heartbeats_written_seconds", conductor="c1") < 30
+    assert 39 <= sample(samples, "acceld_conductor_heartbeats_written_seconds",
+                        conductor="c2") < 70
 
 
 def test_binds_count_outcome_reason_and_duration_once(conf, db, fleet):

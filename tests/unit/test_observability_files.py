@@ -27,6 +27,7 @@ RULE_TESTS = os.path.join(ROOT, "deploy", "prometheus", "acceld-alerts.test.yaml
 GRAFANA = os.path.join(ROOT, "deploy", "grafana", "acceld.json")
 NAME = re.compile(r"\bacceld_[a-z_]+\b")
 ALERTS = {"AcceldAgentDown", "AcceldDeviceUnhealthy", "AcceldDeviceQuarantined",
+          "AcceldConductorBehind",
           "AcceldBindFailuresRising", "AcceldNovaEventsFailing", "AcceldPlacementUnreachable",
           "AcceldPlacementDrifting"}
 
