@@ -96,7 +96,7 @@ class AgentsComponent:
         self.liveness = Liveness(db, conf.conductor.heartbeat_flush_interval,
                                  trust_intervals=2 * conf.conductor.agent_down_intervals)
         self.ownership: Ownership = EVERYTHING
-        self._behind: conductors_db.HearingLag | None = None  # the sweep is judging late
+        self._behind: str | None = None  # the conductor the sweep waits for, while it does
         self.health_policy = health.HealthPolicy.from_conf(conf)
 
     # Component protocol
@@ -251,10 +251,11 @@ class AgentsComponent:
         is bounded by a dead conductor's bound, and is logged when it starts and ends.
         """
         intervals = self.conf.conductor.agent_down_intervals
+        bound = dead_after(self.conf)
         with self.db.read() as conn:  # judged by the database's clock, not this host's
-            lag = conductors_db.hearing_lag(conn, dead_after(self.conf))
-            behind = min(lag.seconds, dead_after(self.conf))
-            self._note_lag(lag, behind)
+            laggard = conductors_db.furthest_behind(conn, bound)
+            behind = min(laggard.written_ago, bound) if laggard else 0.0
+            self._note_lag(laggard, behind)
             late = [row for row in agents_db.overdue(conn, intervals, behind=math.ceil(behind))
                     if self.ownership.owns(row.hostname)]
         if late:
@@ -274,17 +275,19 @@ class AgentsComponent:
         with self.db.write() as conn:
             return [row for row in late if agents_db.mark_down(conn, row)]
 
-    def _note_lag(self, lag: conductors_db.HearingLag, behind: float) -> None:
+    def _note_lag(self, laggard: conductors_db.Member | None, behind: float) -> None:
         """One WARNING when a conductor falls behind writing its heartbeats, one INFO when
         the conductors are current again (a flush late by a few of its intervals is not)."""
         late_after = max(3 * self.liveness.flush_interval,
                          2 * self.conf.conductor.member_heartbeat_interval)
-        if lag.seconds > late_after and self._behind is None:
-            self._behind = lag
+        late = laggard is not None and laggard.written_ago > late_after
+        if late and self._behind is None:
+            assert laggard is not None
+            self._behind = laggard.name
             LOG.warning("Conductor %s has not written the heartbeats it heard for %.1f s: "
                         "agents' silence is judged %.1f s late until it catches up",
-                        lag.member, lag.seconds, behind)
-        elif lag.seconds <= late_after and self._behind is not None:
+                        laggard.name, laggard.written_ago, behind)
+        elif not late and self._behind is not None:
             LOG.info("Conductor %s wrote its heartbeats again: agents' silence is judged "
-                     "up to now", self._behind.member)
+                     "up to now", self._behind)
             self._behind = None

@@ -34,7 +34,7 @@ The lag is made visible to the sweep: each flush first records, in this
 conductor's row of the ``conductors`` table, that every hello it read before
 now is written (``heard_through``). A sweep judges an agent's silence only up
 to the oldest such mark among the live conductors (acceld.db.conductors
-``hearing_lag``), so a conductor whose flushes run late (a saturated process,
+``furthest_behind``), so a conductor whose flushes run late (a saturated process,
 a slow database) does not get the agents it heard marked down; a mark older
 than a dead conductor's bound is not waited for.
 """
@@ -166,10 +166,11 @@ class Liveness:
                 for start in range(0, len(hosts), _CHUNK):
                     chunk = hosts[start:start + _CHUNK]
                     agents_db.touch_up(conn, chunk)
-                    rows += agents_db.rows_of(conn, chunk)
+                    read = agents_db.rows_of(conn, chunk)
+                    # Marked down by a sweep before this flush: back up, all of them at once.
+                    agents_db.bring_up(conn, [row.hostname for row in read if row.state != "up"])
+                    rows += read
                 back = [row for row in rows if row.state != "up"]
-                for start in range(0, len(back), _CHUNK):  # marked down by a sweep meanwhile
-                    agents_db.bring_up(conn, [row.hostname for row in back[start:start + _CHUNK]])
         except Exception:
             with self._lock:  # stamped at the next flush instead
                 self._heard.update(heard)

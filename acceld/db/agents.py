@@ -92,7 +92,7 @@ def overdue(conn: Connection, down_intervals: int, behind: int = 0) -> list[Any]
         agents.c.id, agents.c.hostname, agents.c.last_seen_at, agents.c.heartbeat_interval,
         sql_now(dialect).label("db_now"),
     ).where(agents.c.state == "up", agents.c.last_seen_at < sql_now(
-        dialect, -(agents.c.heartbeat_interval * down_intervals + int(behind))))).all()
+        dialect, -(agents.c.heartbeat_interval * down_intervals + behind)))).all()
 
 
 def mark_down(conn: Connection, row: Any) -> bool:

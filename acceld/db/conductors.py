@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from acceld.db.clock import sql_now
@@ -23,15 +23,6 @@ from acceld.db.models import conductors
 
 # A row silent for this many times the liveness bound is deleted by whoever sees it.
 PRUNE_FACTOR = 10
-
-
-@dataclass(frozen=True)
-class HearingLag:
-    """How far behind the database's clock the least current live conductor has written
-    the heartbeats it heard (0 when every one is current, or none has a row)."""
-
-    seconds: float
-    member: str | None  # the conductor furthest behind
 
 
 @dataclass(frozen=True)
@@ -64,10 +55,15 @@ def beat(db: Database, name: str, url: str | None) -> None:
 
 
 def members(db: Database) -> list[Member]:
-    """Every row, with its age by the database's clock (one query)."""
+    """Every row, with its ages by the database's clock (one query)."""
     with db.read() as conn:
-        rows = conn.execute(select(conductors, sql_now(db.backend).label("db_now"))
-                            .order_by(conductors.c.name)).all()
+        return read_members(conn)
+
+
+def read_members(conn: Connection) -> list[Member]:
+    """:func:`members` on an open connection (the sweep's and the metrics' read)."""
+    rows = conn.execute(select(conductors, sql_now(conn.dialect.name).label("db_now"))
+                        .order_by(conductors.c.name)).all()
     return [Member(r.name, r.url, r.heartbeat_at,
                    max(0.0, (r.db_now - r.heartbeat_at).total_seconds()),
                    max(0.0, (r.db_now - (r.heard_through or r.heartbeat_at)).total_seconds()))
@@ -109,18 +105,10 @@ def record_heard(conn: Connection, name: str) -> None:
         heard_through=sql_now(conn.dialect.name)))
 
 
-def hearing_lag(conn: Connection, dead_after: float) -> HearingLag:
-    """The live conductor whose written heartbeats are the oldest, and by how much: the
-    liveness sweep may judge an agent's silence only up to that point (one query over the
-    few conductor rows). A conductor that writes each heartbeat in its own transaction
-    (no flush) has no mark: its last heartbeat stands for it."""
-    rows = conn.execute(select(
-        conductors.c.name, func.coalesce(conductors.c.heard_through, conductors.c.heartbeat_at)
-        .label("heard"), sql_now(conn.dialect.name).label("db_now"),
-    ).where(conductors.c.heartbeat_at >= sql_now(conn.dialect.name, -dead_after))).all()
-    worst = HearingLag(0.0, None)
-    for row in rows:
-        behind = (row.db_now - row.heard).total_seconds()
-        if behind > worst.seconds:
-            worst = HearingLag(behind, row.name)
-    return worst
+def furthest_behind(conn: Connection, dead_after: float) -> Member | None:
+    """The live conductor whose written heartbeats are the oldest (None when every one is
+    current, or there is none): the liveness sweep may judge an agent's silence only up to
+    its ``written_ago``. A conductor that writes each heartbeat in its own transaction (no
+    flush) has no mark: its last heartbeat stands for it."""
+    live = [m for m in read_members(conn) if m.age <= dead_after and m.written_ago > 0]
+    return max(live, key=lambda m: m.written_ago, default=None)

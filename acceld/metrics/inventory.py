@@ -21,8 +21,9 @@ from sqlalchemy import Connection, and_, func, select
 from acceld.db import accelerator_requests as arq_db
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
+from acceld.db import conductors as conductors_db
 from acceld.db.models import accelerator_requests, agents, attach_handles, attributes, \
-    conductors, deployables, devices
+    deployables, devices
 from acceld.outages import OutageLog
 
 LOG = logging.getLogger(__name__)
@@ -169,10 +170,7 @@ def _conductors(conn: Connection) -> list[GaugeMetricFamily]:
         "the agents' heartbeats it had answered (its heard_through mark, else its own "
         "heartbeat): the liveness sweep judges agents that much late, up to "
         "member_dead_after.", labels=["conductor"])
-    now = sql_now(conn.dialect.name).label("db_now")
-    for row in conn.execute(select(conductors.c.name, conductors.c.heartbeat_at,
-                                   conductors.c.heard_through, now)):
-        beat.add_metric([row.name], max(0.0, (row.db_now - row.heartbeat_at).total_seconds()))
-        written.add_metric([row.name], max(0.0, (
-            row.db_now - (row.heard_through or row.heartbeat_at)).total_seconds()))
+    for member in conductors_db.read_members(conn):
+        beat.add_metric([member.name], member.age)
+        written.add_metric([member.name], member.written_ago)
     return [beat, written]

@@ -1,5 +1,5 @@
 """The liveness sweep judges an agent's silence only as far as the conductors have written
-what they heard (acceld.conductor.liveness, acceld.db.conductors ``hearing_lag``).
+what they heard (acceld.conductor.liveness, acceld.db.conductors ``furthest_behind``).
 
 A conductor answers unchanged hellos from memory and writes them at its next flush; a
 conductor whose flushes run late (saturated, or a slow database) holds hellos the database
@@ -36,16 +36,13 @@ def sweeper(conf, db) -> AgentsComponent:
 def conductor(db, name: str, beat_ago: float, heard_ago: float | None) -> None:
     """A conductor row: beating ``beat_ago`` s ago, its heartbeats written up to
     ``heard_ago`` s ago (None: it never flushed), by the database's clock."""
+    values = {"heartbeat_at": sql_now(db.backend, -beat_ago),
+              "heard_through": None if heard_ago is None else sql_now(db.backend, -heard_ago)}
     with db.write() as conn:
-        if conn.execute(select(conductors.c.name).where(conductors.c.name == name)).first():
-            conn.execute(update(conductors).where(conductors.c.name == name).values(
-                heartbeat_at=sql_now(db.backend, -beat_ago),
-                heard_through=None if heard_ago is None else sql_now(db.backend, -heard_ago)))
-            return
-        conn.execute(insert(conductors).values(
-            name=name, url=None, started_at=sql_now(db.backend, -3600),
-            heartbeat_at=sql_now(db.backend, -beat_ago),
-            heard_through=None if heard_ago is None else sql_now(db.backend, -heard_ago)))
+        if not conn.execute(update(conductors).where(conductors.c.name == name)
+                            .values(**values)).rowcount:
+            conn.execute(insert(conductors).values(
+                name=name, url=None, started_at=sql_now(db.backend, -3600), **values))
 
 
 def agent(db, hostname: str, silent_for: float) -> None:

@@ -34,7 +34,9 @@ def _digest(req, resp) -> None:  # type: ignore[no-untyped-def]
     respond(resp, {"sha256": hashlib.sha256(body["blob"].encode()).hexdigest()})
 
 
-def _server(tmp_path, tls: bool, **limits) -> InternalServer:  # type: ignore[no-untyped-def]
+def _server(tmp_path, tls: bool,  # type: ignore[no-untyped-def]
+            **limits) -> tuple[InternalServer, object]:
+    """A started server, and its certificate's path under TLS (else None)."""
     app = build_app(SECRET, 60, {"/hardware": {"GET": _hardware}, "/digest": {"POST": _digest}},
                     max_body=8 * 1024 * 1024)
     cert = key = None
