@@ -143,6 +143,10 @@ class Deployable(TimestampMixin, Base):
     # (acceld.conductor.bind_target.lock_deployable; docs/architecture.md).
     programming_owner: Mapped[str | None] = mapped_column(String(64))
     programming_until: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    # Grows by one with each claim that may make the agent rewrite the device (a program);
+    # the agent refuses a token older than the newest it has seen (fencing, migration 0010).
+    fence_token: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0,
+                                             server_default="0")
     __table_args__ = (
         Index("ix_deployables_device_id", "device_id"),
         Index("ix_deployables_rp_uuid", "rp_uuid"),
@@ -181,6 +185,10 @@ class AttachHandle(TimestampMixin, Base):
     # JSON text of the address parts, e.g. {"domain": "0000", "bus": "af", ...}.
     attach_info: Mapped[str] = mapped_column(String(255), nullable=False)
     in_use: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    # Grows by one with each claim that may make the agent change the handle on the host
+    # (prepare, release); the agent refuses an older token (fencing, migration 0010).
+    fence_token: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0,
+                                             server_default="0")
     __table_args__ = (
         Index("ix_attach_handles_deployable_id_in_use", "deployable_id", "in_use"),
     )
