@@ -195,6 +195,15 @@ def _host_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
 EXTRA_COMMANDS.append(_host_commands)
 
 
+def _node_key_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
+    from acceld.services import node_key_cli  # node-key rotate|revoke HOST
+
+    node_key_cli.register(sub, common)
+
+
+EXTRA_COMMANDS.append(_node_key_commands)
+
+
 def main(argv: list[str] | None = None) -> int:
     from acceld.services.lifecycle import die_with_parent
 

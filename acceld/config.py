@@ -117,9 +117,11 @@ internal_opts = [
                     "<state_path>/internal.secret, created with mode 0600."),
     cfg.StrOpt("node_key", secret=True,
                help="This node's own key (agent, driver processes), printed on a controller "
-                    "by `acceld internal node-key <host>` for [DEFAULT] host. A node given "
-                    "only its key can speak for no other node. Unset: node_key_file, else "
-                    "derived from the cloud's secret where this machine has it."),
+                    "by `acceld internal node-key <host>` (or `acceld node-key rotate "
+                    "<host>`) for [DEFAULT] host; a key rotated to generation N reads "
+                    "g<N>:<hex>. A node given only its key can speak for no other node. "
+                    "Unset: node_key_file, else derived from the cloud's secret where this "
+                    "machine has it (generation 0)."),
     cfg.StrOpt("node_key_file",
                help="File holding this node's key (mode 0600), instead of node_key."),
     cfg.IntOpt("credential_ttl", default=60, min=5,

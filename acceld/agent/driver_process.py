@@ -47,8 +47,8 @@ class DriverProcess:
         self.driver = driver if driver is not None else loader.load(name, conf, self.hostname)
         # A driver process speaks for its node, with the node's key (as its agent does).
         key = own_node_key(conf, self.hostname)
-        self.signer = Signer(key, self.hostname)
-        self.keys = NodeKeys(self.hostname, key)
+        self.signer = Signer(key.key, self.hostname, key.generation)
+        self.keys = NodeKeys(self.hostname, key.key, key.generation)
         self._lock = threading.Lock()
         self._discovering = threading.Lock()
         self._records: list[Any] = []

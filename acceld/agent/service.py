@@ -84,8 +84,8 @@ class Agent:
             loader.load(name, conf, self.hostname) for name in conf.agent.enabled_drivers]
         # The node's own key: its calls are signed with it, its server accepts only it.
         key = own_node_key(conf, self.hostname)
-        self.signer = Signer(key, self.hostname)
-        self.keys = NodeKeys(self.hostname, key)
+        self.signer = Signer(key.key, self.hostname, key.generation)
+        self.keys = NodeKeys(self.hostname, key.key, key.generation)
         self._lock = threading.Lock()
         self._records: dict[str, list[Any]] = {}  # driver name -> its records (in-process)
         self.external: dict[str, ExternalDriver] = {}

@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 
 from acceld.clients.internal import InternalClient, InternalError, internal_url, tls_verify
 from acceld.db import agents as agents_db
+from acceld.db import node_keys
 from acceld.db.engine import Database
 from acceld.internal.auth import Signer, agent_destination, node_key
 from acceld.services.secrets import internal_secret
@@ -27,11 +28,13 @@ from acceld.services.secrets import internal_secret
 
 
 def agent_client(conf: cfg.ConfigOpts, secret: bytes, url: str, hostname: str, *,
-                 timeout: float = 10.0) -> InternalClient:
-    """A client of ``hostname``'s agent, signing with that host's own key: only that host's
-    agent accepts its calls."""
-    return InternalClient(url, Signer(node_key(secret, hostname), hostname), timeout=timeout,
-                          verify=tls_verify(conf), destination=agent_destination(hostname))
+                 generation: int, timeout: float = 10.0) -> InternalClient:
+    """A client of ``hostname``'s agent, signing with that host's own key at its current
+    ``generation`` (acceld.db.node_keys): only that host's agent accepts its calls."""
+    return InternalClient(url, Signer(node_key(secret, hostname, generation), hostname,
+                                      generation),
+                          timeout=timeout, verify=tls_verify(conf),
+                          destination=agent_destination(hostname))
 
 class AgentCallError(Exception):
     """A call to an agent did not succeed; ``status`` and ``message`` say how."""
@@ -96,7 +99,13 @@ class AgentCaller:
 
         ``timeout_message`` is the message when the agent did not answer in time.
         """
-        client = agent_client(self.conf, self.secret, url, hostname, timeout=timeout)
+        try:
+            generation = node_keys.generations(
+                self.db, self.conf.internal.credential_ttl).signing(hostname)
+        except node_keys.KeyRevokedHost as exc:
+            raise AgentCallError(503, str(exc)) from None
+        client = agent_client(self.conf, self.secret, url, hostname, generation=generation,
+                              timeout=timeout)
         try:
             return client.call("POST", path, body, timeout=timeout)
         except InternalError as exc:
@@ -105,7 +114,8 @@ class AgentCaller:
                                           "conductor's internal credential; check that its "
                                           "[internal] node_key is the one `acceld internal "
                                           f"node-key {hostname}` prints from the conductor's "
-                                          "[internal] shared_secret.") from None
+                                          "[internal] shared_secret (at the node's current "
+                                          "key generation).") from None
             status = exc.status
             if status >= 500 and status not in (502, 503):
                 status = 502

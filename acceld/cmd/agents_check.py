@@ -20,13 +20,18 @@ TIMEOUT = 5.0
 AT_ONCE = 16
 
 
-def _ask(conf: cfg.ConfigOpts, secret: bytes, row: Any) -> tuple[str, str | None, str]:
-    """(hostname, version or None, why not)."""
+def _ask(conf: cfg.ConfigOpts, secret: bytes, row: Any,
+         keys: dict | None = None) -> tuple[str, str | None, str]:
+    """(hostname, version or None, why not); ``keys``: the re-keyed nodes' KeyStates."""
     from acceld.clients.agent import agent_client
     from acceld.clients.internal import InternalError, internal_url
+    from acceld.internal.auth import KeyState
 
+    state = (keys or {}).get(row.hostname, KeyState())
+    if state.revoked:
+        return row.hostname, None, "its key is revoked"
     client = agent_client(conf, secret, internal_url(conf, row.endpoint), row.hostname,
-                          timeout=TIMEOUT)
+                          generation=state.generation, timeout=TIMEOUT)
     try:
         answer = client.call("GET", "/version")
         return row.hostname, str(answer["version"]), ""
@@ -45,6 +50,7 @@ def check_agents(conf: cfg.ConfigOpts) -> Result:
     from sqlalchemy.exc import DBAPIError
 
     from acceld.db import agents as agents_db
+    from acceld.db import node_keys
     from acceld.db.engine import from_config
     from acceld.services.secrets import internal_secret
 
@@ -55,6 +61,7 @@ def check_agents(conf: cfg.ConfigOpts) -> Result:
         migrate.check_current(db)
         with db.read() as conn:
             rows = agents_db.list_agents(conn)
+            keys = node_keys.read_all(conn)
     except migrate.SchemaNotCurrent:
         return Result(Code.WARNING, "Not checked: the database schema is not current.")
     except DBAPIError as exc:
@@ -71,7 +78,7 @@ def check_agents(conf: cfg.ConfigOpts) -> Result:
         return Result(Code.WARNING, f"Cannot ask the agents (run this on a controller "
                                     f"holding the cloud's internal secret): {exc}")
     with concurrent.futures.ThreadPoolExecutor(min(AT_ONCE, len(up))) as pool:
-        answers = list(pool.map(lambda row: _ask(conf, secret, row), up))
+        answers = list(pool.map(lambda row: _ask(conf, secret, row, keys), up))
     older = [f"{host} ({version})" for host, version, _ in answers
              if version is not None and is_older(version, VERSION)]
     silent = [f"{host} ({why})" for host, version, why in answers if version is None]

@@ -38,6 +38,7 @@ from sqlalchemy.exc import IntegrityError
 
 from acceld import fastcheck
 from acceld.clients.agent import agent_client
+from acceld.db import node_keys
 from acceld.clients.internal import InternalClient, InternalError, internal_url
 from acceld.conductor import health
 from acceld.conductor.membership import EVERYTHING, Ownership, dead_after
@@ -237,8 +238,13 @@ class AgentsComponent:
     def _client(self, endpoint: str, hostname: str) -> InternalClient:
         """A client of the host's agent, signing with that host's key."""
         assert self._secret is not None, "component not started"
+        try:
+            generation = node_keys.generations(
+                self.db, self.conf.internal.credential_ttl).signing(hostname)
+        except node_keys.KeyRevokedHost as exc:
+            raise _problem(str(exc), 401) from None
         return agent_client(self.conf, self._secret, internal_url(self.conf, endpoint),
-                            hostname)
+                            hostname, generation=generation)
 
     # Liveness
 

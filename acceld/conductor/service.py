@@ -84,7 +84,7 @@ class Conductor:
         # And a name of this process's own, which clients learn from its answers: only
         # this process accepts those credentials, so it remembers their nonces in memory
         # (no database write per call; acceld.internal.auth).
-        self.server = serve(self.conf, cloud_keyring(self.conf), routes,
+        self.server = serve(self.conf, cloud_keyring(self.conf, self.db), routes,
                             self.conf.conductor.host_ip, self.conf.conductor.port,
                             node_paths=node_paths, destination=CONDUCTOR,
                             replay=DatabaseReplay(self.db, self.conf.internal.credential_ttl),

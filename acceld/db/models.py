@@ -322,6 +322,17 @@ class InternalNonce(Base):
     __table_args__ = (Index("ix_internal_nonces_expires_at", "expires_at"),)
 
 
+class NodeKeyGeneration(Base):
+    """A node whose key was rotated or revoked: only ``generation`` is accepted (none while
+    ``revoked``). A node without a row is at generation 0 (acceld.db.node_keys)."""
+
+    __tablename__ = "node_key_generations"
+    hostname: Mapped[str] = mapped_column(String(255), primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    revoked: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    changed_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False, default=utcnow)
+
+
 class PlacementSync(Base):
     """What was last written to Placement per deployable provider, to write only changes."""
 
@@ -349,4 +360,5 @@ agents = Agent.__table__
 leases = Lease.__table__
 conductors = Conductor.__table__
 internal_nonces = InternalNonce.__table__
+node_key_generations = NodeKeyGeneration.__table__
 placement_sync = PlacementSync.__table__

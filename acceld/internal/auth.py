@@ -18,9 +18,18 @@ checked from the headers before a byte of body is read; the body is then read
 
 Keys: the cloud's secret (``[internal] shared_secret``) is held by controllers
 (conductor, API). Each node holds only its own key,
-:func:`node_key` (cloud secret, hostname), which the conductor derives when it
-needs it: an agent's hello is accepted only for the host whose key signed it,
+:func:`node_key` (cloud secret, hostname, generation), which the conductor derives when
+it needs it: an agent's hello is accepted only for the host whose key signed it,
 and the conductor signs its calls to an agent with that agent's key.
+
+Generations: a node's key can be replaced alone (``acceld node-key rotate HOST``)
+without touching the cloud's secret. Generation 0 is the key of earlier releases; a
+credential made with generation N > 0 says so in a fourth field (``<time>.<nonce>.
+<hmac>.<N>``), and a credential without it is generation 0. The deployed form of a
+key of generation N > 0 is :func:`format_node_key`'s ``g<N>:<hex>``, so the node is
+given one value that carries its generation. A conductor accepts only a node's current
+generation (acceld.db.node_keys: the table, read again at least once per ttl), so a
+rotated or revoked key is refused within one credential lifetime.
 
 A server accepts a credential once and only within ``[internal] credential_ttl``
 seconds of its time. Where its nonces are remembered is a :class:`ReplayGuard`:
@@ -63,10 +72,19 @@ MIN_SECRET_LENGTH = 32
 HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}\Z")
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _NONCE = re.compile(r"^[0-9a-f]{16,64}\Z")
+_GENERATION = re.compile(r"^(0|[1-9][0-9]{0,8})\Z")
+_DEPLOYED_KEY = re.compile(r"^g([1-9][0-9]{0,8}):([0-9a-f]{64})\Z")
 
 
 class CredentialError(Exception):
     """The call is not authenticated; the message says why (for the log, not the caller)."""
+
+
+class KeyRevoked(CredentialError):
+    """The call was signed with a node key that is no longer current (rotated or revoked).
+
+    Raised only once the MAC is verified: the caller holds that key, so it may be told
+    why (the 401's description says so), which no forger learns."""
 
 
 class ReplayUnavailable(Exception):
@@ -74,18 +92,50 @@ class ReplayUnavailable(Exception):
     call is neither accepted nor called forged (503)."""
 
 
+class KeysUnavailable(ReplayUnavailable):
+    """The node key generations cannot be read (the database is down) and none were read
+    before: a node's call is neither accepted nor called forged (503)."""
+
+
 class ResponseError(Exception):
     """An answer without a valid signature over the request's nonce."""
 
 
-def node_key(cloud_secret: bytes, hostname: str) -> bytes:
-    """The key of node ``hostname``: what the conductor derives and the node is given.
+def node_key(cloud_secret: bytes, hostname: str, generation: int = 0) -> bytes:
+    """The key of node ``hostname`` at ``generation``: what the conductor derives and the
+    node is given.
 
-    A hex HMAC of the hostname under the cloud's secret, so a node's key says
-    nothing of the secret or of any other node's key.
+    A hex HMAC of the hostname (and the generation, from 1 on) under the cloud's secret,
+    so a node's key says nothing of the secret, of any other node's key, or of its own
+    other generations. Generation 0 is the key of releases before generations.
     """
-    return hmac.new(cloud_secret, b"acceld node key\n" + hostname.encode(),
-                    hashlib.sha256).hexdigest().encode()
+    label = b"acceld node key\n" + hostname.encode()
+    if generation:
+        label += b"\ngeneration %d" % generation
+    return hmac.new(cloud_secret, label, hashlib.sha256).hexdigest().encode()
+
+
+@dataclass(frozen=True)
+class NodeKey:
+    """A node's key as deployed on the node: the key and the generation it belongs to."""
+
+    key: bytes
+    generation: int = 0
+
+
+def format_node_key(key: bytes, generation: int) -> str:
+    """What the operator deploys on a node: the bare hex key at generation 0 (as before
+    generations), ``g<N>:<hex>`` from 1 on, so one value carries both."""
+    return key.decode() if generation == 0 else f"g{generation}:{key.decode()}"
+
+
+def parse_node_key(value: str) -> NodeKey:
+    """A deployed key's generation and key: ``g<N>:<hex>`` is generation N; any other
+    value is a generation-0 key, used as it is."""
+    match = _DEPLOYED_KEY.match(value)
+    if match is None:
+        return NodeKey(value.encode(), 0)
+    return NodeKey(match.group(2).encode(), int(match.group(1)))
 
 
 def body_digest(body: bytes) -> str:
@@ -134,10 +184,12 @@ def _mac(key: bytes, method: str, path: str, stamp: str, nonce: str, node: str |
 
 @dataclass(frozen=True)
 class Signer:
-    """Who signs a client's calls: a key, and the node it belongs to (None: the cloud's)."""
+    """Who signs a client's calls: a key, the node it belongs to (None: the cloud's), and
+    the key's generation (a node's; 0 is sent as no key id, as before generations)."""
 
     key: bytes
     node: str | None = None
+    generation: int = 0
 
     def headers(self, method: str, path: str, body: bytes = b"", now: float | None = None,
                 destination: str = "") -> tuple[dict[str, str], str]:
@@ -147,7 +199,10 @@ class Signer:
         nonce = secrets.token_hex(12)
         digest = body_digest(body)
         mac = _mac(self.key, method, path, stamp, nonce, self.node, digest, destination)
-        headers = {HEADER: f"{stamp}.{nonce}.{mac}", DIGEST_HEADER: digest}
+        credential = f"{stamp}.{nonce}.{mac}"
+        if self.generation:
+            credential += f".{self.generation}"
+        headers = {HEADER: credential, DIGEST_HEADER: digest}
         if self.node is not None:
             headers[NODE_HEADER] = self.node
         return headers, nonce
@@ -180,19 +235,68 @@ def response_mac(key: bytes, nonce: str, status: int, body: bytes) -> str:
 
 
 class Keyring(Protocol):
-    """The key a server verifies a call with, by the node the call names (None: none)."""
+    """The key a server verifies a call with, by the node the call names (None: none) and
+    the key generation it claims; and whether that generation is still current."""
 
-    def key_for(self, node: str | None) -> bytes | None: ...
+    def key_for(self, node: str | None, generation: int = 0) -> bytes | None: ...
+
+    def check_current(self, node: str, generation: int) -> None:
+        """KeyRevoked unless ``generation`` is ``node``'s current one (called once the MAC
+        made with that generation's key is verified)."""
+        ...
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """A node's key as the conductors know it: its current generation, and whether even
+    that one is revoked (``acceld node-key revoke``: no key of the node is accepted)."""
+
+    generation: int = 0
+    revoked: bool = False
+
+
+class Generations(Protocol):
+    """Where a controller reads each node's :class:`KeyState` (acceld.db.node_keys)."""
+
+    def state(self, hostname: str, refresh: bool = False) -> KeyState: ...
+
+
+def revoked_message(node: str, generation: int, state: KeyState) -> str:
+    """Why a node's call made with ``generation`` is refused, for the node's operator."""
+    if state.revoked:
+        return (f"The key of node {node} is revoked: no key of it is accepted until a "
+                f"controller re-keys it with `acceld node-key rotate {node}`.")
+    return (f"Generation {generation} of node {node}'s key is revoked; its key is now "
+            f"generation {state.generation}: deploy the key `acceld internal node-key "
+            f"{node}` prints on a controller.")
 
 
 @dataclass(frozen=True)
 class CloudKeys:
-    """A controller's keys: the cloud secret, and every node's key derived from it."""
+    """A controller's keys: the cloud secret, and every node's key derived from it.
+
+    ``generations``: each node's current key generation (None: generation 0 for every
+    node, no revocation: a controller without a database)."""
 
     secret: bytes
+    generations: Generations | None = None
 
-    def key_for(self, node: str | None) -> bytes | None:
-        return self.secret if node is None else node_key(self.secret, node)
+    def key_for(self, node: str | None, generation: int = 0) -> bytes | None:
+        return self.secret if node is None else node_key(self.secret, node, generation)
+
+    def check_current(self, node: str, generation: int) -> None:
+        if self.generations is None:
+            state = KeyState()
+        else:
+            state = self.generations.state(node)
+            if generation > state.generation:  # newer than this conductor has read
+                state = self.generations.state(node, refresh=True)
+        if state.revoked or generation != state.generation:
+            if generation > state.generation and not state.revoked:
+                # Its MAC is good, so the cloud's secret made it, but not as a key issued.
+                raise CredentialError(f"generation {generation} of node {node}'s key was "
+                                      f"never issued (current: {state.generation})")
+            raise KeyRevoked(revoked_message(node, generation, state))
 
 
 @dataclass(frozen=True)
@@ -201,9 +305,18 @@ class NodeKeys:
 
     hostname: str
     key: bytes
+    generation: int = 0
 
-    def key_for(self, node: str | None) -> bytes | None:
-        return self.key if node == self.hostname else None
+    def key_for(self, node: str | None, generation: int = 0) -> bytes | None:
+        if node != self.hostname:
+            return None
+        if generation != self.generation:
+            raise CredentialError(f"made with generation {generation} of node {node}'s "
+                                  f"key; this node holds generation {self.generation}")
+        return self.key
+
+    def check_current(self, node: str, generation: int) -> None:
+        """The node's one key is current by definition (key_for refused any other)."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +327,7 @@ class Identity:
     key: bytes
     nonce: str
     digest: str
+    generation: int = 0
 
 
 class ReplayGuard(Protocol):
@@ -284,11 +398,18 @@ class Verifier:
         """Verify a call from its headers alone (the body is checked against ``digest``)."""
         if not credential:
             raise CredentialError("no credential")
+        parts = credential.split(".")
+        if len(parts) == 4 and _GENERATION.match(parts[3]):
+            generation = int(parts.pop())  # the key id: which generation of a node's key
+        else:
+            generation = 0  # none: generation 0 (clients from before generations)
         try:
-            stamp, nonce, mac = credential.split(".")
+            stamp, nonce, mac = parts
             issued = int(stamp)
         except ValueError:
             raise CredentialError("malformed credential") from None
+        if generation and node is None:
+            raise CredentialError(f"a key generation without {NODE_HEADER}")
         if not _NONCE.match(nonce) or not _HEX64.match(mac):
             raise CredentialError("malformed credential")
         if not digest or not _HEX64.match(digest):
@@ -300,7 +421,7 @@ class Verifier:
             raise CredentialError("credential made before this service started")
         if node is not None and not HOSTNAME.match(node):
             raise CredentialError(f"malformed {NODE_HEADER}")
-        key = self._keys.key_for(node)
+        key = self._keys.key_for(node, generation)
         if key is None:
             raise CredentialError(f"no key here for node {node!r}" if node
                                   else "a node's key is required here")
@@ -314,9 +435,11 @@ class Verifier:
         else:
             raise CredentialError("wrong credential (another key, or made for another "
                                   "service than " + (self.destination or "this one") + ")")
+        if node is not None:  # before the nonce is taken: a revoked key writes nothing
+            self._keys.check_current(node, generation)
         if not replay.first_use(nonce, issued, now):
             raise CredentialError("replayed credential")
-        return Identity(node, key, nonce, digest)
+        return Identity(node, key, nonce, digest, generation)
 
     def verify(self, method: str, path: str, body: bytes, credential: str | None,
                now: float | None = None, node: str | None = None,

@@ -68,10 +68,13 @@ class _Authenticate:
         self.node_paths = node_paths
         self.outage = outage
 
-    def _refuse(self, req: falcon.Request, reason: str) -> falcon.HTTPError:
+    def _refuse(self, req: falcon.Request, reason: str, tell: bool = False) -> falcon.HTTPError:
+        """401; ``tell``: the reason is the caller's to know (a revoked key it proved it
+        holds), else it is only logged."""
         LOG.warning("Refused internal call %s %s from %s: %s", req.method, req.path,
                     req.remote_addr, reason)
-        return falcon.HTTPUnauthorized(title="Unauthorized", description=_REFUSED)
+        return falcon.HTTPUnauthorized(title="Unauthorized",
+                                       description=reason if tell else _REFUSED)
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         path = req.path + (f"?{req.query_string}" if req.query_string else "")
@@ -79,6 +82,8 @@ class _Authenticate:
             identity = self.verifier.check(
                 req.method, path, req.get_header(auth.HEADER), req.get_header(auth.NODE_HEADER),
                 req.get_header(auth.DIGEST_HEADER))
+        except auth.KeyRevoked as exc:
+            raise self._refuse(req, str(exc), tell=True) from None
         except auth.CredentialError as exc:
             raise self._refuse(req, str(exc)) from None
         except auth.ReplayUnavailable as exc:

@@ -3,7 +3,9 @@
 The cloud's secret is ``[internal] shared_secret``, or generated once under the
 state path (``internal.secret``, mode 0600, in a 0700 directory). A node's key
 is ``[internal] node_key`` / ``node_key_file``, else derived from the cloud's
-secret where the machine has it (the all-in-one). Secrets and keys shorter than
+secret where the machine has it (the all-in-one, at generation 0). A configured key
+printed for generation N > 0 reads ``g<N>:<hex>`` (acceld.internal.auth.parse_node_key):
+the node signs with that generation. Secrets and keys shorter than
 :data:`acceld.internal.auth.MIN_SECRET_LENGTH` are refused at start.
 """
 
@@ -16,7 +18,8 @@ import stat
 
 from oslo_config import cfg
 
-from acceld.internal.auth import MIN_SECRET_LENGTH, CloudKeys, node_key
+from acceld.internal.auth import (MIN_SECRET_LENGTH, CloudKeys, NodeKey, node_key,
+                                  parse_node_key)
 
 LOG = logging.getLogger(__name__)
 
@@ -73,10 +76,12 @@ def internal_secret(conf: cfg.ConfigOpts) -> bytes:
                          "set one, or run `acceld all` once to generate it.") from None
 
 
-def own_node_key(conf: cfg.ConfigOpts, hostname: str) -> bytes:
-    """This node's key: configured, from its file, or derived from the cloud's secret."""
+def own_node_key(conf: cfg.ConfigOpts, hostname: str) -> NodeKey:
+    """This node's key and its generation: configured, from its file, or derived from the
+    cloud's secret (generation 0)."""
     if conf.internal.node_key:
-        return _checked(conf.internal.node_key, "[internal] node_key")
+        return parse_node_key(_checked(conf.internal.node_key,
+                                       "[internal] node_key").decode())
     if conf.internal.node_key_file:
         path = conf.internal.node_key_file
         try:
@@ -84,15 +89,21 @@ def own_node_key(conf: cfg.ConfigOpts, hostname: str) -> bytes:
                 if os.fstat(handle.fileno()).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
                     LOG.warning("Node key file %s is readable by other users: chmod 600 it",
                                 path)
-                return _checked(handle.read().strip(), path)
+                return parse_node_key(_checked(handle.read().strip(), path).decode())
         except OSError as exc:
             raise SystemExit(f"Cannot read [internal] node_key_file: {exc}") from None
     if has_cloud_secret(conf):
-        return node_key(internal_secret(conf), hostname)
+        return NodeKey(node_key(internal_secret(conf), hostname))
     raise SystemExit(f"No key for node {hostname}: set [internal] node_key to the output of "
                      f"`acceld internal node-key {hostname}` on a controller.")
 
 
-def cloud_keyring(conf: cfg.ConfigOpts) -> CloudKeys:
-    """What the conductor accepts: the cloud's secret, and every node's derived key."""
-    return CloudKeys(internal_secret(conf))
+def cloud_keyring(conf: cfg.ConfigOpts, db=None) -> CloudKeys:  # type: ignore[no-untyped-def]
+    """What the conductor accepts: the cloud's secret, and every node's derived key at the
+    generation ``db``'s node_key_generations says is current (no ``db``: generation 0)."""
+    generations = None
+    if db is not None:
+        from acceld.db import node_keys
+
+        generations = node_keys.generations(db, conf.internal.credential_ttl)
+    return CloudKeys(internal_secret(conf), generations)

@@ -160,7 +160,8 @@ def test_a_node_given_only_its_key_registers(cloud, tmp_path, capsys) -> None:
     """The operator's path: `acceld internal node-key HOST` on a controller, node_key on it."""
     conf, db, agent = cloud
     controller_conf = tmp_path / "controller.conf"
-    controller_conf.write_text(f"[internal]\nshared_secret = {CLOUD.decode()}\n")
+    controller_conf.write_text(f"[internal]\nshared_secret = {CLOUD.decode()}\n"
+                               f"[database]\nconnection = {db.url}\n")
     assert cli.main(["internal", "node-key", "node-k", "--config-file",
                      str(controller_conf)]) == 0
     printed = capsys.readouterr().out.strip()
@@ -362,9 +363,9 @@ def test_a_node_key_file_is_read_and_an_open_one_reported(tmp_path, caplog) -> N
     os.chmod(path, 0o600)
     conf = make_conf(str(tmp_path / "state"), internal__node_key_file=str(path))
     with caplog.at_level(logging.WARNING):
-        assert secrets.own_node_key(conf, "node-f") == key
+        assert secrets.own_node_key(conf, "node-f") == auth.NodeKey(key, 0)
     assert not caplog.records
     os.chmod(path, 0o644)
     with caplog.at_level(logging.WARNING):
-        assert secrets.own_node_key(conf, "node-f") == key
+        assert secrets.own_node_key(conf, "node-f") == auth.NodeKey(key, 0)
     assert any("readable by other users" in r.getMessage() for r in caplog.records)
