@@ -28,7 +28,8 @@ import requests
 from oslo_config import cfg
 
 from acceld.agent.hardware import HelloLoop, digest
-from acceld.clients.conductor import failover_client
+from acceld.clients.conductor import (FailoverClient, HelloTimeouts, failover_client,
+                                      hello_timeouts)
 from acceld.clients.internal import InternalClient, InternalError, internal_url, tls_verify
 from acceld.drivers import loader
 from acceld.drivers.base import Driver
@@ -59,6 +60,38 @@ DRIVER_HELLO = strict_validator({
         "hardware_digest": {"type": ["string", "null"], "maxLength": 64},
     },
 })
+
+
+class ConductorHellos:
+    """The agent's hellos to the conductors, each waited for as long as it may take there
+    (acceld.clients.conductor.hello_timeouts): a hello announcing the hardware a conductor
+    already took is answered from the conductor's memory, one announcing other hardware
+    (the first since this agent started, or a change) may wait for the conductor's pull."""
+
+    def __init__(self, client: FailoverClient, timeouts: HelloTimeouts) -> None:
+        self.client = client
+        self.timeouts = timeouts
+        self._taken: str | None = None  # the digest of the last hello a conductor took
+
+    @property
+    def base_url(self) -> str:
+        return self.client.base_url
+
+    @base_url.setter
+    def base_url(self, url: str) -> None:  # tests point the hellos elsewhere
+        self.client.base_url = url
+
+    def call(self, method: str, path: str, body: dict[str, Any], *,
+             timeout: float | None = None) -> Any:
+        """POST the hello; ``timeout`` (the loop's) gives way to the one the hello needs."""
+        digest = body.get("hardware_digest")
+        wait = self.timeouts.answer if digest == self._taken else self.timeouts.pull
+        answer = self.client.call(method, path, body, timeout=wait)
+        self._taken = digest
+        return answer
+
+    def close(self) -> None:
+        self.client.close()
 
 
 @dataclass
@@ -119,8 +152,11 @@ class Agent:
 
     def client(self, endpoint: str, timeout: float = 30.0) -> InternalClient:
         url = internal_url(self.conf, endpoint)
-        return InternalClient(url, self.signer, timeout=timeout, verify=tls_verify(self.conf),
-                              destination=driver_destination(endpoint))
+        # A driver process that never answers, or trickles, holds no agent thread past
+        # ``timeout`` in all (acceld.clients.deadline).
+        return InternalClient(url, self.signer, timeout=(min(5.0, timeout), timeout),
+                              verify=tls_verify(self.conf),
+                              destination=driver_destination(endpoint), deadline=timeout)
 
     # Discovery
 
@@ -248,9 +284,12 @@ class Agent:
         self.discover()
         # Any conductor serves the hello; the client spreads agents over [conductor] url
         # and fails over when its conductor stops answering (acceld.clients.conductor).
-        client = failover_client(self.conf, self.signer, prefer=self.hostname, timeout=60)
-        self.hello = HelloLoop(client, self.conf.agent.heartbeat_interval,  # type: ignore[arg-type]
-                               self.hello_body, f"conductor {','.join(client.urls)}")
+        timeouts = hello_timeouts(self.conf)
+        client = failover_client(self.conf, self.signer, prefer=self.hostname,
+                                 timeout=timeouts.answer, connect_timeout=timeouts.connect)
+        self.hello = HelloLoop(ConductorHellos(client, timeouts),  # type: ignore[arg-type]
+                               self.conf.agent.heartbeat_interval, self.hello_body,
+                               f"conductor {','.join(client.urls)}")
         self.hello.start()
         self._threads.append(repeat_until_stopped(
             self._stop, lambda: self.conf.agent.discovery_interval, self.discover,

@@ -10,10 +10,13 @@ client per URL and:
   the same list do not all land on the first conductor;
 - fails over to the next URL when one does not answer (no connection within
   ``[conductor] connect_timeout``; for calls that may be repeated, also a connection
-  lost or an answer not given within the call's timeout), and sticks with the one
-  that answered;
-- tries its preferred URL again ``[conductor] failback_interval`` after failing over,
-  so load spreads back once a conductor returns;
+  lost, an answer not given within the call's timeout, or a 503: a conductor that
+  lost its database), and sticks with the one that answered;
+- probes its preferred URL again ``[conductor] failback_interval`` after failing over,
+  so load spreads back once a conductor returns: a repeatable call is sent there once
+  more from a thread of its own while the call itself goes where calls go now, and
+  calls move back only once the probe was answered (a hung preferred conductor never
+  delays an agent's heartbeats to the one that answers);
 - logs each conductor's outage once when it starts and once when it ends, not per
   call: in the process's outage log (acceld.outages.process_log), so an agent's
   several clients (hellos, host-step reports) log it once between them.
@@ -29,6 +32,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import requests
@@ -99,6 +103,8 @@ class FailoverClient:
         self._clock = clock
         self._current = 0  # index in self._clients of the one that answered last
         self._failed_over_at: float | None = None
+        self._switches = 0  # how often calls moved to another URL
+        self._probe: threading.Thread | None = None  # the failback probe running now
         self._guard = threading.Lock()
         self.outages = outages if outages is not None else process_log()
 
@@ -117,54 +123,122 @@ class FailoverClient:
         self._clients[self._current].base_url = url.rstrip("/")
 
     def _order(self) -> list[int]:
-        """The current URL first, the preferred one before it when failback is due."""
+        """The URLs from the current one on."""
         with self._guard:
             current = self._current
-            due = (self._failed_over_at is not None and
+        return [(current + i) % len(self._clients) for i in range(len(self._clients))]
+
+    def _failback_due(self) -> bool:
+        """True once per ``failback_interval`` after failing over, when no probe runs."""
+        with self._guard:
+            due = (self._failed_over_at is not None and self._probe is None and
                    self._clock() - self._failed_over_at >= self._failback_interval)
             if due:
                 self._failed_over_at = self._clock()  # one probe per interval
-        rest = [(current + i) % len(self._clients) for i in range(len(self._clients))]
-        return [0] + [i for i in rest if i != 0] if due else rest
+            return due
 
     def call(self, method: str, path: str, body: Any = None, *, timeout: float | None = None,
              signer: auth.Signer | None = None, repeatable: bool = True) -> Any:
         """Like :meth:`InternalClient.call`, on the first conductor that answers.
 
         ``repeatable``: the call may run twice harmlessly (hello, wake, reports), so it
-        moves on after any failure to get an answer; else only after no connection.
+        moves on after any failure to get an answer and after a 503 (that conductor
+        cannot serve it: its database is away), and may be sent to the preferred
+        conductor as a failback probe; else it moves on only after no connection.
         Raises the last error when no conductor answered.
         """
-        last: requests.RequestException | None = None
+        if repeatable and self._failback_due():
+            self._start_probe(method, path, body, timeout, signer)
+        with self._guard:
+            switches = self._switches
+        last: Exception | None = None
         for index in self._order():
-            client = self._clients[index]
-            what = f"Conductor {client.base_url}"
             try:
-                answer = client.call(method, path, body, signer=signer,
-                                     timeout=(self._connect_timeout,  # type: ignore[arg-type]
-                                              timeout or self._timeout))
+                answer = self._call_one(index, method, path, body, timeout, signer, repeatable)
             except requests.RequestException as exc:
-                self.outages.down(what, f"{exc.__class__.__name__}: {exc}",
-                                  "calls go to the next conductor" if len(self._clients) > 1
-                                  else "calls are retried", logger=LOG)
                 if not (repeatable or never_sent(exc)):
                     raise
                 last = exc
                 continue
-            except InternalError:
-                self._answered(index, what)  # it answered (with an error): it is up
+            except InternalError as exc:
+                if repeatable and exc.status == 503:
+                    last = exc
+                    continue
+                self._answered(index, switches)  # it answered (with an error): it is up
                 raise
-            self._answered(index, what)
+            self._answered(index, switches)
             return answer
         assert last is not None
         raise last
 
-    def _answered(self, index: int, what: str) -> None:
+    def _call_one(self, index: int, method: str, path: str, body: Any, timeout: float | None,
+                  signer: auth.Signer | None, repeatable: bool) -> Any:
+        """The call at one URL; a failure to get an answer (or a 503, for a repeatable
+        call) is noted as that conductor's outage and raised."""
+        client = self._clients[index]
+        what = f"Conductor {client.base_url}"
+        consequence = ("calls go to the next conductor" if len(self._clients) > 1
+                       else "calls are retried")
+        try:
+            answer = client.call(method, path, body, signer=signer,
+                                 timeout=(self._connect_timeout,  # type: ignore[arg-type]
+                                          timeout or self._timeout))
+        except requests.RequestException as exc:
+            self.outages.down(what, f"{exc.__class__.__name__}: {exc}", consequence, logger=LOG)
+            raise
+        except InternalError as exc:
+            if exc.status == 503 and repeatable:
+                self.outages.down(what, f"answered 503: {exc.message[:200]}", consequence,
+                                  logger=LOG)
+                raise
+            self.outages.up(what, LOG)  # it answered (with an error of the call): it is up
+            raise
         self.outages.up(what, LOG)
+        return answer
+
+    def _start_probe(self, method: str, path: str, body: Any, timeout: float | None,
+                     signer: auth.Signer | None) -> None:
+        """Send the call to the preferred conductor from a thread of its own; calls go
+        there once it answered (see :meth:`_answered`)."""
+        def probe() -> None:
+            with self._guard:
+                switches = self._switches
+            try:
+                self._call_one(0, method, path, body, timeout, signer, True)
+            except (requests.RequestException, InternalError) as exc:
+                if isinstance(exc, requests.RequestException) or exc.status == 503:
+                    return  # still away: the next probe is due a failback_interval later
+            except Exception:  # noqa: BLE001 - a bug must not end the client's failback
+                LOG.exception("Probing conductor %s failed", self._clients[0].base_url)
+                return
+            finally:
+                with self._guard:
+                    self._probe = None
+            self._answered(0, switches)
+
+        thread = threading.Thread(target=probe, daemon=True,
+                                  name=f"probe-{self._clients[0].base_url}")
         with self._guard:
+            self._probe = thread
+        thread.start()
+
+    def join_probe(self, timeout: float | None = None) -> None:
+        """Wait for the failback probe running now, if any (tests, stopping)."""
+        with self._guard:
+            thread = self._probe
+        if thread is not None:
+            thread.join(timeout)
+
+    def _answered(self, index: int, switches: int) -> None:
+        """Calls go to ``index`` from now on, unless calls moved elsewhere since the call
+        that got this answer began (a probe's answer moved them back meanwhile)."""
+        with self._guard:
+            if self._switches != switches:
+                return
             if index != self._current:
                 LOG.info("Calls to the conductors now go to %s", self._clients[index].base_url)
                 self._current = index
+                self._switches += 1
             if index == 0:
                 self._failed_over_at = None
             elif self._failed_over_at is None:
@@ -176,12 +250,47 @@ class FailoverClient:
 
 
 def failover_client(conf: cfg.ConfigOpts, secret: bytes | auth.Signer, *, prefer: str,
-                    timeout: float) -> FailoverClient:
+                    timeout: float, connect_timeout: float | None = None) -> FailoverClient:
     """A client of the configured conductors (agents: ``prefer`` = their hostname)."""
     return FailoverClient(conductor_urls(conf), secret, timeout=timeout,
                           verify=tls_verify(conf),
-                          connect_timeout=conf.conductor.connect_timeout,
+                          connect_timeout=(conf.conductor.connect_timeout
+                                           if connect_timeout is None else connect_timeout),
                           failback_interval=conf.conductor.failback_interval, prefer=prefer)
+
+
+# What a hello that makes the conductor pull the agent's hardware may take beyond one that
+# does not: the conductor's GET /hardware of the agent waits up to 30 s
+# (acceld.conductor.agents AgentsComponent.pull); its reconcile is covered by the answer
+# time the hello has anyway. Keep the two in step.
+PULL_ALLOWANCE = 30.0
+
+
+@dataclass(frozen=True)
+class HelloTimeouts:
+    """How long an agent waits for a conductor to take its hello (seconds)."""
+
+    connect: float  # for a connection
+    answer: float  # for the answer to a hello announcing hardware a conductor already took
+    pull: float  # for the answer to one announcing hardware not yet taken (it may pull)
+
+
+def hello_timeouts(conf: cfg.ConfigOpts) -> HelloTimeouts:
+    """Timeouts that let a hello a conductor does not take reach the next one within the
+    agent's down window (``agent_down_intervals`` heartbeats), so that a hung conductor
+    (connections accepted, never answered) does not get its agents marked down.
+
+    The next hello after one that was recorded leaves one interval later; a conductor
+    gets half of what the window has left after that interval, and the next conductor the
+    other half. A conductor records a hello before it pulls the agent's hardware, so a hello
+    that may carry a pull can wait for the pull as well without the agent falling silent,
+    unless that conductor hangs just then: the agent may then be marked down, and is up
+    again at its next hello to the next conductor.
+    """
+    interval = conf.agent.heartbeat_interval
+    answer = interval * (conf.conductor.agent_down_intervals - 1) / 2
+    return HelloTimeouts(connect=min(conf.conductor.connect_timeout, answer), answer=answer,
+                         pull=answer + PULL_ALLOWANCE)
 
 
 class ConductorClient:

@@ -98,9 +98,13 @@ def test_after_failback_interval_the_preferred_conductor_is_tried_again(tmp_path
         assert back.calls == []
         now[0] = 61.0
         with caplog.at_level(logging.INFO, logger="acceld.clients.conductor"):
+            # The call goes where calls go now; the preferred one is probed beside it.
+            assert client.call("POST", "/hello", {}) == {"name": "b"}
+            client.join_probe(5)
             assert client.call("POST", "/hello", {}) == {"name": "back"}
             assert client.call("POST", "/hello", {}) == {"name": "back"}  # and stays
-        assert back.calls == ["hello", "hello"]
+        assert back.calls == ["hello", "hello", "hello"]  # the probe, then the calls
+        assert b.calls == ["hello"] * 3
         lines = outage_lines(caplog, preferred)  # once when it went, once when it is back
         assert len(lines) == 2, lines
         assert "is unavailable" in lines[0] and "is available again after" in lines[1], lines
@@ -119,8 +123,10 @@ def test_a_failed_probe_of_the_preferred_conductor_falls_back_without_a_new_warn
         client.call("POST", "/hello", {})
         now[0] = 100.0
         assert client.call("POST", "/hello", {}) == {"name": "b"}
+        client.join_probe(5)
+        assert client.call("POST", "/hello", {}) == {"name": "b"}  # the probe failed: stays
     assert len(outage_lines(caplog, preferred)) == 1
-    assert b.calls == ["hello", "hello"]
+    assert b.calls == ["hello"] * 3
 
 
 def test_a_call_that_must_not_run_twice_is_not_repeated_after_no_answer(pair):
