@@ -67,15 +67,29 @@ class Database:
                 yield conn
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[Connection]:
-        """A write transaction: committed on success, rolled back on any exception."""
+    def write(self, *, foreign_keys: bool = True) -> Iterator[Connection]:
+        """A write transaction: committed on success, rolled back on any exception.
+
+        ``foreign_keys=False`` (SQLite; migrations only): the transaction runs with foreign
+        key enforcement off, so a table rebuild's DROP TABLE does not cascade into the rows
+        that refer to it. SQLite ignores the PRAGMA inside a transaction, so it is set before
+        BEGIN and back after the end; a connection it cannot be set back on is discarded."""
         with self.engine.connect() as conn:
+            off = not foreign_keys and self.is_sqlite
+            if off:
+                _sqlite_foreign_keys(conn, False)
             conn.info[_WRITE] = True
             try:
                 with conn.begin():
                     yield conn
             finally:
                 conn.info.pop(_WRITE, None)
+                if off:
+                    try:
+                        _sqlite_foreign_keys(conn, True)
+                    except Exception:
+                        conn.invalidate()  # never back in the pool with foreign keys off
+                        raise
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -117,6 +131,17 @@ def _ping_idle_connections(engine: Engine) -> None:
                 cursor.close()
             except Exception:  # noqa: BLE001 - a dead cursor
                 pass
+
+
+def _sqlite_foreign_keys(conn: Connection, on: bool) -> None:
+    """Set the connection's foreign key enforcement, outside any transaction (straight to
+    the driver: SQLAlchemy would open one first), and raise unless it took effect."""
+    raw = conn.connection.dbapi_connection
+    raw.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")  # type: ignore[union-attr]
+    now = raw.execute("PRAGMA foreign_keys").fetchone()[0]  # type: ignore[union-attr]
+    if now != int(on):
+        raise RuntimeError(f"SQLite did not turn foreign keys {'on' if on else 'off'} "
+                           "(a transaction is open on the connection)")
 
 
 def _setup_sqlite(engine: Engine, busy_timeout_ms: int) -> None:

@@ -8,6 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import Connection
 
 from acceld.db.engine import Database
 
@@ -32,13 +33,42 @@ def current_revision(db: Database) -> str | None:
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
-    """Bring the schema to ``revision``; a no-op when it is already there."""
+    """Bring the schema to ``revision``; a no-op when it is already there.
+
+    All steps run in one transaction. On SQLite it runs with foreign keys off: alembic's
+    batch mode rebuilds a table (copy, DROP TABLE, rename), and with them on the DROP
+    cascades (``ON DELETE CASCADE``/``SET NULL``) through every row that refers to the
+    table; PostgreSQL and MariaDB alter in place. Before the commit every foreign key is
+    checked (:func:`check_foreign_keys`): a violation rolls the whole upgrade back."""
     if revision == "head" and current_revision(db) == head_revision():
         return
     cfg = alembic_config()
-    with db.write() if db.is_sqlite else db.engine.begin() as conn:
+    with db.write(foreign_keys=False) if db.is_sqlite else db.engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+        if db.is_sqlite:
+            check_foreign_keys(conn)
+
+
+class ForeignKeyViolation(RuntimeError):
+    """The upgrade left rows whose foreign key points at no row: it was rolled back."""
+
+
+def check_foreign_keys(conn: Connection) -> None:
+    """Raise :class:`ForeignKeyViolation` if any row's foreign key points at no row
+    (SQLite's ``PRAGMA foreign_key_check``, which also works with enforcement off)."""
+    rows = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if not rows:
+        return
+    by_table: dict[tuple[str, str], int] = {}
+    for table, _rowid, parent, _fkid in rows:
+        by_table[(table, parent)] = by_table.get((table, parent), 0) + 1
+    found = ", ".join(f"{table}: {count} row(s) referring to missing {parent} rows"
+                      for (table, parent), count in sorted(by_table.items()))
+    raise ForeignKeyViolation(
+        f"The schema upgrade was rolled back (nothing changed): afterwards {found}. "
+        "Either the database had such rows before (`PRAGMA foreign_key_check` on a copy "
+        "lists them) or a migration broke them; report it with that list.")
 
 
 class SchemaNotCurrent(RuntimeError):

@@ -40,8 +40,9 @@ def _admin_engine(backend: str):  # type: ignore[no-untyped-def]
                          isolation_level="AUTOCOMMIT")
 
 
-def create_server_database(backend: str) -> str:
-    """Create and migrate an empty database of the suite's own; returns its URL."""
+def create_server_database(backend: str, *, migrated: bool = True) -> str:
+    """Create an empty database of the suite's own, migrated to head unless ``migrated``
+    is False (an upgrade test starts from nothing); returns its URL."""
     base = server_url(backend)
     if base is None:
         pytest.skip(f"{backend}: set {SERVER_BACKENDS[backend]} to run on it")
@@ -53,7 +54,8 @@ def create_server_database(backend: str) -> str:
     finally:
         admin.dispose()
     url = make_url(base).set(database=name).render_as_string(hide_password=False)
-    _migrate(url)
+    if migrated:
+        _migrate(url)
     return url
 
 
