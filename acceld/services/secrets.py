@@ -15,11 +15,15 @@ import logging
 import os
 import secrets
 import stat
+from typing import TYPE_CHECKING
 
 from oslo_config import cfg
 
 from acceld.internal.auth import (MIN_SECRET_LENGTH, CloudKeys, NodeKey, node_key,
                                   parse_node_key)
+
+if TYPE_CHECKING:
+    from acceld.db.engine import Database
 
 LOG = logging.getLogger(__name__)
 
@@ -98,7 +102,7 @@ def own_node_key(conf: cfg.ConfigOpts, hostname: str) -> NodeKey:
                      f"`acceld internal node-key {hostname}` on a controller.")
 
 
-def cloud_keyring(conf: cfg.ConfigOpts, db=None) -> CloudKeys:  # type: ignore[no-untyped-def]
+def cloud_keyring(conf: cfg.ConfigOpts, db: "Database | None" = None) -> CloudKeys:
     """What the conductor accepts: the cloud's secret, and every node's derived key at the
     generation ``db``'s node_key_generations says is current (no ``db``: generation 0)."""
     generations = None
