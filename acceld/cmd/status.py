@@ -4,7 +4,8 @@ after an upgrade, as ``nova-status`` and ``cyborg-status`` are.
 Checks: the database schema is at this code's head; the policy file parses, refers
 to no undefined rule and uses no deprecated rule; Placement answers at the
 microversion acceld pins; no agent runs an older acceld than this installation
-(the conductor's). Exit status as oslo.upgradecheck defines it: 0 success,
+(the conductor's); every Bound ARQ holds its attach handle (acceld.cmd.arqs_check).
+Exit status as oslo.upgradecheck defines it: 0 success,
 1 warning, 2 failure, 255 the check itself failed.
 """
 
@@ -69,11 +70,17 @@ class Checks(upgradecheck.UpgradeCommands):
 
         return check_agents(cfg.CONF)
 
+    def _check_bound_arqs(self) -> Result:
+        from acceld.cmd.arqs_check import check_arqs
+
+        return check_arqs(cfg.CONF)
+
     _upgrade_checks = (
         ("Database schema", _check_schema),
         ("Policy file", _check_policy),
         ("Placement API", _check_placement),
         ("Agent versions", _check_agents),
+        ("Bound accelerator requests", _check_bound_arqs),
     )
 
 

@@ -50,9 +50,10 @@ def _state(tmp_path: Path, revision: str | None) -> Path:
 def test_passes_on_a_fresh_database(tmp_path: Path) -> None:
     done = _status(_state(tmp_path, "head"))
     assert done.returncode == 0, done.stdout + done.stderr
-    for check in ("Database schema", "Policy file", "Placement API", "Agent versions"):
+    for check in ("Database schema", "Policy file", "Placement API", "Agent versions",
+                  "Bound accelerator requests"):
         assert f"Check: {check}" in done.stdout
-    assert done.stdout.count("Result: Success") == 4
+    assert done.stdout.count("Result: Success") == 5
     assert f"At revision {migrate.head_revision()}." in done.stdout
 
 
@@ -63,6 +64,28 @@ def test_fails_clearly_on_an_old_database(tmp_path: Path) -> None:
     assert "Result: Failure" in flat
     assert "The database schema is at revision 0001, not" in flat
     assert "run `acceld db upgrade`" in flat
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_fails_naming_bound_arqs_without_a_handle(tmp_path: Path) -> None:
+    # The damage of 0005 on SQLite before issue 24's fix: a Bound ARQ whose handle is gone.
+    conf_file = _state(tmp_path, "head")
+    db = Database(f"sqlite:///{tmp_path / 'state' / 'acceld.sqlite'}")
+    with db.write() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO device_profiles (id, uuid, name, profile_json, created_at) "
+            "VALUES (1, 'dp-1', 'gpu', '{}', '2026-12-01 00:00:00')")
+        conn.exec_driver_sql(
+            "INSERT INTO accelerator_requests (id, uuid, state, device_profile_id, "
+            "device_profile_group_id, hostname, device_rp_uuid, instance_uuid, created_at) "
+            "VALUES (1, 'arq-1', 'Bound', 1, 0, 'node1', 'rp-1', 'inst-1', "
+            "'2026-12-01 00:00:00')")
+    db.dispose()
+    done = _status(conf_file)
+    assert done.returncode == 2, done.stdout + done.stderr
+    flat = " ".join(part.strip(" |") for part in done.stdout.splitlines())
+    assert ("ARQ arq-1 (instance inst-1, host node1, provider rp-1): no attach handle"
+            in flat)
     assert "Traceback" not in done.stdout + done.stderr
 
 

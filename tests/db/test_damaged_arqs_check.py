@@ -1,0 +1,105 @@
+"""`acceld-status upgrade check` names Bound ARQs that lost their attach handle (issue 24):
+the damage migration 0005 did on SQLite, made here as its DROP TABLE did it (deleting the
+device rows with foreign keys on), on every backend."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from oslo_upgradecheck.upgradecheck import Code
+from sqlalchemy import delete, insert, update
+
+from acceld.cmd.arqs_check import SHOWN, check_arqs, describe
+from acceld.db.models import (accelerator_requests, attach_handles, deployables,
+                              device_profiles, devices)
+from tests.conftest import make_conf
+
+T0 = dt.datetime(2026, 12, 1, 9, 0, 0)
+
+
+def _conf(tmp_path, db):  # type: ignore[no-untyped-def]
+    conf = make_conf(str(tmp_path))
+    conf.set_override("connection", db.url.render_as_string(hide_password=False),
+                      group="database")
+    return conf
+
+
+def _arq(id_: int, state: str, handle: int | None, dep: int | None,
+         host: str | None) -> dict:
+    return dict(id=id_, uuid=f"arq-{id_}", state=state, device_profile_id=1,
+                device_profile_group_id=0, project_id="p1", hostname=host,
+                device_rp_uuid=f"rp-{dep}" if host else None,
+                instance_uuid=f"inst-{id_}" if host else None, attach_handle_id=handle,
+                deployable_id=dep, created_at=T0)
+
+
+def _fill(db) -> None:  # type: ignore[no-untyped-def]
+    """Two hosts, a device each; two Bound ARQs holding handles, one bind pending, one
+    ARQ not bound."""
+    with db.write() as conn:
+        conn.execute(insert(device_profiles), [dict(
+            id=1, uuid="dp-1", name="gpu", profile_json="{}", created_at=T0)])
+        conn.execute(insert(devices), [dict(
+            id=n, uuid=f"dev-{n}", type="GPU", vendor="10de", model="A100",
+            hostname=f"node{n}", status="enabled", acc_status="ready", vanished=False,
+            created_at=T0) for n in (1, 2)])
+        conn.execute(insert(deployables), [dict(
+            id=n, uuid=f"dep-{n}", name=f"node{n}_gpu0", num_accelerators=1, device_id=n,
+            rp_uuid=f"rp-{n}", created_at=T0) for n in (1, 2)])
+        conn.execute(insert(attach_handles), [dict(
+            id=n, uuid=f"ah-{n}", deployable_id=n, attach_type="PCI",
+            attach_info='{"bus": "af"}', in_use=True, created_at=T0) for n in (1, 2)])
+        conn.execute(insert(accelerator_requests), [
+            _arq(1, "Bound", 1, 1, "node1"), _arq(2, "Bound", 2, 2, "node2"),
+            _arq(3, "BindStarted", None, None, "node2"), _arq(4, "Initial", None, None, None)])
+
+
+def test_a_sound_database_passes(db, tmp_path) -> None:
+    _fill(db)
+    result = check_arqs(_conf(tmp_path, db))
+    assert (result.code, result.details) == (
+        Code.SUCCESS, "Every Bound accelerator request holds its attach handle.")
+
+
+def test_bound_arqs_that_lost_their_handles_fail_by_name(db, tmp_path) -> None:
+    _fill(db)
+    with db.write() as conn:  # what 0005's DROP TABLE devices did, foreign keys on
+        conn.execute(delete(devices).where(devices.c.id == 1))
+    result = check_arqs(_conf(tmp_path, db))
+    assert result.code == Code.FAILURE
+    assert result.details.startswith(
+        "1 Bound accelerator request(s) of 1 instance(s) do not hold their device in "
+        "acceld's records: ARQ arq-1 (instance inst-1, host node1, provider rp-1): "
+        "no attach handle. ")
+    assert "arq-2" not in result.details and "arq-3" not in result.details
+    assert '"Bound ARQs without an attach handle"' in result.details
+
+
+def test_a_bound_arq_whose_handle_is_free_fails(db, tmp_path) -> None:
+    _fill(db)
+    with db.write() as conn:
+        conn.execute(update(attach_handles).where(attach_handles.c.id == 2)
+                     .values(in_use=False))
+    result = check_arqs(_conf(tmp_path, db))
+    assert result.code == Code.FAILURE
+    assert ("ARQ arq-2 (instance inst-2, host node2, provider rp-2): its attach handle is "
+            "marked free") in result.details
+    assert "arq-1" not in result.details
+
+
+def test_a_long_list_is_cut_and_counted() -> None:
+    rows = [(f"arq-{n}", f"inst-{n % 3}", "node1", "rp-1", "no attach handle")
+            for n in range(SHOWN + 5)]
+    text = describe(rows)
+    assert text.startswith(f"{SHOWN + 5} Bound accelerator request(s) of 3 instance(s)")
+    assert f"arq-{SHOWN - 1} " in text and f"arq-{SHOWN} " not in text
+    assert "; and 5 more." in text
+
+
+def test_an_empty_database_has_nothing_to_check(tmp_path) -> None:
+    from acceld.db.engine import Database
+
+    db = Database(f"sqlite:///{tmp_path}/empty.sqlite")
+    result = check_arqs(_conf(tmp_path, db))
+    assert result.code == Code.SUCCESS
+    assert result.details == "No schema yet: no accelerator request to check."
