@@ -19,6 +19,7 @@ from acceld.agent.service import Agent
 from acceld.clients.agent import AgentCallError, AgentCaller
 from acceld.clients.internal import InternalClient, InternalError
 from acceld.conductor.agents import AgentsComponent
+from acceld.conductor.handle_release import HOST_STEPS_PATH, HandleReleaseComponent
 from acceld.conductor.service import Conductor
 from acceld.db import node_keys
 from acceld.db.models import agents
@@ -65,7 +66,8 @@ def cloud(tmp_path, db):
     clock = Clock()
     cache = node_keys.generations(db, TTL)
     cache.clock = clock
-    conductor = Conductor(conf, db, [AgentsComponent(conf, db)])
+    conductor = Conductor(conf, db, [AgentsComponent(conf, db),
+                                     HandleReleaseComponent(conf, db)])
     conductor.start()
     conf.set_override("url", conductor.server.url, group="conductor")
     controller = tmp_path / "controller.conf"
@@ -91,6 +93,15 @@ def hello(conf, signer: auth.Signer, endpoint: str):  # type: ignore[no-untyped-
     try:
         return client.call("POST", "/hello", {"status": "READY", "endpoint": endpoint,
                                               "hardware_digest": None})
+    finally:
+        client.close()
+
+
+def host_steps(conf, signer: auth.Signer):  # type: ignore[no-untyped-def]
+    """The other conductor route a node's key opens: its report of host steps."""
+    client = InternalClient(conf.conductor.url[0], signer, destination=auth.CONDUCTOR)
+    try:
+        return client.call("POST", HOST_STEPS_PATH, {"host_steps": []})
     finally:
         client.close()
 
@@ -175,7 +186,11 @@ def test_revoking_one_node_refuses_all_its_keys_and_stops_calls_to_it(cloud, db,
         hello(conf, old_signer("node-b"), b.endpoint())
     assert refused.value.status == 401 and "The key of node node-b is revoked" \
         in refused.value.message
+    with pytest.raises(InternalError) as refused:
+        host_steps(conf, old_signer("node-b"))
+    assert refused.value.status == 401 and "revoked" in refused.value.message
     assert hello(conf, old_signer("node-a"), a.endpoint())["pulled"] is True
+    host_steps(conf, old_signer("node-a"))
     # No conductor call to a revoked node: the caller is told why, nothing is sent.
     caller = AgentCaller(conf, db, CLOUD)
     with pytest.raises(AgentCallError) as uncalled:
