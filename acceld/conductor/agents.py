@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from typing import Any
 
 import falcon
@@ -153,10 +154,11 @@ class AgentsComponent:
             respond(resp, {"status": "OK", "hostname": hostname, "pulled": False,
                            "heartbeat_interval": interval})
             return
+        received = time.monotonic()  # a flush revives a host only for a hello after its mark
         try:
             self._full_hello(resp, hostname, endpoint, interval, digest, discovery)
         finally:
-            self.liveness.learn(hostname)
+            self.liveness.learn(hostname, received)
 
     def _full_hello(self, resp: falcon.Response, hostname: str, endpoint: str, interval: int,
                     digest: str | None, discovery: int | None) -> None:

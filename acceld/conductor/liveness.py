@@ -13,8 +13,15 @@ SQLite, ~3 ms on PostgreSQL). Instead:
   database's clock, as before) and reads the rows back in one SELECT, which
   refreshes the memory. Hosts the flush finds marked ``down`` (the liveness
   sweep got there first) are brought back up together, in two statements, with
-  their waiting releases made due, and remembered as up: their next hello is
-  answered from memory again. A host whose row is gone is forgotten.
+  their waiting releases made due, and remembered: their next hello is answered
+  from memory again. Only a hello received after the down mark brings a host back:
+  each host's latest hello is kept with the time it arrived, and the flush turns
+  that into the database's clock (the clock its own read returned, less the time
+  since the hello, an estimate that errs early) and compares it with the mark's
+  time in the UPDATE. A conductor that froze (SIGSTOP, a stalled process) holding
+  hellos heard before the agent died does not revive the host its peers marked
+  down meanwhile; its next hello, if it is alive, does. A host whose row is gone
+  is forgotten.
 
 A host not remembered (this conductor just started, or the host's agent failed
 over from a conductor that stopped) is recalled by :meth:`Liveness.recall`: one
@@ -41,6 +48,7 @@ than a dead conductor's bound is not waited for.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -58,6 +66,16 @@ LOG = logging.getLogger(__name__)
 # longer goes through the full path again.
 TRUST_INTERVALS = 6.0
 _CHUNK = 500  # hosts per statement (bound parameters stay far below every backend's limit)
+
+
+def _received(rows: list, heard: dict[str, float]) -> dict[str, dt.datetime]:
+    """When the latest hello of each host of ``rows`` arrived, by the database's clock:
+    the clock the rows were read with, less the time since. Read after the rows, the
+    monotonic "now" makes each time early by up to the read's latency, never late: a
+    hello heard before a host's down mark is never taken for one after it."""
+    now = time.monotonic()
+    return {row.hostname: row.db_now - dt.timedelta(seconds=now - heard[row.hostname])
+            for row in rows}
 
 
 @dataclass(frozen=True)
@@ -82,7 +100,8 @@ class Liveness:
         # This conductor's name in the conductors table: each flush marks it current there.
         self.member: str | None = None
         self._known: dict[str, Known] = {}
-        self._heard: set[str] = set()
+        # Hosts heard since the last flush -> when their latest hello arrived (monotonic).
+        self._heard: dict[str, float] = {}
         # Full hellos per host: a flush that read a row before a full hello changed it
         # must not remember that older row.
         self._learned: dict[str, int] = {}
@@ -98,12 +117,13 @@ class Liveness:
         if not self.enabled or digest is None:
             return False
         known = self._known.get(hostname)
+        now = time.monotonic()
         if (known is None or known.endpoint != endpoint or known.interval != interval
                 or known.digest != digest or known.discovery != discovery
-                or time.monotonic() - known.read_at > known.interval * self.trust_intervals):
+                or now - known.read_at > known.interval * self.trust_intervals):
             return False
         with self._lock:
-            self._heard.add(hostname)
+            self._heard[hostname] = now
         return True
 
     def recall(self, hostname: str, endpoint: str, interval: int, digest: str | None,
@@ -116,6 +136,7 @@ class Liveness:
         at the cost of a read each."""
         if not self.enabled or digest is None:
             return False
+        received = time.monotonic()
         with self._lock:
             if hostname in self._known:
                 return False  # remembered and different: the full path
@@ -131,17 +152,19 @@ class Liveness:
                 return False  # a full hello or a flush meanwhile: theirs is newer
             self._known[hostname] = Known(endpoint, interval, digest, discovery,
                                           time.monotonic())
-            self._heard.add(hostname)
+            self._heard[hostname] = received
         return True
 
-    def learn(self, hostname: str) -> None:
-        """After a full hello: read the host's row at the next flush (and stamp it again,
-        which is harmless: it was just heard)."""
+    def learn(self, hostname: str, received: float | None = None) -> None:
+        """After a full hello (that arrived at ``received``, monotonic; None: now): read
+        the host's row at the next flush (and stamp it again, which is harmless: it was
+        just heard)."""
         if self.enabled:
+            at = time.monotonic() if received is None else received
             with self._lock:
                 self._known.pop(hostname, None)
                 self._learned[hostname] = self._learned.get(hostname, 0) + 1
-                self._heard.add(hostname)
+                self._heard[hostname] = max(at, self._heard.get(hostname, at))
 
     def forget(self, hostname: str) -> None:
         with self._lock:
@@ -153,27 +176,31 @@ class Liveness:
         Returns how many hosts were stamped."""
         if self.member is None and not self._heard:
             return 0
-        heard: set[str] = set()
+        heard: dict[str, float] = {}
         try:
             with self.db.write() as conn:
                 if self.member is not None:  # before taking the hosts: never ahead of them
                     conductors_db.record_heard(conn, self.member)
                 with self._lock:
-                    heard, self._heard = self._heard, set()
+                    heard, self._heard = self._heard, {}
                     learned = {host: self._learned.get(host) for host in heard}
                 hosts = sorted(heard)  # a fixed lock order against concurrent flushes
                 rows = []
+                back_up: set[str] = set()
                 for start in range(0, len(hosts), _CHUNK):
                     chunk = hosts[start:start + _CHUNK]
                     agents_db.touch_up(conn, chunk)
                     read = agents_db.rows_of(conn, chunk)
-                    # Marked down by a sweep before this flush: back up, all of them at once.
-                    agents_db.bring_up(conn, [row.hostname for row in read if row.state != "up"])
+                    # Marked down by a sweep before this flush: back up, all of them at
+                    # once, those heard after their mark.
+                    back_up.update(agents_db.bring_up(conn, _received(
+                        [row for row in read if row.state != "up"], heard)))
                     rows += read
-                back = [row for row in rows if row.state != "up"]
+                back = [row for row in rows if row.hostname in back_up]
         except Exception:
             with self._lock:  # stamped at the next flush instead
-                self._heard.update(heard)
+                for host, at in heard.items():
+                    self._heard[host] = max(at, self._heard.get(host, at))
             raise
         read_at = time.monotonic()
         found = {row.hostname for row in rows}
@@ -181,11 +208,13 @@ class Liveness:
             for row in rows:
                 if self._learned.get(row.hostname) != learned[row.hostname]:
                     continue  # a full hello since our read: the next flush reads it again
-                # Up, or brought up above: endpoint, interval, digest are as read.
+                # Up, brought up above, or left down (heard before its mark: a hello
+                # answered from this memory comes after it, and the next flush brings
+                # the host up): endpoint, interval, digest are as read.
                 self._known[row.hostname] = Known(row.endpoint, row.heartbeat_interval,
                                                   row.hardware_digest, row.last_discovery,
                                                   read_at)
-            for gone in heard - found:  # retired meanwhile: its next hello says what to do
+            for gone in heard.keys() - found:  # retired meanwhile: its next hello says what to do
                 self._known.pop(gone, None)
         for row in back:
             LOG.info("Agent of host %s is back (last contact before this: %s UTC)",

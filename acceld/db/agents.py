@@ -10,10 +10,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, case, func, insert, literal, or_, select, update
 
 from acceld.db.clock import sql_now
-from acceld.db.models import agents, devices, handle_releases
+from acceld.db.models import Timestamp, agents, devices, handle_releases
 
 
 @dataclass
@@ -96,10 +96,14 @@ def overdue(conn: Connection, down_intervals: int, behind: int = 0) -> list[Any]
 
 
 def mark_down(conn: Connection, row: Any) -> bool:
-    """Compare-and-set: only if nobody heard from the agent since ``row`` was read."""
+    """Compare-and-set: only if nobody heard from the agent since ``row`` was read. The
+    mark's time is the row's ``updated_at``, by the database's clock: a conductor's
+    coalesced flush brings the host back only for a hello it heard after it
+    (:func:`bring_up`)."""
     return bool(conn.execute(update(agents).where(
         agents.c.id == row.id, agents.c.state == "up",
-        agents.c.last_seen_at == row.last_seen_at).values(state="down")).rowcount)
+        agents.c.last_seen_at == row.last_seen_at).values(
+        state="down", updated_at=sql_now(conn.dialect.name))).rowcount)
 
 
 def list_agents(conn: Connection, state: str | None = None) -> list[Any]:
@@ -147,20 +151,42 @@ def touch_up(conn: Connection, hostnames: list[str]) -> int:
         last_seen_at=sql_now(conn.dialect.name))).rowcount
 
 
-def bring_up(conn: Connection, hostnames: list[str]) -> None:
+def bring_up(conn: Connection, heard: dict[str, dt.datetime]) -> list[str]:
     """Agents marked down that were heard again (a coalesced flush found them so): up and
-    seen now, their waiting releases due, in two statements for all of them. The cheap way
-    back: a conductor behind on its heartbeats may find thousands at once."""
-    if not hostnames:
-        return
-    conn.execute(update(agents).where(
-        agents.c.hostname.in_(hostnames), agents.c.state != "up").values(
-        state="up", last_seen_at=sql_now(conn.dialect.name)))
-    _releases_due_now(conn, hostnames)
+    seen now, their waiting releases due, in two statements for all of them (three on
+    MySQL/MariaDB). The cheap way back: a conductor behind on its heartbeats may find
+    thousands at once.
+
+    ``heard``: when each host's latest hello was received, by the database's clock. Only a
+    host whose down mark (``updated_at``, :func:`mark_down`) is older comes back, decided
+    in the UPDATE itself: a hello heard before the mark (by a conductor that froze or
+    stalled before its flush) says nothing of the agent since. Returns the hosts brought
+    up."""
+    if not heard:
+        return []
+    dialect = conn.dialect.name
+    received = case({host: literal(at, Timestamp) for host, at in heard.items()},
+                    value=agents.c.hostname)
+    where = (agents.c.hostname.in_(list(heard)), agents.c.state != "up",
+             or_(agents.c.updated_at.is_(None), agents.c.updated_at < received))
+    if dialect == "sqlite" or dialect == "postgresql":
+        back = list(conn.execute(update(agents).where(*where).values(
+            state="up", last_seen_at=sql_now(dialect)).returning(agents.c.hostname)).scalars())
+    else:  # MySQL and MariaDB return no rows from an UPDATE: the rows it will change first
+        back = list(conn.execute(select(agents.c.hostname).where(*where)
+                                 .with_for_update()).scalars())
+        if back:
+            conn.execute(update(agents).where(agents.c.hostname.in_(back)).values(
+                state="up", last_seen_at=sql_now(dialect)))
+    if back:
+        _releases_due_now(conn, back)
+    return back
 
 
 def rows_of(conn: Connection, hostnames: list[str]) -> list[Any]:
-    """The agent rows of ``hostnames`` (those that exist), in one SELECT."""
+    """The agent rows of ``hostnames`` (those that exist), in one SELECT; each carries the
+    database's clock as ``db_now`` (read by the same statement)."""
     if not hostnames:
         return []
-    return conn.execute(select(agents).where(agents.c.hostname.in_(hostnames))).all()
+    return conn.execute(select(agents, sql_now(conn.dialect.name).label("db_now")).where(
+        agents.c.hostname.in_(hostnames))).all()
