@@ -78,9 +78,12 @@ api_opts = [
                     "serve HTTPS directly from gunicorn."),
     cfg.StrOpt("tls_key_file", help="PEM private key for the public API's certificate."),
     cfg.BoolOpt("allow_insecure_noauth", default=False,
-                help="Let auth_strategy = noauth listen on an address other than loopback. "
-                     "noauth makes anyone who reaches the port an admin: leave this off "
-                     "unless something else (a proxy that authenticates) guards the port."),
+                help="Let auth_strategy = noauth listen on an address other than loopback, "
+                     "and run at all under a WSGI server of your own "
+                     "(acceld.wsgi.api:application, whose listen address acceld cannot "
+                     "see). noauth makes anyone who reaches the port an admin: leave this "
+                     "off unless something else (a proxy that authenticates) guards the "
+                     "port."),
     cfg.StrOpt("noauth_user_id", default="admin",
                help="noauth: user id when a request carries no X-User-Id."),
     cfg.StrOpt("noauth_project_id", default="admin",
@@ -95,6 +98,15 @@ api_opts = [
                      "by instance and delete of a bound ARQ, as upstream does."),
     cfg.StrOpt("service_role", default="service",
                help="Role a service token must carry for the operations above."),
+    cfg.StrOpt("service_token_project", default="service",
+               help="Project a service token's user must be scoped to for the operations "
+                    "above (its id, or its name in [api] service_token_project_domain): "
+                    "Nova's service user is in the cloud's service project. A service "
+                    "token never counts when it belongs to the same user as the token it "
+                    "comes with. Empty: any project (the role alone)."),
+    cfg.StrOpt("service_token_project_domain", default="Default",
+               help="Domain (name or id) in which [api] service_token_project is a "
+                    "project's name: names are unique only within a domain."),
 ]
 
 database_opts = [

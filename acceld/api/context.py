@@ -51,6 +51,9 @@ class RequestContext:
     service_user_domain_id: str | None = None
     service_project_id: str | None = None
     service_project_domain_id: str | None = None
+    # Why the X-Service-Token's roles were set aside (its own user's, or not the service
+    # project's), for the refusal an operation that needs them gives; None otherwise.
+    service_token_refused: str | None = None
 
     @property
     def global_id(self) -> str:
@@ -116,6 +119,37 @@ class ContextFactory:
         self.default_project_id = conf.api.noauth_project_id
         self.default_roles = tuple(r.lower() for r in conf.api.noauth_roles)
         self.default_service_roles = tuple(r.lower() for r in conf.api.noauth_service_roles)
+        self.service_project = conf.api.service_token_project or None
+        self.service_project_domain = conf.api.service_token_project_domain
+
+    def _service_token_refusal(self, get: Callable[[str], str | None], user_id: str | None,
+                               service_user_id: str | None) -> str | None:
+        """Why the service token must not count, or None when it may.
+
+        keystonemiddleware's ``service_token_roles`` check only asks for the role: a user who
+        holds it could send their own token as both tokens and pass for Nova. The service
+        token must therefore be another user's, and (``[api] service_token_project``) a user
+        of the service project's. noauth trusts its headers: a fact it is not given is not
+        checked; keystonemiddleware always gives them."""
+        if service_user_id is None:
+            if self.noauth:
+                return None
+            return "The X-Service-Token names no user."
+        if service_user_id == user_id:
+            return ("The X-Service-Token belongs to the same user as the X-Auth-Token; a "
+                    "service token counts only when it is another user's (the service's).")
+        if self.service_project is None:
+            return None
+        project_id, project_name = get("X-SERVICE-PROJECT-ID"), get("X-SERVICE-PROJECT-NAME")
+        if self.noauth and not (project_id or project_name):
+            return None
+        if project_id == self.service_project:
+            return None
+        if project_name == self.service_project and self.service_project_domain in (
+                get("X-SERVICE-PROJECT-DOMAIN-NAME"), get("X-SERVICE-PROJECT-DOMAIN-ID")):
+            return None
+        return (f"The X-Service-Token's user is not scoped to the service project "
+                f"({self.service_project!r}, [api] service_token_project).")
 
     def build(self, get: Callable[[str], str | None], request_id: str,
               global_request_id: str | None = None) -> RequestContext:
@@ -139,15 +173,22 @@ class ContextFactory:
         if self.noauth:
             anonymous = not (user_id or project_id or roles or service_roles)
             scoped_elsewhere = bool(system_scope or domain_id)
-            return RequestContext(
+            ctx = RequestContext(
                 user_id=user_id or self.default_user_id,
                 project_id=project_id or (None if scoped_elsewhere else self.default_project_id),
                 roles=_split(roles) if roles else list(self.default_roles),
                 service_roles=list(self.default_service_roles) if anonymous
                 else _split(service_roles), **identity)
-        return RequestContext(user_id=user_id, project_id=project_id or None,
-                              roles=_split(roles), service_roles=_split(service_roles),
-                              **identity)
+        else:
+            ctx = RequestContext(user_id=user_id, project_id=project_id or None,
+                                 roles=_split(roles), service_roles=_split(service_roles),
+                                 **identity)
+        if ctx.service_roles:
+            refused = self._service_token_refusal(get, ctx.user_id, ctx.service_user_id)
+            if refused is not None:
+                ctx.service_roles = []
+                ctx.service_token_refused = refused
+        return ctx
 
 
 def from_headers(headers: dict[str, str], conf: cfg.ConfigOpts, request_id: str) -> RequestContext:

@@ -6,7 +6,9 @@ environment, as for other OpenStack services' WSGI applications:
 ``OS_ACCELD_CONFIG_FILES`` (files separated by ``;``) and ``OS_ACCELD_CONFIG_DIR``;
 with neither, the standard locations (/etc/acceld/acceld.conf, ...).
 
-Importing the module reads the configuration and refuses an old database schema
+Importing the module reads the configuration, refuses ``auth_strategy = noauth``
+unless ``[api] allow_insecure_noauth = true`` (the server's listen address is not
+known here, so loopback cannot be told apart) and refuses an old database schema
 (so the server fails to start, as `acceld api` does); each worker process builds
 its own database pool and app on its first request, which keeps servers that
 import before forking (uwsgi without lazy-apps, gunicorn --preload) from sharing
@@ -15,7 +17,6 @@ connections across processes.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from typing import Any, Callable, Iterable
@@ -23,9 +24,7 @@ from typing import Any, Callable, Iterable
 from oslo_config import cfg
 
 from acceld import config, logs
-from acceld.services import schema_gate
-
-LOG = logging.getLogger(__name__)
+from acceld.services import noauth_guard, schema_gate
 
 FILES_VARIABLE = "OS_ACCELD_CONFIG_FILES"
 DIR_VARIABLE = "OS_ACCELD_CONFIG_DIR"
@@ -76,11 +75,8 @@ def init_application(environ: dict[str, str] | None = None,
                      conf: cfg.ConfigOpts | None = None) -> LazyApplication:
     conf = load_config(environ, conf)
     logs.setup(conf, "api")
+    noauth_guard.check_wsgi(conf)  # before the database: the cheaper refusal first
     schema_gate.check_schema(conf)
-    if conf.auth_strategy == "noauth":
-        LOG.warning(
-            "auth_strategy = noauth: whoever reaches this WSGI server is an admin; "
-            "set auth_strategy = keystone for a server beyond loopback")
     return LazyApplication(conf)
 
 

@@ -184,6 +184,28 @@ def test_the_service_role_counts_only_on_the_service_token(api, ks) -> None:
                  "demo-reader").status_code == 200
 
 
+def test_a_service_token_is_another_users_of_the_service_project(api, ks) -> None:
+    """keystonemiddleware accepts any token holding the service role as a service token:
+    acceld counts it only when it is another user's, of the service project (issue 25,
+    item 5)."""
+    rp_uuid = _one_handle(api, "node1_own")
+    arq = _create_arq(api, ks, "demo-service")
+    body = _bind_body(arq["uuid"], rp_uuid)
+    own = _call(api, ks, "PATCH", "/v2/accelerator_requests", "demo-service", "demo-service",
+                json=body)
+    assert own.status_code == 403, own.text
+    assert "same user as the X-Auth-Token" in own.json()["error_message"]
+    outside = _call(api, ks, "PATCH", "/v2/accelerator_requests", "demo-member",
+                    "demo-service", json=body)
+    assert outside.status_code == 403, outside.text
+    assert "not scoped to the service project" in outside.json()["error_message"]
+    assert _call(api, ks, "GET", f"/v2/accelerator_requests/{arq['uuid']}",
+                 "demo-reader").json()["state"] == "Initial"
+    bound = _call(api, ks, "PATCH", "/v2/accelerator_requests", "demo-service", "cyborg",
+                  json=body)
+    assert bound.status_code == 202, bound.text
+
+
 def test_logs_never_contain_tokens(api, ks) -> None:
     """Runs last in the module: every token used above must be absent from every log."""
     assert api["tokens"], "no token was used"

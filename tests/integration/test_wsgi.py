@@ -1,6 +1,8 @@
 """acceld.wsgi.api:application under a plain gunicorn command line, configured from the
 environment (OS_ACCELD_CONFIG_FILES), as a deployment that runs its own WSGI server
-does; and its refusal of a database behind this code's schema."""
+does; and its refusals: of a database behind this code's schema, and of noauth (the
+default) unless [api] allow_insecure_noauth says so, as the server's listen address is
+not the application's to see (issue 25, item 3)."""
 
 from __future__ import annotations
 
@@ -23,10 +25,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BIN = Path(sys.executable).parent
 
 
-def _config(tmp_path: Path) -> Path:
+def _config(tmp_path: Path, api: str = "allow_insecure_noauth = true\n",
+            default: str = "", extra: str = "") -> Path:
     conf = tmp_path / "acceld.conf"
-    conf.write_text(f"[DEFAULT]\nstate_path = {tmp_path / 'state'}\n"
-                    "[oslo_middleware]\nenable_proxy_headers_parsing = true\n")
+    conf.write_text(f"[DEFAULT]\nstate_path = {tmp_path / 'state'}\n{default}"
+                    f"[api]\n{api}"
+                    "[oslo_middleware]\nenable_proxy_headers_parsing = true\n" + extra)
     return conf
 
 
@@ -92,3 +96,47 @@ def test_wsgi_application_refuses_an_old_schema(tmp_path: Path) -> None:
     log = (tmp_path / "gunicorn.log").read_text()
     assert "The database schema is at revision 0001" in log
     assert "run `acceld db upgrade`" in log
+
+
+def _refused_log(tmp_path: Path, conf: Path) -> str:
+    proc = _gunicorn(tmp_path, conf, free_port())
+    try:
+        assert proc.wait(60) != 0
+    finally:
+        _stop(proc)
+    return (tmp_path / "gunicorn.log").read_text()
+
+
+def test_wsgi_application_refuses_noauth_without_the_insecure_option(tmp_path: Path) -> None:
+    conf = _config(tmp_path, api="")
+    subprocess.run([str(BIN / "acceld"), "db", "upgrade", "--config-file", str(conf)],
+                   check=True, capture_output=True, timeout=60)
+    log = _refused_log(tmp_path, conf)
+    assert "acceld.wsgi.api refuses auth_strategy = noauth" in log
+    assert "set [api] allow_insecure_noauth = true" in log
+
+
+def test_wsgi_application_with_keystone_needs_no_insecure_option(tmp_path: Path) -> None:
+    """Loads (and asks for a token) with auth_strategy = keystone, the option unset. No
+    Keystone runs: a request without a token is refused before one would be asked."""
+    conf = _config(tmp_path, api="", default="auth_strategy = keystone\n",
+                   extra=f"[keystone_authtoken]\nwww_authenticate_uri = "
+                         f"http://127.0.0.1:{free_port()}/v3\n")
+    subprocess.run([str(BIN / "acceld"), "db", "upgrade", "--config-file", str(conf)],
+                   check=True, capture_output=True, timeout=60)
+    port = free_port()
+    proc = _gunicorn(tmp_path, conf, port)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "gunicorn.log").read_text()[-3000:]
+            try:
+                resp = requests.get(f"http://127.0.0.1:{port}/accelerator/v2/device_profiles",
+                                    timeout=30)
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.1)
+        assert resp.status_code == 401, resp.text
+    finally:
+        _stop(proc)

@@ -50,3 +50,25 @@ def test_keystone_is_neither_refused_nor_warned_about(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         noauth_guard.check(conf)
     assert not caplog.records
+
+
+def test_wsgi_refuses_noauth_even_on_loopback_without_the_insecure_option(tmp_path):
+    """A WSGI server's listen address is not the application's to see (issue 25, item 3)."""
+    conf = _conf(tmp_path, "[api]\nhost_ip = 127.0.0.1\n")
+    with pytest.raises(noauth_guard.InsecureNoauth, match=r"set \[api\] allow_insecure_noauth"):
+        noauth_guard.check_wsgi(conf)
+
+
+def test_wsgi_noauth_with_the_insecure_option_warns(tmp_path, caplog):
+    conf = _conf(tmp_path, "[api]\nallow_insecure_noauth = true\n")
+    with caplog.at_level(logging.WARNING, logger="acceld.services.noauth_guard"):
+        noauth_guard.check_wsgi(conf)
+    [record] = caplog.records
+    assert "anyone who can reach the server is an admin" in record.getMessage()
+
+
+def test_wsgi_keystone_is_neither_refused_nor_warned_about(tmp_path, caplog):
+    conf = _conf(tmp_path, "[DEFAULT]\nauth_strategy = keystone\n")
+    with caplog.at_level(logging.WARNING):
+        noauth_guard.check_wsgi(conf)
+    assert not caplog.records

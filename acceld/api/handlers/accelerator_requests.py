@@ -109,9 +109,12 @@ def _scope(req: falcon.Request) -> str | None:
 
 def _require_service(req: falcon.Request) -> None:
     api = req.context.api
-    if api.conf.api.require_service_token_for_bind and not req.context.ctx.has_service_role(
+    ctx = req.context.ctx
+    if api.conf.api.require_service_token_for_bind and not ctx.has_service_role(
             api.conf.api.service_role):
-        raise errors.Forbidden(SERVICE_TOKEN_REQUIRED)
+        refused = ctx.service_token_refused  # a service token was sent, and set aside
+        raise errors.Forbidden(f"{SERVICE_TOKEN_REQUIRED} {refused}" if refused
+                               else SERVICE_TOKEN_REQUIRED)
 
 
 def _uuid(value: str, what: str) -> str:
