@@ -11,20 +11,24 @@ first use with ``[privsep_sysfs]`` / ``[privsep_tools]`` ``helper_command``
 * ``tools``: a vendor programming tool (fpgaconf, xbmgmt): CAP_SYS_ADMIN and
   CAP_DAC_OVERRIDE (device nodes and flash partitions).
 
-Each entry point accepts only the narrow form of its operation (a known attribute
-name; a known tool), so the daemon cannot be used as a general root shell by
-whoever reaches the agent's code. docs/security.md lists them.
+Each entry point accepts only the narrow form of its operation, checked on its own
+side against its own config (acceld.privileged_policy: the exact configured tool with
+its driver's arguments; an existing attribute under sysfs ``devices/`` with its one form
+of value), so the daemon cannot be used as a general root shell by whoever reaches the
+agent's code. docs/security.md lists them.
 
 Without a daemon (``[agent] privileged_calls = in_process``, and always in a
 process that never called :func:`configure`, such as unit tests) the entry
 points run in the calling process: for an agent that already runs as root, the
-all-in-one, and tests against fixture trees.
+all-in-one, and tests against fixture trees. The same checks apply there, against
+the config of the drivers built in that process (:func:`adopt`).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import stat
 import subprocess
 from typing import Sequence
 
@@ -32,11 +36,19 @@ from oslo_config import cfg
 from oslo_privsep import capabilities as caps
 from oslo_privsep import priv_context
 
+from acceld import privileged_policy
+from acceld.privileged_policy import NotAllowed, adopt
+
+__all__ = ["NotAllowed", "adopt", "configure", "run_tool", "write_sysfs"]
+
 # Attributes the drivers write: mdev_supported_types/<type>/create, <mdev>/remove,
 # and NVIDIA's per-VF current_vgpu_type.
-SYSFS_ATTRIBUTES = frozenset({"create", "remove", "current_vgpu_type"})
+SYSFS_ATTRIBUTES = frozenset(privileged_policy.SYSFS_ATTRIBUTES)
 # Vendor tools the drivers run, by executable name.
-TOOLS = frozenset({"fpgaconf", "xbmgmt"})
+TOOLS = frozenset(privileged_policy.TOOL_OPTIONS)
+# Neither O_CREAT (an attribute exists or the write fails) nor following a final link;
+# O_NONBLOCK so that a FIFO in the way fails rather than blocks the daemon.
+_WRITE_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 SYSFS_CAPABILITIES = (caps.CAP_DAC_OVERRIDE,)
 TOOLS_CAPABILITIES = (caps.CAP_SYS_ADMIN, caps.CAP_DAC_OVERRIDE)
@@ -97,32 +109,30 @@ def configure(conf: cfg.ConfigOpts) -> None:
         context.set_client_mode(daemon)
 
 
-class NotAllowed(ValueError):
-    """A privileged call outside the narrow form its entry point accepts."""
-
-
-def _check_attribute(path: str) -> str:
-    real = os.path.realpath(path)
-    if os.path.basename(real) not in SYSFS_ATTRIBUTES:
-        raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r}")
-    return real
-
-
 @sysfs.entrypoint
 def write_sysfs(path: str, value: str) -> None:
-    """Write ``value`` to a device attribute (raises OSError as open/write do)."""
-    real = _check_attribute(path)
-    with open(real, "w") as f:
-        f.write(value)
+    """Write ``value`` to an existing device attribute of a form acceld writes
+    (NotAllowed otherwise; OSError as open/write raise it, e.g. when it is missing)."""
+    real = privileged_policy.check_sysfs(privileged_policy.current(), path, value)
+    fd = os.open(real, _WRITE_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r}")
+        data = value.encode()
+        if os.write(fd, data) != len(data):
+            raise OSError(f"short write to {real}")
+    finally:
+        os.close(fd)
 
 
 @tools.entrypoint
 def run_tool(argv: Sequence[str], timeout: float) -> tuple[int | None, str, str]:
     """Run a vendor tool: (exit status, stdout, stderr); exit status None when it did not
-    finish within ``timeout`` seconds (it was killed). OSError when it cannot start."""
-    argv = [str(a) for a in argv]
-    if not argv or not os.path.isabs(argv[0]) or os.path.basename(argv[0]) not in TOOLS:
-        raise NotAllowed(f"not a vendor tool acceld runs: {argv[:1]!r}")
+    finish within ``timeout`` seconds (it was killed). NotAllowed unless ``argv`` is the
+    configured tool with its driver's arguments; OSError when it cannot start."""
+    argv = privileged_policy.check_tool(privileged_policy.current(), list(argv))
+    if not isinstance(timeout, (int, float)) or not 0 < timeout:
+        raise NotAllowed(f"a tool's timeout must be a positive number of seconds: {timeout!r}")
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                               check=False, stdin=subprocess.DEVNULL)

@@ -23,6 +23,7 @@ import os
 
 from oslo_config import cfg
 
+from acceld import privileged
 from acceld.drivers import sysfs
 from acceld.drivers.health import DEGRADED, HEALTHY, UNHEALTHY, UNKNOWN, Health, worst
 from acceld.drivers.pci_health import PciHealthMonitor
@@ -161,6 +162,7 @@ class IntelFpgaDriver(Driver):
         super().__init__(conf, hostname)
         self.opts = conf.intel_fpga
         self.root = self.opts.sysfs_root
+        privileged.adopt(conf, "intel_fpga")  # in process: which fpgaconf may run
         self.pci_health = PciHealthMonitor()
         self._afu_ids: dict[str, str] = {}
         self._interface_ids: dict[str, str] = {}

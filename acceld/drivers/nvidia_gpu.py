@@ -47,6 +47,7 @@ import uuid as uuidlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Sequence
 
+from acceld import privileged
 from acceld.drivers import sysfs
 from acceld.drivers.base import (AttachHandle, Deployable, Driver, DriverError, HardwareRecord,
                                  hardware_uuid, pci_controlpath, pci_handle)
@@ -116,6 +117,7 @@ class NvidiaGpuDriver(Driver):
         super().__init__(conf, hostname)
         self.opts = conf.nvidia_gpu
         self.root = self.opts.sysfs_root
+        privileged.adopt(conf, "nvidia_gpu")  # in process: what its sysfs writes may touch
         # Tests pass a stand-in module; production imports pynvml lazily.
         self._nvml = nvml
         self._learnt_names: dict[str, dict[int, str]] = {}

@@ -21,6 +21,7 @@ import os
 
 from oslo_config import cfg
 
+from acceld import privileged
 from acceld.drivers import sysfs
 from acceld.drivers.base import (Deployable, Driver, DriverError, HardwareRecord, NotSupported,
                                  hardware_uuid, pci_controlpath, pci_handle)
@@ -50,6 +51,7 @@ class XilinxFpgaDriver(Driver):
         super().__init__(conf, hostname)
         self.opts = conf.xilinx_fpga
         self.root = self.opts.sysfs_root
+        privileged.adopt(conf, "xilinx_fpga")  # in process: which xbmgmt may run
         self.pci_health = PciHealthMonitor()
 
     @classmethod
