@@ -1,13 +1,16 @@
 """The bound-ARQs part of ``acceld-status upgrade check``: every Bound accelerator request
-still holds its attach handle and deployable, and that handle is marked in use.
+still holds its attach handle and deployable, that handle is marked in use, and every
+device still has its control path.
 
 An upgrade through migration 0005 on SQLite by an acceld before the fix of issue 24 rebuilt
 ``devices`` with foreign keys on: the cascade deleted the inventory's rows (deployables,
 attach handles, ...) and set the Bound ARQs' ``attach_handle_id`` and ``deployable_id`` to
-NULL. The instances keep their devices, but acceld no longer knows it: once the host's
-agent reports again its handles come back free, and another bind can take a device a
-running instance uses. This names those ARQs so the operator can repair them
-(docs/arqs.md, "Bound ARQs without an attach handle").
+NULL; the device rows stayed, without their control paths. The instances keep their
+devices, but acceld no longer knows it: binds to those providers fail, and once the node's
+hardware is pulled again (its hardware digest changed) its handles come back free, and
+another bind can take a device a running instance uses. This names those ARQs, and the
+devices left without their rows, so that the operator can repair them (docs/arqs.md,
+"Bound ARQs without an attach handle").
 """
 
 from __future__ import annotations
@@ -43,6 +46,30 @@ def damaged_bound_arqs(conn: Connection) -> Sequence[Any]:
              else "its attach handle is marked free") for r in rows]
 
 
+def hollow_devices(conn: Connection) -> Sequence[Any]:
+    """Devices without a control path, (uuid, hostname) by host: the rows the cascade left
+    (it deleted their control paths and deployables, not the devices). Reconciliation
+    matches a reported device by its control path, so it neither updates nor removes
+    these: a report adds the hardware again as a second device with a fresh uuid."""
+    from acceld.db.models import controlpath_ids, devices
+
+    return conn.execute(
+        select(devices.c.uuid, devices.c.hostname)
+        .where(~select(controlpath_ids.c.id)
+               .where(controlpath_ids.c.device_id == devices.c.id).exists())
+        .order_by(devices.c.hostname, devices.c.id)).all()
+
+
+def describe_devices(rows: Sequence[Any]) -> str:
+    hosts = sorted({r.hostname for r in rows})
+    listed = ", ".join(f"{uuid} ({host})" for uuid, host in rows[:SHOWN])
+    more = f" and {len(rows) - SHOWN} more" if len(rows) > SHOWN else ""
+    return (f"{len(rows)} device(s) on {len(hosts)} host(s) ({', '.join(hosts)}) have lost "
+            f"their control paths, deployables and attach handles: {listed}{more}; binds "
+            "to them fail until the inventory is repaired (docs/arqs.md, \"Bound ARQs "
+            "without an attach handle\").")
+
+
 def describe(rows: Sequence[Any]) -> str:
     listed = "; ".join(f"ARQ {uuid} (instance {instance}, host {host}, provider {rp}): "
                        f"{problem}" for uuid, instance, host, rp, problem in rows[:SHOWN])
@@ -68,10 +95,13 @@ def check_arqs(conf: cfg.ConfigOpts) -> Result:
             return Result(Code.SUCCESS, "No schema yet: no accelerator request to check.")
         with db.read() as conn:
             rows = damaged_bound_arqs(conn)
+            hollow = hollow_devices(conn)
     except DBAPIError as exc:
         return Result(Code.FAILURE, f"The database cannot be reached: {exc.orig or exc}")
     finally:
         db.dispose()
-    if rows:
-        return Result(Code.FAILURE, describe(rows))
-    return Result(Code.SUCCESS, "Every Bound accelerator request holds its attach handle.")
+    found = ([describe(rows)] if rows else []) + ([describe_devices(hollow)] if hollow else [])
+    if found:
+        return Result(Code.FAILURE, " ".join(found))
+    return Result(Code.SUCCESS, "Every Bound accelerator request holds its attach handle "
+                                "and every device its control path.")

@@ -1,17 +1,20 @@
-"""`acceld-status upgrade check` names Bound ARQs that lost their attach handle (issue 24):
-the damage migration 0005 did on SQLite, made here as its DROP TABLE did it (deleting the
-device rows with foreign keys on), on every backend."""
+"""`acceld-status upgrade check` names Bound ARQs that lost their attach handle and devices
+that lost their control paths (issue 24): the damage migration 0005 did on SQLite, made
+here as its rebuild did it (the device rows deleted with foreign keys on, their copies
+inserted again), on every backend; and the repair docs/arqs.md gives."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 from oslo_upgradecheck.upgradecheck import Code
-from sqlalchemy import delete, insert, update
+from sqlalchemy import delete, insert, select, text, update
 
 from acceld.cmd.arqs_check import SHOWN, check_arqs, describe
-from acceld.db.models import (accelerator_requests, attach_handles, deployables,
-                              device_profiles, devices)
+from acceld.db import inventory
+from acceld.db.models import (accelerator_requests, agents, attach_handles, controlpath_ids,
+                              deployables, device_profiles, devices)
+from acceld.drivers.fake import FakeDriver
 from tests.conftest import make_conf
 
 T0 = dt.datetime(2026, 12, 1, 9, 0, 0)
@@ -43,6 +46,9 @@ def _fill(db) -> None:  # type: ignore[no-untyped-def]
             id=n, uuid=f"dev-{n}", type="GPU", vendor="10de", model="A100",
             hostname=f"node{n}", status="enabled", acc_status="ready", vanished=False,
             created_at=T0) for n in (1, 2)])
+        conn.execute(insert(controlpath_ids), [dict(
+            id=n, uuid=f"cp-{n}", device_id=n, cpid_type="PCI", cpid_info='{"bus": "af"}',
+            created_at=T0) for n in (1, 2)])
         conn.execute(insert(deployables), [dict(
             id=n, uuid=f"dep-{n}", name=f"node{n}_gpu0", num_accelerators=1, device_id=n,
             rp_uuid=f"rp-{n}", created_at=T0) for n in (1, 2)])
@@ -54,17 +60,28 @@ def _fill(db) -> None:  # type: ignore[no-untyped-def]
             _arq(3, "BindStarted", None, None, "node2"), _arq(4, "Initial", None, None, None)])
 
 
+def _rebuild_devices_with_foreign_keys_on(db, *where) -> None:  # type: ignore[no-untyped-def]
+    """What 0005's batch rebuild did: copy the rows, DROP TABLE (an implicit DELETE that
+    cascades), the copies back under the old name."""
+    with db.write() as conn:
+        copies = [dict(r) for r in conn.execute(select(devices).where(*where)).mappings()]
+        conn.execute(delete(devices).where(*where))
+        conn.execute(insert(devices), copies)
+
+
+SOUND = ("Every Bound accelerator request holds its attach handle and every device its "
+         "control path.")
+
+
 def test_a_sound_database_passes(db, tmp_path) -> None:
     _fill(db)
     result = check_arqs(_conf(tmp_path, db))
-    assert (result.code, result.details) == (
-        Code.SUCCESS, "Every Bound accelerator request holds its attach handle.")
+    assert (result.code, result.details) == (Code.SUCCESS, SOUND)
 
 
 def test_bound_arqs_that_lost_their_handles_fail_by_name(db, tmp_path) -> None:
     _fill(db)
-    with db.write() as conn:  # what 0005's DROP TABLE devices did, foreign keys on
-        conn.execute(delete(devices).where(devices.c.id == 1))
+    _rebuild_devices_with_foreign_keys_on(db, devices.c.id == 1)
     result = check_arqs(_conf(tmp_path, db))
     assert result.code == Code.FAILURE
     assert result.details.startswith(
@@ -73,6 +90,9 @@ def test_bound_arqs_that_lost_their_handles_fail_by_name(db, tmp_path) -> None:
         "no attach handle. ")
     assert "arq-2" not in result.details and "arq-3" not in result.details
     assert '"Bound ARQs without an attach handle"' in result.details
+    assert ("1 device(s) on 1 host(s) (node1) have lost their control paths, deployables "
+            "and attach handles: dev-1 (node1); binds to them fail") in result.details
+    assert "dev-2" not in result.details
 
 
 def test_a_bound_arq_whose_handle_is_free_fails(db, tmp_path) -> None:
@@ -103,3 +123,46 @@ def test_an_empty_database_has_nothing_to_check(tmp_path) -> None:
     result = check_arqs(_conf(tmp_path, db))
     assert result.code == Code.SUCCESS
     assert result.details == "No schema yet: no accelerator request to check."
+
+
+def test_the_documented_repair_brings_the_inventory_back(db, tmp_path) -> None:
+    # docs/arqs.md: delete the devices left without a control path, clear the hosts'
+    # hardware digests; the next report adds the hardware again under its own uuid and
+    # provider, its handles free, and only the Bound ARQ is left to re-bind.
+    conf = make_conf(str(tmp_path))
+    conf.set_override("devices", ["FPGA"], group="fake_driver")
+    conf.set_override("attach_handles", 2, group="fake_driver")
+    records = FakeDriver(conf, "node1").discover()
+    with db.write() as conn:
+        conn.execute(insert(agents).values(hostname="node1", endpoint="10.0.0.21:6668",
+                                           state="up", hardware_digest="d" * 64,
+                                           heartbeat_interval=10, last_seen_at=T0,
+                                           created_at=T0))
+        inventory.reconcile_node(conn, "node1", records)
+        conn.execute(insert(device_profiles).values(id=1, uuid="dp-1", name="fpga",
+                                                   profile_json="{}", created_at=T0))
+        dev = conn.execute(select(devices)).one()
+        dep = conn.execute(select(deployables)).one()
+        handle = conn.execute(select(attach_handles).limit(1)).first()
+        conn.execute(update(attach_handles).where(attach_handles.c.id == handle.id)
+                     .values(in_use=True))
+        conn.execute(insert(accelerator_requests), [
+            _arq(1, "Bound", handle.id, dep.id, "node1") | {"device_rp_uuid": dep.rp_uuid}])
+    _rebuild_devices_with_foreign_keys_on(db)
+    assert check_arqs(_conf(tmp_path, db)).code == Code.FAILURE
+    with db.write() as conn:  # the two statements docs/arqs.md gives
+        conn.execute(text("DELETE FROM devices WHERE id NOT IN "
+                          "(SELECT device_id FROM controlpath_ids)"))
+        conn.execute(text("UPDATE agents SET hardware_digest = NULL "
+                          "WHERE hostname IN ('node1')"))
+        assert conn.execute(select(agents.c.hardware_digest)).scalar() is None
+        inventory.reconcile_node(conn, "node1", records)  # the pull at the next hello
+        again = conn.execute(select(devices)).one()
+        assert (again.uuid, conn.execute(select(deployables.c.rp_uuid)).scalar()) == (
+            dev.uuid, dep.rp_uuid)
+        assert conn.execute(select(controlpath_ids.c.device_id)).scalar() == again.id
+        assert {r.in_use for r in conn.execute(select(attach_handles))} == {False}
+    result = check_arqs(_conf(tmp_path, db))
+    assert result.code == Code.FAILURE
+    assert "ARQ arq-1 (instance inst-1, host node1, provider " + dep.rp_uuid in result.details
+    assert "device(s)" not in result.details
