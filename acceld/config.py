@@ -180,6 +180,22 @@ conductor_opts = [
     cfg.FloatOpt("failback_interval", default=60.0, min=1.0,
                  help="Seconds after failing over before a client of the conductor tries "
                       "its preferred URL again."),
+    cfg.FloatOpt("hardware_pull_timeout", default=20.0, min=1.0,
+                 help="Seconds the conductor's GET /hardware of an agent (inside the "
+                      "agent's hello) may take in all, however slowly the agent answers; "
+                      "keep it under the 30 s an agent waits for a hello that pulls."),
+    cfg.IntOpt("max_hardware_report", default=4 * 1024 * 1024, min=64 * 1024,
+               help="Bytes an agent's GET /hardware answer may have (read as it arrives; "
+                    "the pull fails beyond, with nothing more read)."),
+    cfg.IntOpt("hardware_pulls", default=8, min=1,
+               help="Pulls of agents' hardware one conductor runs at once (at most half "
+                    "of [internal] server_threads); a hello that finds them all running "
+                    "is answered without a pull and the agent's next hello pulls."),
+    cfg.ListOpt("agent_networks", default=[],
+                help="Networks (CIDR) an agent's endpoint may be in when it is not the "
+                     "address its hello came from (conductors behind a load balancer or "
+                     "NAT). Empty: an endpoint must be at the hello's source address (a "
+                     "loopback endpoint only for a hello over loopback)."),
     cfg.StrOpt("name",
                help="This conductor's name in the hash ring that divides per-host work "
                     "among the conductors sharing the database; unique per conductor and "
@@ -323,6 +339,12 @@ pci_driver_opts = [
 # Each call's retries are keystoneauth's (connect_retries, status_code_retries and their
 # delays, per group); acceld has no retry loop of its own on top (KEYSTONEAUTH_RETRIES).
 nova_opts = [
+    cfg.FloatOpt("deadline", default=30.0, min=0.1,
+                 help="Seconds one send of events to Nova may take in all: every attempt "
+                      "([nova] timeout bounds each one's connect and read), keystoneauth's "
+                      "retries and their delays, and the token. A Nova that never answers, "
+                      "or trickles its answer, is cut off there and the events are sent "
+                      "again later. Also bounded by the bind job's lease."),
     cfg.FloatOpt("retry_initial_delay", default=0.5, min=0,
                  help="When Nova stays unavailable through [nova] connect_retries and "
                       "status_code_retries, the bind job sends its event again later: first "
@@ -331,6 +353,11 @@ nova_opts = [
 ]
 
 placement_opts = [
+    cfg.FloatOpt("deadline", default=45.0, min=0.1,
+                 help="Seconds one call to Placement may take in all (the token included; "
+                      "[placement] timeout bounds each attempt's connect and read): a "
+                      "Placement that never answers, or trickles its answer, is cut off "
+                      "there and treated as unavailable."),
     cfg.BoolOpt("check_allocations", default=True,
                 help="When binding, require the instance's Placement allocation to include "
                      "the device provider."),
@@ -522,9 +549,14 @@ KEYSTONEAUTH_GROUPS = ("nova", "placement", "glance")
 # fit: Nova's events (also on a 502/504 from a proxy in front of it) and the agent's image
 # downloads are retried a few times (delays 0.5, 1, 2 s); Placement keeps none, as its callers wait out an outage themselves (the
 # sync's backoff, a bind's deadline) instead of holding a worker in a call.
+# keystoneauth's ``timeout`` (each attempt's connect and read; its default, None, waits
+# forever) gets a value in every group; the whole call's deadline is acceld's [nova] and
+# [placement] deadline, and [conductor] program_timeout for Glance (acceld.clients.deadline).
 KEYSTONEAUTH_RETRIES = {"nova": {"connect_retries": 3, "status_code_retries": 3,
-                                  "retriable_status_codes": [502, 503, 504]},
-                        "glance": {"connect_retries": 3, "status_code_retries": 3}}
+                                  "retriable_status_codes": [502, 503, 504], "timeout": 10},
+                        "placement": {"timeout": 30},
+                        "glance": {"connect_retries": 3, "status_code_retries": 3,
+                                   "timeout": 30}}
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

@@ -23,6 +23,10 @@ from acceld.internal.auth import Signer
 
 LOG = logging.getLogger(__name__)
 
+# A hello to a peer: seconds to connect, and the most one hello may take in all.
+HELLO_CONNECT_TIMEOUT = 5.0
+HELLO_DEADLINE = 60.0
+
 
 def _sort_key(record: Any) -> bytes:
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
@@ -76,9 +80,11 @@ class HelloLoop:
     def to_peer(cls, conf, signer: Signer | bytes, url: str,  # type: ignore[no-untyped-def]
                 body: Callable[[], dict], peer: str, destination: str) -> "HelloLoop":
         """A loop (not started) to the internal server at ``url`` (named ``destination``,
-        see acceld.internal.auth), every heartbeat interval."""
-        return cls(InternalClient(url, signer, timeout=60, verify=tls_verify(conf),
-                                  destination=destination),
+        see acceld.internal.auth), every heartbeat interval. Each hello ends within
+        HELLO_DEADLINE s however the peer answers (a driver process's agent, stalled)."""
+        return cls(InternalClient(url, signer, timeout=(HELLO_CONNECT_TIMEOUT, HELLO_DEADLINE),
+                                  verify=tls_verify(conf), destination=destination,
+                                  deadline=HELLO_DEADLINE),
                    conf.agent.heartbeat_interval, body, peer)
 
     def start(self) -> None:
@@ -95,7 +101,7 @@ class HelloLoop:
     def once(self) -> bool:
         """One hello now; True if the peer accepted it."""
         try:
-            self.client.call("POST", "/hello", self.body(), timeout=60)
+            self.client.call("POST", "/hello", self.body())
         except InternalError as exc:
             self._report(f"{self.peer} answered {exc.status}: {exc.message}")
             return exc.status < 500  # a 4xx hello was still heard (a refused record)

@@ -30,6 +30,7 @@ from typing import Iterator, Protocol
 from oslo_config import cfg
 
 from acceld import request_ids
+from acceld.clients import deadline as deadlines
 
 LOG = logging.getLogger(__name__)
 
@@ -116,6 +117,9 @@ class GlanceSource:
         self.adapter = loading.load_adapter_from_conf_options(
             conf, "glance", session=session, auth=auth,
             service_type=conf.glance.service_type or "image")
+        deadlines.watch(session.session)
+        # The whole fetch (record, download, retries) in all; [glance] timeout bounds each
+        # attempt's connect and read. A Glance that trickles is cut off here.
         self.timeout = timeout
 
     def _get(self, path: str, **kwargs):  # type: ignore[no-untyped-def]
@@ -123,38 +127,56 @@ class GlanceSource:
 
         try:
             # The request (or bind job) the image is fetched for: Glance's lines name it.
-            return self.adapter.get(path, raise_exc=False, timeout=self.timeout,
+            return self.adapter.get(path, raise_exc=False,
                                     global_request_id=request_ids.current_global_id(),
                                     **kwargs)
+        except deadlines.DeadlinePassed as exc:
+            raise self._too_slow(exc) from None
         except ks_exc.EndpointNotFound as exc:
             raise ImageError(503, f"No Glance endpoint: {exc}; set [glance] "
                                   "endpoint_override or the catalog options.") from None
         except (ks_exc.ConnectFailure, ks_exc.ConnectTimeout, ks_exc.RequestTimeout) as exc:
             raise ImageError(503, f"Glance could not be reached: {exc}") from None
         except ks_exc.ClientException as exc:
+            passed = deadlines.passed_in(exc)
+            if passed is not None:
+                raise self._too_slow(passed) from None
             raise ImageError(502, f"Glance request failed: {exc}") from None
+
+    @staticmethod
+    def _too_slow(exc: deadlines.DeadlinePassed) -> ImageError:
+        """503, like unreachable: a bind waits for Glance instead of failing."""
+        return ImageError(503, f"Glance did not answer in time: {exc}")
 
     @contextlib.contextmanager
     def open(self, image_id: str) -> Iterator[str]:
         image_id = check_image_id(image_id)
-        expected = self._expected_hash(image_id)
-        resp = self._get(f"/v2/images/{image_id}/file", stream=True)
+        fd, path = tempfile.mkstemp(prefix=f"acceld-{image_id}-")
         try:
-            self._check(resp, image_id)
-            fd, path = tempfile.mkstemp(prefix=f"acceld-{image_id}-")
             try:
-                digests = _Digests(expected, resp.headers.get("Content-MD5"))
-                with os.fdopen(fd, "wb") as out:
-                    for chunk in resp.iter_content(_CHUNK):
-                        digests.update(chunk)
-                        out.write(chunk)
-                digests.verify(image_id)  # before the caller programs anything with it
-                yield path
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+                with deadlines.bounded(self.timeout, "Glance"):
+                    self._download(image_id, fd)
+            except deadlines.DeadlinePassed as exc:
+                raise self._too_slow(exc) from None
+            yield path  # the deadline bounds the fetch, not what the caller does with it
         finally:
-            resp.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def _download(self, image_id: str, fd: int) -> None:
+        """The image's data into ``fd``, checked (before anything is programmed with it)."""
+        with os.fdopen(fd, "wb") as out:
+            expected = self._expected_hash(image_id)
+            resp = self._get(f"/v2/images/{image_id}/file", stream=True)
+            try:
+                self._check(resp, image_id)
+                digests = _Digests(expected, resp.headers.get("Content-MD5"))
+                for chunk in resp.iter_content(_CHUNK):
+                    digests.update(chunk)
+                    out.write(chunk)
+            finally:
+                resp.close()
+        digests.verify(image_id)
 
     def _expected_hash(self, image_id: str) -> tuple[str, str] | None:
         """The image's multihash (``os_hash_algo``, ``os_hash_value``) from its record; None
@@ -198,7 +220,11 @@ class GlanceSource:
                          f"Glance answered {resp.status_code} for image {image_id}.")
 
     def find_by_function(self, function_id: str) -> str:
-        resp = self._get("/v2/images", params={FUNCTION_ID_PROPERTY: function_id})
+        try:
+            with deadlines.bounded(self.timeout, "Glance"):
+                resp = self._get("/v2/images", params={FUNCTION_ID_PROPERTY: function_id})
+        except deadlines.DeadlinePassed as exc:
+            raise self._too_slow(exc) from None
         if resp.status_code != 200:
             raise ImageError(503 if resp.status_code >= 500 else 502,
                              f"Glance answered {resp.status_code} listing images with "

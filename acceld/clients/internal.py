@@ -28,6 +28,7 @@ import orjson
 import requests
 
 from acceld import request_ids
+from acceld.clients import deadline as deadlines
 from acceld.internal import auth
 
 
@@ -60,14 +61,19 @@ class InternalError(Exception):
 class InternalClient:
     """Signed JSON calls to one internal server (a driver, an agent or the conductor)."""
 
-    def __init__(self, base_url: str, secret: bytes | auth.Signer, *, timeout: float = 10.0,
+    def __init__(self, base_url: str, secret: bytes | auth.Signer, *,
+                 timeout: float | tuple[float, float] = 10.0,
                  verify: str | bool = True, node: str | None = None,
-                 destination: str = "", learn_destination: bool = False) -> None:
+                 destination: str = "", learn_destination: bool = False,
+                 deadline: float | None = None) -> None:
         """``secret``: the key to sign with; ``node``: the node it belongs to (None: the
         cloud's secret). A :class:`auth.Signer` gives both. ``destination``: the service
         at ``base_url`` (auth.CONDUCTOR, auth.agent_destination(host), ...): the
         credential is good there only. ``learn_destination``: sign for the name the
-        server announces as its own once it has answered (conductors; see the module)."""
+        server announces as its own once it has answered (conductors; see the module).
+        ``timeout``: seconds (or (connect, read)) for each attempt; ``deadline``: seconds
+        each call may take in all, however slowly the server answers (None: unbounded;
+        acceld.clients.deadline)."""
         if "://" not in base_url:
             base_url = f"http://{base_url}"
         self.base_url = base_url.rstrip("/")
@@ -79,15 +85,27 @@ class InternalClient:
         self._learn = learn_destination
         self.learned: str | None = None  # the announced name calls are signed for now
         self._shared_until = 0.0  # monotonic: no learning before (after a refusal)
-        self._session = requests.Session()
+        self._session = deadlines.watch(requests.Session())
+        self.deadline = deadline
 
     def call(self, method: str, path: str, body: Any = None, *,
-             timeout: float | None = None, signer: auth.Signer | None = None) -> Any:
+             timeout: float | tuple[float, float] | None = None,
+             signer: auth.Signer | None = None, deadline: float | None = None) -> Any:
         """Send ``body`` as JSON; return the decoded answer (None when empty).
 
         Raises InternalError for an error status or an answer without a valid
-        signature, requests.RequestException when unreachable.
+        signature, requests.RequestException when unreachable, its subclass
+        deadline.DeadlinePassed when ``deadline`` (else the client's) ran out.
         """
+        total = deadline or self.deadline
+        if total is None:
+            return self._call(method, path, body, timeout, signer)
+        with deadlines.bounded(total, self.base_url):
+            return self._call(method, path, body, timeout, signer)
+
+    def _call(self, method: str, path: str, body: Any,
+              timeout: float | tuple[float, float] | None,
+              signer: auth.Signer | None) -> Any:
         data = orjson.dumps(body) if body is not None else b""
         signer = signer or self._signer  # one client may speak for several nodes (simulate)
         learned = self.learned
@@ -114,7 +132,8 @@ class InternalClient:
         return orjson.loads(resp.content) if resp.content else None
 
     def _send(self, method: str, path: str, data: bytes, is_json: bool, signer: auth.Signer,
-              destination: str, timeout: float | None) -> tuple[requests.Response, str]:
+              destination: str, timeout: float | tuple[float, float] | None
+              ) -> tuple[requests.Response, str]:
         headers, nonce = signer.headers(method, self._prefix + path, data,
                                         destination=destination)
         if is_json:

@@ -17,6 +17,7 @@ from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from acceld import outages, request_ids
+from acceld.clients import deadline as deadlines
 
 LOG = logging.getLogger(__name__)
 
@@ -68,6 +69,10 @@ class NovaNotifier:
             self._adapter = ks_loading.load_adapter_from_conf_options(
                 conf, "nova", session=session, auth=auth,
                 service_type=conf.nova.service_type or "compute")
+            deadlines.watch(session.session)
+        # [nova] timeout bounds each attempt's connect and read; this, the whole send
+        # (retries, their delays and the token included), however slowly Nova answers.
+        self.deadline = float(conf.nova.deadline)
 
     @property
     def configured(self) -> bool:
@@ -83,9 +88,18 @@ class NovaNotifier:
         body = {"events": [e.to_json() for e in events]}
         arqs = ", ".join(e.arq_uuid for e in events)
         try:
-            # The request (or bind job) these events are for: Nova's log lines name it.
-            resp = self._adapter.post(PATH, json=body, headers=HEADERS, raise_exc=False,
-                                      global_request_id=request_ids.current_global_id())
+            with deadlines.bounded(self.deadline, NOVA):
+                # The request (or bind job) these events are for: Nova's log lines name it.
+                resp = self._adapter.post(PATH, json=body, headers=HEADERS, raise_exc=False,
+                                          global_request_id=request_ids.current_global_id())
+        except deadlines.DeadlinePassed as exc:
+            if exc.what != NOVA:  # the caller's bound (the bind job's lease) ran out
+                LOG.info("%s events for ARQs %s are left for later: %s", EVENT_NAME, arqs, exc)
+                return {e.arq_uuid: RETRY for e in events}
+            self._outages.down(NOVA, f"it did not answer: {exc}", _CONSEQUENCE, LOG)
+            LOG.info("%s events for ARQs %s are left for later: Nova did not answer within "
+                     "[nova] deadline (%g s)", EVENT_NAME, arqs, self.deadline)
+            return {e.arq_uuid: RETRY for e in events}
         except (ksa_exc.ConnectionError, ksa_exc.RequestTimeout) as exc:
             self._outages.down(NOVA, f"{exc.__class__.__name__}: {exc}", _CONSEQUENCE, LOG)
             LOG.info("%s events for ARQs %s are left for later: Nova unreachable", EVENT_NAME,

@@ -26,11 +26,13 @@ from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from acceld import request_ids
+from acceld.clients import deadline as deadlines
 
 LOG = logging.getLogger(__name__)
 
 MICROVERSION = "1.39"
 DEFAULT_TIMEOUT = 30.0
+DEFAULT_DEADLINE = 45.0
 # How many times a generation conflict (409) is resolved by re-reading before giving up.
 CONFLICT_RETRIES = 5
 OWNER_TRAIT = "OWNER_CYBORG"
@@ -91,7 +93,8 @@ def from_conf(conf: cfg.ConfigOpts) -> "PlacementClient | None":
     adapter = ks_loading.load_adapter_from_conf_options(
         conf, "placement", session=session, auth=auth, raise_exc=False,
         default_microversion=MICROVERSION, **extra)
-    return PlacementClient(adapter)
+    deadlines.watch(session.session)
+    return PlacementClient(adapter, deadline=float(conf.placement.deadline))
 
 
 def _error_of(resp: Any) -> tuple[str, str | None]:
@@ -106,8 +109,11 @@ def _error_of(resp: Any) -> tuple[str, str | None]:
 class PlacementClient:
     """Thin, typed calls over a keystoneauth adapter (which carries auth and microversion)."""
 
-    def __init__(self, adapter: Any) -> None:
+    def __init__(self, adapter: Any, deadline: float = DEFAULT_DEADLINE) -> None:
         self.adapter = adapter
+        # Each call in all (``timeout`` bounds one attempt's connect and read): a Placement
+        # that never answers, or trickles, is unavailable after this (acceld.clients.deadline).
+        self.deadline = deadline
         self._known_classes: set[str] = set()
         self._known_traits: set[str] = set()
 
@@ -120,7 +126,11 @@ class PlacementClient:
         if body is not None:
             kwargs["json"] = body
         try:
-            resp = self.adapter.request(path, method, **kwargs)
+            with deadlines.bounded(self.deadline, "Placement"):
+                resp = self.adapter.request(path, method, **kwargs)
+        except deadlines.DeadlinePassed as exc:
+            raise PlacementUnavailable(f"Placement did not answer {method} {path}: "
+                                       f"{exc}") from exc
         except ks_exc.ClientException as exc:
             # Unreachable, no endpoint, or the token could not be had (credentials): all
             # fixed outside acceld, so the sync backs off and retries.

@@ -31,6 +31,7 @@ from oslo_config import cfg
 from sqlalchemy import delete, select
 
 from acceld import fastcheck, request_ids
+from acceld.clients import deadline as deadlines
 from acceld.clients import nova
 from acceld.clients.conductor import MOST_ARQS_WAITED_FOR
 from acceld.conductor import (bind_attach, bind_outages, bind_programming, bind_target,
@@ -54,6 +55,12 @@ LOG = logging.getLogger(__name__)
 BATCH = 16  # the most jobs of one instance per claim
 MAX_BIND_ATTEMPTS = 5  # claims of one pending job before its ARQ is failed
 MAX_NOTIFY_ATTEMPTS = 10  # claims of one notify job before its event is given up
+# Seconds a worker may be past the deadline of the call it is in before its claim stops
+# being renewed (the call was not cut: the watchdog cannot end a name lookup).
+RENEW_GRACE = 1.0
+# Seconds of a claim's lease (by the database's clock) a Nova call leaves unused: what a
+# clock running slightly faster here, and the check's own round trip, may take.
+LEASE_MARGIN = 1.0
 
 
 class _JobLost(Exception):
@@ -105,20 +112,26 @@ class BindWorker:
         self.stopping = threading.Event()
         # Wake calls waiting for the ARQs this process's workers resolve (bind_wakes).
         self.resolved = ResolvedWatch()
-        # Tokens of the claims being worked on now; renew_leases keeps them from lapsing.
-        self._active: set[str] = set()
+        # Tokens of the claims being worked on now, with the thread working on each;
+        # renew_leases keeps them from lapsing, unless that thread is stuck in a call.
+        self._active: dict[str, int] = {}
         self._active_guard = threading.Lock()
+        self._stuck: set[str] = set()  # tokens no longer renewed (logged once each)
+        # Tests: called with the job ids once _notify has read its jobs, before Nova.
+        self.on_notify_read: Callable[[list[int]], None] = lambda job_ids: None
 
     def _token(self) -> str:
         return f"{self.owner}-{uuid.uuid4().hex[:16]}"[:64]
 
     def _activate(self, token: str) -> None:
         with self._active_guard:
-            self._active.add(token)
+            self._active[token] = threading.get_ident()
 
     def _deactivate(self, *tokens: str) -> None:
         with self._active_guard:
-            self._active.difference_update(tokens)
+            for token in tokens:
+                self._active.pop(token, None)
+                self._stuck.discard(token)
 
     def renew_leases(self) -> int:
         """Extend the leases of the claims in progress (a periodic task of this conductor).
@@ -128,9 +141,26 @@ class BindWorker:
         ``bind_lease_seconds``. Without renewal the lease lapses, another worker claims
         the same job, programs the device again, and the job's attempts run up until the
         bind is abandoned although no conductor died.
+
+        A claim whose worker is in a peer call past that call's deadline (one the watchdog
+        could not cut, acceld.clients.deadline) is not renewed: it lapses, and another
+        worker or conductor takes its jobs up, instead of a stuck call holding them forever.
         """
         with self._active_guard:
-            tokens = sorted(self._active)
+            active = sorted(self._active.items())
+        tokens = []
+        for token, thread in active:
+            stuck = deadlines.overdue(thread, RENEW_GRACE)
+            if stuck is None:
+                tokens.append(token)
+                continue
+            with self._active_guard:
+                first = token in self._active and token not in self._stuck
+                self._stuck.add(token)
+            if first:
+                LOG.error("A bind worker is still in a call past its %g s deadline (%s); "
+                          "its claim %s is no longer renewed and lapses, so that its jobs "
+                          "are taken up again", stuck.seconds, stuck.what, token)
         return bind_jobs.renew(self.db, tokens, self.conf.conductor.bind_lease_seconds)
 
     def run_once(self) -> int:
@@ -392,6 +422,7 @@ class BindWorker:
                 sql_now(conn.dialect.name).label("db_now")).select_from(
                 jobs_table.join(arqs, arqs.c.id == jobs_table.c.arq_id)).where(
                 jobs_table.c.id.in_(job_ids), jobs_table.c.lease_owner == token)).all()
+        self.on_notify_read([row.id for row in rows])
         metrics.binds_resolved(rows)  # outcome and PATCH-to-outcome time, once per job
         events, silent = [], []
         for row in rows:
@@ -405,12 +436,20 @@ class BindWorker:
         for row, event in events:
             by_request.setdefault(row.global_request_id, []).append(event)
         outcomes: dict[str, str] = {}
+        job_of = {event.arq_uuid: row.id for row, event in events}
+        lost: set[int] = set()  # claims that lapsed: their events are another's to send
         for global_request_id, batch in by_request.items():
-            with request_ids.bound(global_request_id):
+            batch, lease_left = self._still_ours(batch, job_of, token, lost)
+            if not batch:
+                continue
+            with request_ids.bound(global_request_id), \
+                    deadlines.bounded(lease_left - LEASE_MARGIN, "the bind jobs' lease"):
                 outcomes.update(metrics.nova_events(self.notifier.send(batch)))
         done = list(silent)
         again: list[int] = []
         for row, event in events:
+            if row.id in lost:
+                continue
             if outcomes.get(event.arq_uuid) != nova.RETRY:
                 done.append(row.id)
             elif row.attempts >= MAX_NOTIFY_ATTEMPTS:
@@ -425,6 +464,30 @@ class BindWorker:
             delay = min(float(self.conf.conductor.bind_lease_seconds),
                         max(1.0, self.conf.nova.retry_initial_delay) * 2 ** min(tries, 6))
             bind_jobs.retry_later(self.db, again, token, delay)
+
+    def _still_ours(self, batch: list[nova.Event], job_of: dict[str, int], token: str,
+                    lost: set[int]) -> tuple[list[nova.Event], float]:
+        """The events of ``batch`` whose jobs this claim still holds, by the database, right
+        before Nova is called (the others go into ``lost``), and the seconds the claim has
+        left, which bound the call (a worker frozen after this check
+        finds its deadline passed when it resumes, and sends nothing).
+
+        The fence for a stalled conductor: one whose lease lapsed while it was frozen
+        (SIGSTOP, a pause) does not send an event that the conductor which claimed the job
+        next has sent. A conductor that dies after Nova took an event and before the job
+        is dropped still has it sent again by the next claim: at least once (docs/arqs.md).
+        """
+        if not self.notifier.configured:  # nothing is sent: no query to spend on a fence
+            return batch, float(self.conf.conductor.bind_lease_seconds)
+        held = bind_jobs.held(self.db, [job_of[e.arq_uuid] for e in batch], token)
+        ours = [e for e in batch if job_of[e.arq_uuid] in held]
+        gone = [e for e in batch if job_of[e.arq_uuid] not in held]
+        if gone:
+            lost.update(job_of[e.arq_uuid] for e in gone)
+            LOG.info("The claim on the bind jobs of ARQs %s lapsed before their %s events "
+                     "were sent: left to the conductor that holds them now", ", ".join(
+                         e.arq_uuid for e in gone), nova.EVENT_NAME)
+        return ours, min(held.values(), default=0.0)
 
 
 # What an API worker may send to POST /binds/wake: nothing, or the ARQs its PATCH bound

@@ -182,6 +182,20 @@ def renew(db: Database, tokens: Sequence[str], lease_seconds: float) -> int:
             lease_expires_at=sql_now(db.backend, lease_seconds))).rowcount
 
 
+def held(db: Database, job_ids: Sequence[int], token: str) -> dict[int, float]:
+    """The jobs of ``job_ids`` that ``token`` still holds, with the seconds their lease has
+    left, by the database's clock: a lease that ran out is no longer held, even before
+    another claim takes the job (anyone may)."""
+    if not job_ids:
+        return {}
+    now = sql_now(db.backend)
+    with db.read() as conn:
+        rows = conn.execute(select(jobs.c.id, jobs.c.lease_expires_at, now.label("now")).where(
+            jobs.c.id.in_(list(job_ids)), jobs.c.lease_owner == token,
+            jobs.c.lease_expires_at > now)).all()
+    return {row.id: (row.lease_expires_at - row.now).total_seconds() for row in rows}
+
+
 def lock_owned(conn: Connection, job_id: int, token: str) -> bool:
     """Inside a bind transaction: True while ``token`` still holds pending job ``job_id``
     (not expired and re-claimed elsewhere, not replaced or dropped by an unbind or delete)."""
