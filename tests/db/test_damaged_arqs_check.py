@@ -125,13 +125,22 @@ def test_an_empty_database_has_nothing_to_check(tmp_path) -> None:
     assert result.details == "No schema yet: no accelerator request to check."
 
 
-def test_the_documented_repair_brings_the_inventory_back(db, tmp_path) -> None:
-    # docs/arqs.md: delete the devices left without a control path, clear the hosts'
-    # hardware digests; the next report adds the hardware again under its own uuid and
-    # provider, its handles free, and only the Bound ARQ is left to re-bind.
+def test_the_documented_repair_brings_the_inventory_and_the_binding_back(db, tmp_path) -> None:
+    # docs/arqs.md, step by step: a bind done by the worker; the damage; the check names
+    # it; delete the hollow devices and clear the host's digest; the next report adds the
+    # hardware again under its own uuid and provider, its handle free; unbind and bind the
+    # ARQ again with the values the check printed: it holds the handle again, and the
+    # check passes.
+    from falcon import testing
+
+    from acceld.api.app import build_app
+    from acceld.conductor.binding import BindWorker
+    from tests.helpers import SERVICE
+    from tests.support.binds import ARQS, arq_state, request_binds
+
     conf = make_conf(str(tmp_path))
     conf.set_override("devices", ["FPGA"], group="fake_driver")
-    conf.set_override("attach_handles", 2, group="fake_driver")
+    conf.set_override("attach_handles", 1, group="fake_driver")
     records = FakeDriver(conf, "node1").discover()
     with db.write() as conn:
         conn.execute(insert(agents).values(hostname="node1", endpoint="10.0.0.21:6668",
@@ -139,30 +148,44 @@ def test_the_documented_repair_brings_the_inventory_back(db, tmp_path) -> None:
                                            heartbeat_interval=10, last_seen_at=T0,
                                            created_at=T0))
         inventory.reconcile_node(conn, "node1", records)
-        conn.execute(insert(device_profiles).values(id=1, uuid="dp-1", name="fpga",
-                                                   profile_json="{}", created_at=T0))
         dev = conn.execute(select(devices)).one()
         dep = conn.execute(select(deployables)).one()
-        handle = conn.execute(select(attach_handles).limit(1)).first()
-        conn.execute(update(attach_handles).where(attach_handles.c.id == handle.id)
-                     .values(in_use=True))
-        conn.execute(insert(accelerator_requests), [
-            _arq(1, "Bound", handle.id, dep.id, "node1") | {"device_rp_uuid": dep.rp_uuid}])
+    worker = BindWorker(conf, db)
+    worker.placement.client = None  # no Placement here
+    [(instance, [arq])] = request_binds(conf, db, [("node1", dep.rp_uuid)])
+    worker.run_once()
+    assert arq_state(db, arq)[0] == "Bound"
     _rebuild_devices_with_foreign_keys_on(db)
-    assert check_arqs(_conf(tmp_path, db)).code == Code.FAILURE
-    with db.write() as conn:  # the two statements docs/arqs.md gives
+    result = check_arqs(_conf(tmp_path, db))
+    assert result.code == Code.FAILURE
+    assert f"ARQ {arq} (instance {instance}, host node1, provider {dep.rp_uuid})" in \
+        result.details
+    with db.write() as conn:  # the statements docs/arqs.md gives
         conn.execute(text("DELETE FROM devices WHERE id NOT IN "
                           "(SELECT device_id FROM controlpath_ids)"))
         conn.execute(text("UPDATE agents SET hardware_digest = NULL "
-                          "WHERE hostname IN ('node1')"))
+                          "WHERE hostname IN ('node1', 'node2')"))
         assert conn.execute(select(agents.c.hardware_digest)).scalar() is None
-        inventory.reconcile_node(conn, "node1", records)  # the pull at the next hello
+        inventory.reconcile_node(conn, "node1", records)  # the pull at a next hello
         again = conn.execute(select(devices)).one()
         assert (again.uuid, conn.execute(select(deployables.c.rp_uuid)).scalar()) == (
             dev.uuid, dep.rp_uuid)
         assert conn.execute(select(controlpath_ids.c.device_id)).scalar() == again.id
-        assert {r.in_use for r in conn.execute(select(attach_handles))} == {False}
-    result = check_arqs(_conf(tmp_path, db))
-    assert result.code == Code.FAILURE
-    assert "ARQ arq-1 (instance inst-1, host node1, provider " + dep.rp_uuid in result.details
-    assert "device(s)" not in result.details
+        handle = conn.execute(select(attach_handles)).one()
+        assert not handle.in_use
+    assert "device(s)" not in check_arqs(_conf(tmp_path, db)).details
+    api = testing.TestClient(build_app(conf, db))
+    paths = ("/hostname", "/device_rp_uuid", "/instance_uuid")
+    assert api.simulate_patch(ARQS, headers=SERVICE, json={arq: [
+        {"op": "remove", "path": p} for p in paths]}).status_code == 202
+    assert arq_state(db, arq)[0] == "Unbound"
+    assert api.simulate_patch(ARQS, headers=SERVICE, json={arq: [
+        {"op": "add", "path": p, "value": v}
+        for p, v in zip(paths, ("node1", dep.rp_uuid, instance))]}).status_code == 202
+    worker.run_once()
+    assert arq_state(db, arq)[0] == "Bound"
+    with db.read() as conn:
+        assert conn.execute(select(accelerator_requests.c.attach_handle_id)).scalar() == \
+            handle.id
+        assert conn.execute(select(attach_handles.c.in_use)).scalar()
+    assert check_arqs(_conf(tmp_path, db)).code == Code.SUCCESS
