@@ -17,6 +17,11 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # On SQLite the Boolean server default makes this batch a table rebuild (copy, DROP
+    # TABLE, rename). With foreign keys on, the DROP cascaded into every control path,
+    # deployable, attribute, attach handle and queued release, and cleared the Bound ARQs'
+    # handles (issue 24); acceld.db.migrate.upgrade now runs migrations with them off and
+    # checks them before the commit (acceld-status upgrade check finds a damaged database).
     with op.batch_alter_table('devices', schema=None) as batch_op:
         batch_op.add_column(sa.Column('health', sa.String(length=16), nullable=False,
                                       server_default='unknown'))
