@@ -8,6 +8,10 @@ strings ...) and formats every line with the thread's request context
 
 - redaction: whatever handler a line goes to (file, stream, journal, syslog, JSON, a
   ``log_config_append`` handler), its message and traceback are redacted first;
+- one record, one line: control characters in a line (a client's path, header, user or
+  host name, anywhere in the message or the context prefix) are escaped (``\\n``,
+  ``\\x1b``, ...; a backslash as ``\\\\``), so no client can forge a line; a traceback
+  keeps its own lines (:func:`escape_controls`);
 - standard error, not standard output, when no destination is configured: a service's
   standard output carries its announcements (``acceld api: <url>``, a driver's URL),
   which the all-in-one and driver launchers read;
@@ -54,6 +58,50 @@ _QUIET = ("alembic=WARN", "gunicorn.access=WARN")
 _SECRET_HINTS = ("token", "authorization", "credential", "password", "secret", "://")
 
 
+# What a client could use to forge a line or drive a terminal: every C0 control (CR, LF,
+# NUL, ESC, ...), DEL, every C1 control, and the Unicode line and paragraph separators;
+# the backslash too, so that an escape in a line always means an escaped character.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\\\\]")
+# In a traceback, whose lines are its own: the same, but its newlines and backslashes kept.
+_UNSAFE_IN_TRACEBACK = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    escape = _ESCAPES.get(char)
+    if escape is not None:
+        return escape
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` on one line: control characters and backslashes escaped, Python-style.
+
+    One regex search decides (most lines have nothing to escape)."""
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(_escaped, text)
+
+
+def _one_line(line: str, record: logging.LogRecord,
+              inner: logging.Formatter) -> str:
+    """The formatted ``line`` with its head (prefix and message) escaped onto one line and
+    the traceback or stack that logging appended to it kept as lines of their own."""
+    if _UNSAFE.search(line) is None:
+        return line
+    tail = record.exc_text or (inner.formatStack(record.stack_info)
+                               if record.stack_info else "")
+    cut = line.rfind(tail) if tail else -1
+    if cut < 0:  # no traceback, or one this formatter did not append: all of it, one line
+        return escape_controls(line)
+    head, tail = line[:cut], line[cut:]
+    separator = "\n" if head.endswith("\n") else ""
+    head = escape_controls(head[:-1] if separator else head)
+    return head + separator + _UNSAFE_IN_TRACEBACK.sub(_escaped, tail)
+
+
 def _may_hold_secret(text: str) -> bool:
     lowered = text.lower()
     return any(hint in lowered for hint in _SECRET_HINTS)
@@ -85,7 +133,8 @@ class RedactingFormatter(logging.Formatter):
     """Redacts what another formatter (oslo.log's context or JSON formatter, or one from
     ``log_config_append``) writes: the message is formatted and redacted before the inner
     formatter sees it (so JSON escaping cannot hide a secret from the patterns), the
-    traceback is redacted as it is formatted, and the whole line once more."""
+    traceback is redacted as it is formatted, and the whole line once more; and keeps a
+    record on one line (control characters escaped, the traceback's lines kept)."""
 
     def __init__(self, inner: logging.Formatter | None = None) -> None:
         super().__init__()
@@ -114,8 +163,9 @@ class RedactingFormatter(logging.Formatter):
             clean = record
         line = self.inner.format(clean)
         if self._whole_line:
-            return redact(line)
-        # Structured: every string in it (error_summary, extras, ...), keeping its syntax.
+            return redact(_one_line(line, clean, self.inner))
+        # Structured: every string in it (error_summary, extras, ...), keeping its syntax;
+        # JSON's own escaping keeps control characters from breaking its line.
         if isinstance(line, str):
             return json.dumps(_redact_values(json.loads(line)))
         return _redact_values(line)

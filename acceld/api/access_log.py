@@ -8,7 +8,9 @@ body has been sent, logs::
     <client> "<METHOD> <path>?<query>" status: <code> len: <bytes> time: <seconds>
 
 under the request's context, so the line's prefix names both request ids, the user
-and the project. ``len`` counts the body bytes the application produced.
+and the project. ``len`` counts the body bytes the application produced. The path,
+query string and identity are the client's: acceld.logs escapes their control
+characters (``%0A`` decoded into the path is written ``\\n``), so they cannot forge a line.
 """
 
 from __future__ import annotations
