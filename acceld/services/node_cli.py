@@ -82,6 +82,19 @@ def format_health(rows) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines) + "\n"
 
 
+def format_damaged(rows) -> str:  # type: ignore[no-untyped-def]
+    """Bound ARQs that hold no device in acceld's records (acceld.cmd.arqs_check: an
+    upgrade through migration 0005 on SQLite before issue 24's fix); empty when none."""
+    if not rows:
+        return ""
+    lines = ["", "Bound accelerator requests that hold no device (repair: docs/arqs.md, "
+                 "\"Bound ARQs without an attach handle\"):",
+             f"{'HOST':<24} {'ARQ':<36} {'INSTANCE':<36} PROBLEM"]
+    for uuid, instance, host, _rp, problem in rows:
+        lines.append(f"{host or '-':<24} {uuid:<36} {instance or '-':<36} {problem}")
+    return "\n".join(lines) + "\n"
+
+
 def format_conductors(members, dead_after: float, hosts: list[str]) -> str:  # type: ignore[no-untyped-def]
     """The conductors sharing the database, live or not, and how many hosts the ring over
     the live ones gives each (acceld.conductor.membership)."""
@@ -110,6 +123,7 @@ def format_conductors(members, dead_after: float, hosts: list[str]) -> str:  # t
 STATUS_AGENT_DOWN = 1
 STATUS_NO_DATABASE = 3
 STATUS_OLD_SCHEMA = 4
+STATUS_DAMAGED_ARQS = 5
 
 
 def _first_line(exc: BaseException) -> str:
@@ -119,6 +133,7 @@ def _first_line(exc: BaseException) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError
 
+    from acceld.cmd.arqs_check import damaged_bound_arqs
     from acceld.conductor.membership import dead_after
     from acceld.db import agents as agents_db
     from acceld.db import conductors as conductors_db
@@ -141,6 +156,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 devices.c.health_reason, devices.c.health_since, devices.c.quarantined).where(
                 (devices.c.health == "unhealthy") | (devices.c.quarantined == true()))
                 .order_by(devices.c.hostname, devices.c.id)).all()
+            damaged = damaged_bound_arqs(conn)
         members = conductors_db.members(db)
     except DBAPIError as exc:  # one clear line, not a traceback
         print(f"acceld status: cannot reach the database: {_first_line(exc.orig or exc)}",
@@ -152,8 +168,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     finally:
         db.dispose()
     sys.stdout.write(format_status(rows, counts, now) + format_health(unwell) +
+                     format_damaged(damaged) +
                      format_conductors(members, dead_after(conf),
                                        [r.hostname for r in rows]))
+    if damaged:
+        return STATUS_DAMAGED_ARQS
     return STATUS_AGENT_DOWN if any(r.state == "down" for r in rows) else 0
 
 
@@ -174,8 +193,10 @@ def register(sub: argparse._SubParsersAction,
     p.set_defaults(func=cmd_driver)
 
     p = sub.add_parser("status", help="List agents, their state and last contact, and the "
-                                      "devices unhealthy or quarantined per host; exits 1 "
-                                      "if any agent is down, 3 if the database cannot "
-                                      "be reached, 4 if its schema is not current.")
+                                      "devices unhealthy or quarantined per host and any "
+                                      "Bound ARQ that holds no device; exits 1 if any agent "
+                                      "is down, 3 if the database cannot be reached, 4 if "
+                                      "its schema is not current, 5 if a Bound ARQ holds "
+                                      "no device.")
     common(p)
     p.set_defaults(func=cmd_status)

@@ -206,3 +206,27 @@ def test_status_on_an_old_schema_says_so_in_one_line(tmp_path):
     assert done.stderr.strip() == (
         f"acceld status: The database schema is at revision 0001, not "
         f"{migrate.head_revision()}: run `acceld db upgrade`.")
+
+
+def test_status_names_bound_arqs_that_hold_no_device(tmp_path):
+    """A database damaged by 0005's old SQLite rebuild (a Bound ARQ whose handle was
+    deleted): `acceld status` lists the ARQ with its instance and host, and exits 5."""
+    from sqlalchemy import insert
+
+    from acceld.db.models import accelerator_requests, device_profiles
+
+    db = Database(f"sqlite:///{tmp_path / 'acceld.sqlite'}")
+    migrate.upgrade(db)
+    with db.write() as conn:
+        conn.execute(insert(device_profiles).values(
+            id=1, uuid="dp-1", name="gpu", profile_json="{}"))
+        conn.execute(insert(accelerator_requests).values(
+            uuid="arq-1", state="Bound", device_profile_id=1, device_profile_group_id=0,
+            project_id="p1", hostname="node1", device_rp_uuid="rp-1",
+            instance_uuid="inst-1", attach_handle_id=None, deployable_id=None))
+    db.dispose()
+    done = run_cli("status", "--state-path", str(tmp_path))
+    assert done.returncode == 5, done.stderr
+    line = next(li for li in done.stdout.splitlines() if "arq-1" in li)
+    assert line.split() == ["node1", "arq-1", "inst-1", "no", "attach", "handle"]
+    assert "Bound accelerator requests that hold no device" in done.stdout
