@@ -53,6 +53,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from acceld.db import agents as agents_db
 from acceld.db import conductors as conductors_db
@@ -68,7 +69,7 @@ TRUST_INTERVALS = 6.0
 _CHUNK = 500  # hosts per statement (bound parameters stay far below every backend's limit)
 
 
-def _received(rows: list, heard: dict[str, float]) -> dict[str, dt.datetime]:
+def _received(rows: list[Any], heard: dict[str, float]) -> dict[str, dt.datetime]:
     """When the latest hello of each host of ``rows`` arrived, by the database's clock:
     the clock the rows were read with, less the time since. Read after the rows, the
     monotonic "now" makes each time early by up to the read's latency, never late: a
