@@ -9,20 +9,32 @@ preparing a prepared handle, or releasing a released one, succeeds. Steps on
 one handle are serialised here, and recorded in the agent's host-step journal
 (acceld.agent.host_steps): before a prepare, until its release succeeded.
 
+Fencing (acceld.agent.fences): a conductor from this release adds ``"handle_uuid"`` and
+``"fence_token"`` (the token its claim took on the handle row), and a prepare also
+``"deployable_uuid"`` and ``"deployable_fence"`` (the deployable's token as the bind read
+it). A token older than the lowest this agent still accepts for the handle is refused with
+409 before the driver is asked anything; the store is written durably first. A request
+without them (an older conductor) is not fenced.
+
 Answers: 200 ``{"attach_type", "attach_info"}`` (prepare; the info as the
 driver returned it) or ``{"released": true}``; 400 for a malformed request or
-a driver that does not support the step; 502 when the driver failed; 503 when
-the driver is not loaded in this agent.
+a driver that does not support the step; 409 fenced (the message begins
+``Fenced:``); 502 when the driver failed or the fence store could not be
+written; 503 when the driver is not loaded in this agent.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid as uuidlib
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import falcon
 
+from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, deployable_key,
+                                 handle_key, valid_token)
 from acceld.agent.host_steps import HostStepJournal
 from acceld.drivers.base import ATTACH_TYPES, AttachHandle, Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
@@ -30,6 +42,18 @@ from acceld.internal.server import json_body, respond
 LOG = logging.getLogger(__name__)
 
 _FIELDS = ("driver_name", "deployable_name", "attach_type", "attach_info")
+# Sent by conductors that fence their calls (optional: older conductors send none).
+_FENCE_FIELDS = ("handle_uuid", "fence_token", "deployable_uuid", "deployable_fence")
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A request's fencing tokens: the handle's, and (prepare) the deployable's floor."""
+
+    handle_uuid: str
+    token: int
+    deployable_uuid: str | None = None
+    deployable_token: int | None = None
 
 
 class AttachFailed(Exception):
@@ -44,10 +68,13 @@ class AttachSteps:
     None."""
 
     def __init__(self, find_driver: Callable[[str], Driver | None], hostname: str,
-                 journal: HostStepJournal | None = None) -> None:
+                 journal: HostStepJournal | None = None,
+                 fences: FenceStore | None = None) -> None:
         self.find_driver = find_driver
         self.hostname = hostname
         self.journal = journal
+        # None: nothing is fenced (tests of the steps alone).
+        self.fences = fences
         self._guard = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
 
@@ -57,6 +84,7 @@ class AttachSteps:
 
     def run(self, step: str, request: Any) -> dict[str, Any]:
         driver_name, deployable, handle = _parse(request)
+        fence = _fence(request, step)
         driver = self.find_driver(driver_name)
         if driver is None:
             raise AttachFailed(503, f"Driver {driver_name} is not loaded on host "
@@ -64,6 +92,7 @@ class AttachSteps:
                                     f"{deployable} cannot be {step}d here.")
         key = f"{driver_name}/{handle.attach_type}/{sorted(handle.attach_info.items())}"
         with self._lock(key):
+            self._admit(fence, step, deployable)
             try:
                 if step == "prepare":
                     done = self._prepare(driver, driver_name, handle)
@@ -87,6 +116,27 @@ class AttachSteps:
                 raise AttachFailed(502, f"Driver {driver_name} failed unexpectedly to {step} "
                                         f"the attach handle of {deployable}: "
                                         f"{exc.__class__.__name__}: {exc}") from None
+
+    def _admit(self, fence: Fence | None, step: str, deployable: str) -> None:
+        """Under the handle's lock, before the driver: refuse an older token (409), record
+        a newer one durably. A prepare also raises the deployable's floor: the bind that
+        sends it took the handle while no program held the deployable."""
+        if fence is None or self.fences is None:
+            return
+        try:
+            self.fences.admit(handle_key(fence.handle_uuid), fence.token,
+                              f"The {step} of attach handle {fence.handle_uuid} of {deployable}")
+            if fence.deployable_uuid is not None and fence.deployable_token is not None:
+                self.fences.raise_to(deployable_key(fence.deployable_uuid),
+                                     fence.deployable_token + 1)
+        except Fenced as exc:
+            LOG.warning("%s", exc)
+            raise AttachFailed(409, str(exc)) from None
+        except FenceStoreError as exc:
+            LOG.error("Attach handle %s of %s not %sd: %s", fence.handle_uuid, deployable,
+                      step, exc)
+            raise AttachFailed(502, f"The agent of host {self.hostname} did not {step} the "
+                                    f"attach handle of {deployable}: {exc}.") from None
 
     def _prepare(self, driver: Driver, driver_name: str, handle: AttachHandle) -> AttachHandle:
         """The driver's prepare, journaled first: without the record, a step the driver
@@ -127,7 +177,7 @@ class AttachSteps:
 def _parse(request: Any) -> tuple[str, str, AttachHandle]:
     if not isinstance(request, dict):
         raise AttachFailed(400, "Expected a JSON object.")
-    unknown = set(request) - set(_FIELDS)
+    unknown = set(request) - set(_FIELDS) - set(_FENCE_FIELDS)
     if unknown:
         raise AttachFailed(400, f"Unknown keys: {', '.join(sorted(unknown))}.")
     for name in ("driver_name", "deployable_name"):
@@ -144,9 +194,38 @@ def _parse(request: Any) -> tuple[str, str, AttachHandle]:
             AttachHandle(attach_type=attach_type, attach_info=dict(info)))
 
 
+def _fence(request: dict, step: str) -> Fence | None:
+    """The request's fencing tokens, or None when it carries none (an older conductor)."""
+    if not any(name in request for name in _FENCE_FIELDS):
+        return None
+    handle_uuid, token = request.get("handle_uuid"), request.get("fence_token")
+    if not _is_uuid(handle_uuid) or not valid_token(token):
+        raise AttachFailed(400, "handle_uuid (a UUID) and fence_token (an integer from 0 to "
+                                "2^63-1) go together.")
+    dep_uuid, dep_token = request.get("deployable_uuid"), request.get("deployable_fence")
+    if dep_uuid is None and dep_token is None:
+        return Fence(handle_uuid, token)
+    if step != "prepare" or not _is_uuid(dep_uuid) or not valid_token(dep_token):
+        raise AttachFailed(400, "deployable_uuid (a UUID) and deployable_fence (an integer "
+                                "from 0 to 2^63-1) go together, on a prepare only.")
+    return Fence(handle_uuid, token, dep_uuid, dep_token)
+
+
+def _is_uuid(value: Any) -> bool:
+    if not isinstance(value, str) or len(value) != 36:
+        return False
+    try:
+        uuidlib.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
 def agent_routes(agent: Any) -> dict:
     """The agent's route factory (acceld.agent.service.ROUTE_FACTORIES): in-process drivers,
-    their steps journaled under ``state_path`` (acceld.agent.host_steps)."""
+    their steps journaled and fenced under ``state_path`` (acceld.agent.host_steps,
+    acceld.agent.fences)."""
     return AttachSteps(agent.find_driver, agent.hostname,
-                       HostStepJournal.for_agent(agent.conf, agent.hostname)).routes()
+                       HostStepJournal.for_agent(agent.conf, agent.hostname),
+                       FenceStore.for_agent(agent.conf, agent.hostname)).routes()
 

@@ -8,9 +8,16 @@ gets the image from the node's image source (acceld.agent.images), and calls
 are serialised by a lock per deployable (the conductor also holds a database
 lease); the answer is ``{"image_id": ...}`` once the driver returned.
 
+Fencing (acceld.agent.fences): a conductor from this release adds ``"deployable_uuid"`` and
+``"fence_token"`` (the token its programming mark took on the deployable row). Under the
+deployable's lock, before the image is fetched, a token older than the lowest this agent
+still accepts for the deployable (raised by a newer program, or by a bind's prepare of one
+of its handles) is refused with 409 ``Fenced: ...`` and the device is not written; a newer
+one is recorded durably first. A request without them (an older conductor) is not fenced.
+
 Statuses: 400 for what the client can fix (unknown image, a driver that cannot
 program that kind of image), 409 when an earlier program of the deployable
-did not finish in time, 502 when the driver or the image service failed, 503
+did not finish in time or the request is fenced, 502 when the driver or the image service failed, 503
 when the driver is not loaded here or the image service is unreachable.
 """
 
@@ -18,12 +25,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid as uuidlib
 from typing import Any, Callable
 
 import falcon
 from oslo_config import cfg
 
 from acceld.agent import images
+from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, deployable_key,
+                                 valid_token)
 from acceld.drivers.base import Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
 
@@ -57,8 +67,10 @@ class Programming:
 
     def __init__(self, conf: cfg.ConfigOpts, find_driver: Callable[[str], Driver | None],
                  source: images.ImageSource | None = None,
-                 after_program: Callable[[], None] | None = None) -> None:
+                 after_program: Callable[[], None] | None = None,
+                 fences: FenceStore | None = None) -> None:
         self.conf = conf
+        self.fences = fences  # None: nothing is fenced
         self.find_driver = find_driver
         self.source = source if source is not None else images.from_config(conf)
         self.locks = DeployableLocks()
@@ -67,6 +79,7 @@ class Programming:
 
     def program(self, request: Any) -> dict[str, str]:
         driver_name, name, kind, image_id, function_id = _parse(request)
+        fence = _fence(request)
         driver = self.find_driver(driver_name)
         if driver is None:
             raise ProgramFailed(503, f"Driver {driver_name} is not loaded on host "
@@ -78,6 +91,7 @@ class Programming:
             raise ProgramFailed(409, f"Deployable {name} is still being programmed by an "
                                      "earlier request; try again.")
         try:
+            self._admit(fence, name)
             try:
                 if function_id is not None:
                     image_id = self.source.find_by_function(function_id)
@@ -102,6 +116,21 @@ class Programming:
         if self.after_program is not None:
             self.after_program()
         return {"image_id": image_id, "kind": kind}
+
+    def _admit(self, fence: tuple[str, int] | None, name: str) -> None:
+        """Under the deployable's lock, before the device is touched: refuse an older token
+        (409), record a newer one durably (502 when it cannot be)."""
+        if fence is None or self.fences is None:
+            return
+        try:
+            self.fences.admit(deployable_key(fence[0]), fence[1],
+                              f"The program of deployable {name} ({fence[0]})")
+        except Fenced as exc:
+            LOG.warning("%s", exc)
+            raise ProgramFailed(409, str(exc)) from None
+        except FenceStoreError as exc:
+            LOG.error("Deployable %s not programmed: %s", name, exc)
+            raise ProgramFailed(502, f"Deployable {name} was not programmed: {exc}.") from None
 
     def resolve(self, request: Any) -> dict[str, str]:
         """The image id an ``accel:function_id`` stands for on this node (binding asks first,
@@ -137,7 +166,7 @@ def _parse(request: Any) -> tuple[str, str, str, str | None, str | None]:
     if not isinstance(request, dict):
         raise ProgramFailed(400, "Expected a JSON object.")
     unknown = set(request) - {"driver_name", "deployable_name", "kind", "image_id",
-                              "function_id"}
+                              "function_id", "deployable_uuid", "fence_token"}
     if unknown:
         raise ProgramFailed(400, f"Unknown keys: {', '.join(sorted(unknown))}.")
     driver_name, name = request.get("driver_name"), request.get("deployable_name")
@@ -161,8 +190,27 @@ def _parse(request: Any) -> tuple[str, str, str, str | None, str | None]:
     return driver_name, name, kind, image_id, function_id
 
 
+def _fence(request: dict) -> tuple[str, int] | None:
+    """(deployable uuid, token), or None when the request carries none (older conductor)."""
+    dep_uuid, token = request.get("deployable_uuid"), request.get("fence_token")
+    if dep_uuid is None and token is None:
+        return None
+    valid_uuid = isinstance(dep_uuid, str) and len(dep_uuid) == 36
+    if valid_uuid:
+        try:
+            uuidlib.UUID(dep_uuid)
+        except ValueError:
+            valid_uuid = False
+    if not valid_uuid or not valid_token(token):
+        raise ProgramFailed(400, "deployable_uuid (a UUID) and fence_token (an integer from 0 "
+                                 "to 2^63-1) go together.")
+    return dep_uuid, token
+
+
 def agent_routes(agent: Any) -> dict:
     """The agent's route factory (acceld.agent.service.ROUTE_FACTORIES): in-process drivers
-    only; a rescan follows each successful program."""
+    only; a rescan follows each successful program; programs fenced under ``state_path``
+    (acceld.agent.fences)."""
     return Programming(agent.conf, agent.find_driver,
-                       after_program=agent.discover_in_background).routes()
+                       after_program=agent.discover_in_background,
+                       fences=FenceStore.for_agent(agent.conf, agent.hostname)).routes()

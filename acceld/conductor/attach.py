@@ -5,7 +5,8 @@ turns every failure into :class:`AttachError` with a status the
 caller acts on: 503 the agent is down, unknown or unreachable, or the driver
 is not loaded there (nothing ran: retry later); 400 and 502 the driver refused
 or failed; ``unknown`` when the call timed out and the host's state cannot be
-known.
+known; 409 ``fenced`` when the agent refused the claim's fencing token (a newer claim acted
+on the handle: nothing was done; acceld.conductor.fencing).
 """
 
 from __future__ import annotations
@@ -16,17 +17,20 @@ import orjson
 from oslo_config import cfg
 
 from acceld.clients.agent import AgentCallError, AgentCaller
+from acceld.conductor.fencing import is_fenced, post_fenced
 from acceld.db.engine import Database
 
 
 class AttachError(Exception):
     """A prepare or release did not succeed; ``status`` says how (see the module)."""
 
-    def __init__(self, status: int, message: str, unknown: bool = False) -> None:
+    def __init__(self, status: int, message: str, unknown: bool = False,
+                 fenced: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.unknown = unknown
+        self.fenced = fenced
 
 
 def request_body(driver_name: str | None, deployable_name: str, attach_type: str,
@@ -34,6 +38,18 @@ def request_body(driver_name: str | None, deployable_name: str, attach_type: str
     info = orjson.loads(attach_info) if isinstance(attach_info, str) else attach_info
     return {"driver_name": driver_name or "", "deployable_name": deployable_name,
             "attach_type": attach_type, "attach_info": info}
+
+
+FENCE_FIELDS = ("handle_uuid", "fence_token", "deployable_uuid", "deployable_fence")
+
+
+def fence_fields(handle_uuid: str, token: int, deployable_uuid: str | None = None,
+                 deployable_token: int | None = None) -> dict[str, Any]:
+    """A claim's fencing fields for a prepare or release body (acceld.agent.attach)."""
+    fields: dict[str, Any] = {"handle_uuid": handle_uuid, "fence_token": token}
+    if deployable_uuid is not None and deployable_token is not None:
+        fields.update(deployable_uuid=deployable_uuid, deployable_fence=deployable_token)
+    return fields
 
 
 class AttachClient:
@@ -55,13 +71,21 @@ class AttachClient:
         self._call(hostname, "/attach-handles/release", body, "release")
 
     def _call(self, hostname: str, path: str, body: dict[str, Any], step: str) -> Any:
+        """``body`` may carry the claim's fencing fields (:func:`fence_fields`); they are
+        left out for an agent from before fencing (acceld.conductor.fencing)."""
         timeout = float(self.conf.conductor.attach_timeout)
+        fence = {k: v for k, v in body.items() if k in FENCE_FIELDS}
+        body = {k: v for k, v in body.items() if k not in FENCE_FIELDS}
         try:
-            return self.agents.post(
-                self.agents.locate(hostname), hostname, path, body, timeout=timeout,
+            url = self.agents.locate(hostname)
+            return post_fenced(lambda sent: self.agents.post(
+                url, hostname, path, sent, timeout=timeout,
                 timeout_message=f"The agent of host {hostname} did not {step} the attach "
                                 f"handle within {timeout:.0f} s ([conductor] attach_timeout); "
-                                "its state on the host is unknown.")
+                                "its state on the host is unknown."), hostname, body,
+                fence)
         except AgentCallError as exc:
+            if is_fenced(exc.status, exc.message):
+                raise AttachError(409, exc.message, fenced=True) from None
             status = exc.status if exc.status in (400, 502, 503) else 502
             raise AttachError(status, exc.message, unknown=exc.timed_out) from None

@@ -28,6 +28,16 @@ whatever this try's answer. And a prepare that succeeded or timed out after
 its bind was unbound, deleted or failed is followed by a release
 (:func:`acceld.db.handle_releases.reclaim`): the release the unbind queued may
 have run on the host before the prepare did.
+
+Fencing. The bind transaction (1) takes the handle's next fencing token and reads the
+deployable's (acceld.db.fences); the prepare carries both. Right before the call (2) the
+claim is checked again (the job is still this claim's and its lease has not run out, the ARQ
+still holds the handle, no newer token on it); otherwise nothing is sent. The agent refuses
+a token older than one a later claim sent (a release that overtook this stalled prepare, a
+later try of the same bind), so a conductor that stalls past its job's lease does not
+recreate an mdev that was released meanwhile; and it refuses, from then on, a program of the
+deployable whose mark the bind saw lapsed (acceld.agent.fences). A fenced or skipped prepare
+did nothing on the host: the bind is left to the claim that overtook it.
 """
 
 from __future__ import annotations
@@ -37,14 +47,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Row, select, update
+from sqlalchemy import Connection, Row, select, true, update
 
 from acceld.conductor import bind_target
-from acceld.conductor.attach import AttachClient, AttachError, request_body
+from acceld.conductor.attach import AttachClient, AttachError, fence_fields, request_body
 from acceld.conductor.programming import local_name
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs as bind_jobs_db
-from acceld.db import handle_releases
+from acceld.db import fences, handle_releases
+from acceld.db.clock import sql_now
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import attach_handles, bind_jobs, deployables, utcnow
@@ -68,6 +79,9 @@ class Ticket:
     body: dict[str, Any]
     #: Taken by this try (free until now): no earlier try can have prepared it on the host.
     fresh: bool = True
+    #: The handle's fencing token this try took, and the job's lease owner then (the claim).
+    fence_token: int | None = None
+    job_token: str | None = None
 
 
 def held_handle(conn: Connection, handle_id: int) -> Row | None:
@@ -91,14 +105,19 @@ def hold(conn: Connection, arq: Any, target: Any, job_id: int) -> Ticket:
         attach_handle_id=handle.id, deployable_id=dep.id, updated_at=utcnow()))
     conn.execute(update(bind_jobs).where(bind_jobs.c.id == job_id).values(
         phase="pending", updated_at=utcnow()))
-    driver_name = conn.execute(select(deployables.c.driver_name).where(
-        deployables.c.id == dep.id)).scalar()
+    owned = conn.execute(select(deployables.c.driver_name, deployables.c.uuid,
+                                deployables.c.fence_token).where(
+        deployables.c.id == dep.id)).one()
+    token = fences.take_handle_tokens(conn, [handle.id])[handle.id]
+    job_token = conn.execute(select(bind_jobs.c.lease_owner).where(
+        bind_jobs.c.id == job_id)).scalar()
     name = local_name(dep.name, dep.hostname)
+    body = {**request_body(owned.driver_name, name, handle.attach_type, handle.attach_info),
+            **fence_fields(handle.uuid, token, owned.uuid, owned.fence_token)}
     return Ticket(arq_id=arq.id, arq_uuid=arq.uuid, instance_uuid=arq.instance_uuid,
                   job_id=job_id, handle_id=handle.id, handle_uuid=handle.uuid,
-                  hostname=dep.hostname, deployable_name=dep.name,
-                  body=request_body(driver_name, name, handle.attach_type, handle.attach_info),
-                  fresh=fresh)
+                  hostname=dep.hostname, deployable_name=dep.name, body=body, fresh=fresh,
+                  fence_token=token, job_token=job_token)
 
 
 @dataclass(frozen=True)
@@ -108,13 +127,44 @@ class Prepared:
     error: AttachError | None = None
 
 
+def still_ours(db: Database, ticket: Ticket) -> bool:
+    """Right before the prepare: the job is still this claim's (pending, lease not run out by
+    the database's clock), the ARQ still holds the handle, and no later claim took a newer
+    token on it. The agent's fence covers a stall after this read."""
+    if ticket.job_token is None or ticket.fence_token is None:
+        return True
+    with db.read() as conn:
+        row = conn.execute(select(bind_jobs.c.id).select_from(
+            bind_jobs.join(arqs, arqs.c.id == bind_jobs.c.arq_id)
+            .join(attach_handles, attach_handles.c.id == arqs.c.attach_handle_id)).where(
+            bind_jobs.c.id == ticket.job_id, bind_jobs.c.lease_owner == ticket.job_token,
+            bind_jobs.c.phase == bind_jobs_db.PENDING,
+            bind_jobs.c.lease_expires_at > sql_now(db.backend),
+            arqs.c.id == ticket.arq_id, arqs.c.state == arq_db.BIND_STARTED,
+            attach_handles.c.id == ticket.handle_id, attach_handles.c.in_use == true(),
+            attach_handles.c.fence_token == ticket.fence_token)).first()
+    return row is not None
+
+
 def prepare(client: AttachClient, ticket: Ticket) -> Prepared:
-    """The network call, outside any transaction. AttachError 503 propagates (retry)."""
+    """The network call, outside any transaction, if the claim is still ours. AttachError
+    503 propagates (retry)."""
+    db = getattr(client, "db", None)  # the AttachClient's; a test double may have none
+    if db is not None and not still_ours(db, ticket):
+        LOG.warning("Prepare of attach handle %s for ARQ %s on %s not sent: this conductor's "
+                    "bind claim lapsed before the call", ticket.handle_uuid, ticket.arq_uuid,
+                    ticket.hostname)
+        return Prepared(AttachError(409, "the bind's claim lapsed before the prepare was "
+                                         "sent", fenced=True))
     try:
         client.prepare(ticket.hostname, ticket.body)
     except AttachError as exc:
         if exc.status == 503:
             raise
+        if exc.fenced:
+            LOG.warning("Prepare of attach handle %s for ARQ %s on %s refused by its agent "
+                        "(fenced; left to the newer claim): %s", ticket.handle_uuid,
+                        ticket.arq_uuid, ticket.hostname, exc.message)
         return Prepared(exc)
     return Prepared()
 
@@ -130,6 +180,7 @@ def settle(db: Database, ticket: Ticket, job_id: int, token: str,
         arq = arq_db.lock_one_by_id(conn, ticket.arq_id)
         lost = (arq is None or arq.state != arq_db.BIND_STARTED
                 or arq.attach_handle_id != ticket.handle_id
+                or (error is not None and error.fenced)  # a newer claim has it: not ours
                 or not bind_jobs_db.lock_owned(conn, job_id, token))
         if lost:
             if error is None or error.unknown:

@@ -10,6 +10,13 @@ exponential backoff (2 s doubling up to 5 minutes); the handle stays
 ``in_use`` meanwhile, so no bind can take it while the host may still hold the
 old VM's mdev. ``last_error`` on the row says why it is still waiting.
 
+Fencing. The claim takes the handle's next fencing token (acceld.db.fences) and the release
+is sent with it; right before the call the worker checks that the claim is still its own
+(lease not run out, no newer token on the handle) and otherwise does not call. A conductor
+that stalls after that check (GC pause, SIGSTOP) while another released the handle and a new
+bind prepared it again is refused by the agent, which has seen the newer tokens (409,
+acceld.agent.fences): the worker then does nothing for that row and logs it once.
+
 Orphans. Each agent reports, at start and every ``[agent] discovery_interval``,
 the host-step resources acceld made on its node that exist now
 (``POST /attach-handles/host-steps``, signed with the node's key, which
@@ -28,7 +35,7 @@ import uuid
 import falcon
 from oslo_config import cfg
 
-from acceld.conductor.attach import AttachClient, AttachError, request_body
+from acceld.conductor.attach import AttachClient, AttachError, fence_fields, request_body
 from acceld.conductor.membership import EVERYTHING, Ownership
 from acceld.conductor.programming import local_name
 from acceld.conductor.service import PeriodicTask
@@ -82,11 +89,27 @@ class ReleaseWorker:
             self.db, token, self.batch, lease,
             None if self.ownership is EVERYTHING else self.ownership.owns)
         for row in rows:
-            body = request_body(row.driver_name, local_name(row.deployable_name, row.hostname),
-                                row.attach_type, row.attach_info)
+            body = {**request_body(row.driver_name,
+                                   local_name(row.deployable_name, row.hostname),
+                                   row.attach_type, row.attach_info),
+                    **fence_fields(row.handle_uuid, row.fence_token)}
+            if not handle_releases.still_ours(self.db, row.id, token, row.attach_handle_id,
+                                              row.fence_token):
+                LOG.warning("Release of attach handle %s on %s not sent: this conductor's "
+                            "claim lapsed before the call (another claim took it over)",
+                            row.handle_uuid, row.hostname)
+                continue
             try:
                 self.client.release(row.hostname, body)
             except AttachError as exc:
+                if exc.fenced:
+                    # A newer claim acted on the handle: nothing was done here, nothing to
+                    # free or retry (the lease, if still ours, lapses and the row is retaken
+                    # with a newer token).
+                    LOG.warning("Release of attach handle %s on %s refused by its agent "
+                                "(fenced; left to the newer claim): %s", row.handle_uuid,
+                                row.hostname, exc.message)
+                    continue
                 delay = handle_releases.backoff(row.attempts)
                 LOG.warning("Attach handle %s on %s not released (try %d): %s; retried in "
                             "%.0f s, the handle stays in use", row.handle_uuid, row.hostname,

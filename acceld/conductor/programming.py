@@ -24,6 +24,14 @@ in use or being taken, and marks the deployable as being programmed until the
 result is recorded; binds refuse its handles meanwhile
 (acceld.conductor.bind_target.lock_deployable).
 
+Fencing. The transaction that marks the deployable also takes its next fencing token
+(acceld.db.fences), sent with the agent call; right before the call the mark is checked
+again (still this program's, not lapsed, no newer token) and otherwise nothing is sent. The
+agent refuses a token older than one a later program sent, or than a bind's prepare of one
+of the deployable's handles allows (that bind saw the mark lapsed): a conductor that stalls
+past its mark does not write the device under a Bound ARQ (acceld.agent.fences). A fenced
+program is a 409 that did nothing: nothing is recorded, and it is logged once.
+
 Binding calls :meth:`Programmer.program` directly (profile groups with
 ``accel:bitstream_id`` or ``accel:function_id``), with a ``precheck`` that
 re-reads the deployable under the lease: it skips an image already held and
@@ -42,15 +50,17 @@ from typing import Any
 
 import falcon
 from oslo_config import cfg
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from acceld import request_ids
 from acceld.clients.agent import AgentCallError, AgentCaller, AgentUnavailable
+from acceld.conductor.fencing import is_fenced, post_fenced
 from acceld.conductor.service import PeriodicTask
 from acceld.db import deployables as dep_db
 from acceld.db import device_events
-from acceld.db import leases
-from acceld.db.clock import db_now
+from acceld.db import fences, leases
+from acceld.db.clock import db_now, sql_now
+from acceld.db.models import deployables
 from acceld.db.engine import Database
 from acceld.internal.server import json_body, respond
 from acceld.metrics import record as metrics
@@ -59,17 +69,20 @@ LOG = logging.getLogger(__name__)
 
 KINDS = ("bitstream", "firmware")
 _LEASE_POLL = 0.2
+_FENCE_FIELDS = ("deployable_uuid", "fence_token")
 
 
 class ProgramError(Exception):
     """A program request failed; ``status`` is what the API answers, ``message`` why;
     ``timed_out``: the agent did not answer in time (it may still be writing the device)."""
 
-    def __init__(self, status: int, message: str, timed_out: bool = False) -> None:
+    def __init__(self, status: int, message: str, timed_out: bool = False,
+                 fenced: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.timed_out = timed_out
+        self.fenced = fenced  # nothing was done: a newer claim holds the deployable
 
 
 def local_name(stored_name: str, hostname: str) -> str:
@@ -120,9 +133,16 @@ class Programmer:
             request["function_id"] = function_id
         with self._lease(target.uuid, target.name) as lease:
             with self.db.write() as conn:
-                if not self._hold(conn, target, lease, precheck):
+                fence = self._hold(conn, target, lease, precheck)
+                if fence is None:
                     return str(image_id)
+            request = {**request, "deployable_uuid": target.uuid, "fence_token": fence}
             try:
+                if not self._still_ours(target.id, lease.owner, fence):
+                    raise ProgramError(409, f"The programming mark of deployable {target.name} "
+                                            "lapsed before the program was sent (this "
+                                            "conductor stalled past it); nothing was "
+                                            "programmed.", fenced=True)
                 answer = self._call_agent(url, target.hostname, request)
                 written = answer.get("image_id") if isinstance(answer, dict) else None
                 if not isinstance(written, str):
@@ -130,6 +150,10 @@ class Programmer:
                                             "without the image id it programmed.")
             except ProgramError as exc:
                 failure = _program_event(target, kind, request, f"failed: {exc.message}")
+                if exc.fenced:
+                    LOG.warning("Program of deployable %s on %s fenced (nothing written; a "
+                                "newer claim holds it): %s", target.name, target.hostname,
+                                exc.message)
                 if exc.timed_out:
                     # The agent may still be writing the device: binds stay out for one
                     # more program_timeout (+ 30 s), then the mark lapses.
@@ -157,19 +181,30 @@ class Programmer:
         return written
 
     def _hold(self, conn: Connection, target: Any, lease: "_ProgramLease",
-              precheck: Callable[[Connection, int], bool] | None) -> bool:
+              precheck: Callable[[Connection, int], bool] | None) -> int | None:
         """Under the deployable's row lock: run ``precheck``, refuse (409) while any of its
         attach handles is in use or being taken, and mark it as being programmed, so that
-        no bind takes a handle until the program ends. False: no program is needed."""
+        no bind takes a handle until the program ends. Returns the fencing token the mark
+        took; None: no program is needed."""
         row = dep_db.lock_for_program(conn, target.id)
         if row is None:
             raise ProgramError(404, f"Deployable {target.uuid} could not be found.")
         if precheck is not None and not precheck(conn, target.id):
-            return False
+            return None
         refuse_if_held(conn, target.id, target.name)
         until = db_now(conn) + dt.timedelta(seconds=lease.timeout + 30)
         dep_db.begin_programming(conn, target.id, lease.owner, until)
-        return True
+        return fences.take_deployable_token(conn, target.id)
+
+    def _still_ours(self, deployable_id: int, owner: str, fence: int) -> bool:
+        """Right before the call: the mark is still ``owner``'s, has not lapsed by the
+        database's clock, and no later program took a newer token. The agent's fence covers
+        a stall after this read."""
+        with self.db.read() as conn:
+            return conn.execute(select(deployables.c.id).where(
+                deployables.c.id == deployable_id, deployables.c.programming_owner == owner,
+                deployables.c.programming_until > sql_now(conn.dialect.name),
+                deployables.c.fence_token == fence)).first() is not None
 
     def _unhold(self, deployable_id: int, owner: str, keep_for: float | None = None,
                 event: tuple[str, str, str] | None = None) -> None:
@@ -221,14 +256,20 @@ class Programmer:
 
     def _call_agent(self, url: str, hostname: str, request: dict,
                     path: str = "/program") -> Any:
+        """``request`` may carry the mark's fencing fields; they are left out for an agent
+        from before fencing (acceld.conductor.fencing)."""
         timeout = float(self.conf.conductor.program_timeout)
+        fence = {k: v for k, v in request.items() if k in _FENCE_FIELDS}
+        body = {k: v for k, v in request.items() if k not in _FENCE_FIELDS}
         try:
-            return self.agents.post(
-                url, hostname, path, request, timeout=timeout,
+            return post_fenced(lambda sent: self.agents.post(
+                url, hostname, path, sent, timeout=timeout,
                 timeout_message=f"The agent of host {hostname} did not finish programming "
                                 f"within {timeout:.0f} s ([conductor] program_timeout); "
-                                "the device state is unknown.")
+                                "the device state is unknown."), hostname, body, fence)
         except AgentCallError as exc:
+            if is_fenced(exc.status, exc.message):
+                raise ProgramError(409, exc.message, fenced=True) from None
             raise ProgramError(exc.status, exc.message,
                                timed_out=bool(getattr(exc, "timed_out", False))) from None
 

@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Sequence
 import orjson
 from sqlalchemy import Connection, Row, bindparam, delete, insert, or_, select, update
 
+from acceld.db import fences
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
 from acceld.db.retry import retry_on_deadlock
@@ -91,6 +92,12 @@ def claim(db: Database, token: str, limit: int, lease_seconds: float,
     deployable's name. Compare-and-set like :func:`acceld.db.bind_jobs.claim`.
 
     ``owns``: only releases on the hosts it accepts (the conductor's share of the ring).
+
+    Each claimed row's handle takes its next fencing token in this transaction
+    (``fence_token`` on the rows returned; acceld.db.fences): the release is sent with it,
+    and the agent refuses it once a later claim (another release, a bind's prepare) sent a
+    newer one. The handles are locked first, in id order (handle, then release row: the
+    order of every writer of both).
     """
     now = sql_now(db.backend)
     with db.write() as conn:
@@ -104,12 +111,23 @@ def claim(db: Database, token: str, limit: int, lease_seconds: float,
                 if owns(row.hostname)][:limit]
         if not candidates:
             return []
+        handle_ids = sorted(conn.execute(select(handle_releases.c.attach_handle_id).where(
+            handle_releases.c.id.in_(candidates))).scalars())
+        conn.execute(select(handles.c.id).where(handles.c.id.in_(handle_ids))
+                     .order_by(handles.c.id).with_for_update()).all()
         conn.execute(update(handle_releases).where(
             handle_releases.c.id.in_(candidates), _claimable(now)).values(
             lease_owner=token, lease_expires_at=sql_now(db.backend, lease_seconds),
             attempts=handle_releases.c.attempts + 1, updated_at=now))
+        taken = list(conn.execute(select(handle_releases.c.attach_handle_id).where(
+            handle_releases.c.id.in_(candidates),
+            handle_releases.c.lease_owner == token)).scalars())
+        if not taken:
+            return []
+        fences.take_handle_tokens(conn, taken)
         return list(conn.execute(select(
-            handle_releases, handles.c.uuid.label("handle_uuid"), handles.c.attach_type,
+            handle_releases, handles.c.uuid.label("handle_uuid"), handles.c.fence_token,
+            handles.c.attach_type,
             handles.c.attach_info, deployables.c.name.label("deployable_name")).select_from(
             handle_releases.join(handles, handles.c.id == handle_releases.c.attach_handle_id)
             .join(deployables, deployables.c.id == handles.c.deployable_id)).where(
@@ -230,6 +248,20 @@ def finish(db: Database, release_id: int, handle_id: int, token: str) -> bool:
         conn.execute(update(handles).where(handles.c.id == handle_id).values(
             in_use=False, updated_at=utcnow()))
         return True
+
+
+def still_ours(db: Database, release_id: int, token: str, handle_id: int,
+               fence_token: int) -> bool:
+    """Right before the agent call: the claim is still ``token``'s, its lease has not run
+    out by the database's clock, and no later claim took a newer token on the handle. The
+    agent's fence covers a stall after this read; this one spares the call."""
+    with db.read() as conn:
+        row = conn.execute(select(handle_releases.c.id).select_from(
+            handle_releases.join(handles, handles.c.id == handle_releases.c.attach_handle_id))
+            .where(handle_releases.c.id == release_id, handle_releases.c.lease_owner == token,
+                   handle_releases.c.lease_expires_at > sql_now(db.backend),
+                   handles.c.id == handle_id, handles.c.fence_token == fence_token)).first()
+    return row is not None
 
 
 @retry_on_deadlock

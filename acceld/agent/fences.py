@@ -1,0 +1,148 @@
+"""The agent's fence store: the lowest fencing token it still accepts, per handle and deployable.
+
+A conductor takes a token with each claim that authorises a call to this agent (a handle's
+release claim, a bind's prepare step, a program's mark: ``fence_token`` on the row, one more
+per claim, in the claim's transaction) and sends it with the call. A conductor that stalled
+past its claim (GC pause, SIGSTOP, slow disk) and resumes sends a token older than the one
+a newer claim already sent here, and is refused: nothing it asks is done. The store keeps,
+per key, the lowest token still accepted:
+
+- ``handle:<uuid>``: a prepare or release with token *t* is accepted when *t* is at least
+  the stored value, which becomes *t*. An **equal** token is accepted: it is the same claim
+  sending its call again (a lost answer); the steps are idempotent.
+- ``deployable:<uuid>``: a program with token *t* likewise. A bind's prepare also carries the
+  deployable's token *m* as the bind read it: that bind took a handle while no programming
+  mark held, so every program with a token up to *m* has ended or is stale, and the stored
+  value becomes at least *m + 1*.
+
+One file per key under ``<state_path>/agent/<host>/fences/``, written to a temporary file,
+flushed with fsync and renamed over the old one (then the directory is synced) **before**
+the step runs, so that an agent restarted after acting still refuses the older token. Checks
+of one key are serialised within the process (every store on one directory shares the lock).
+A call without a token (a conductor from before fencing) is not fenced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from typing import Any
+
+import orjson
+from oslo_config import cfg
+
+LOG = logging.getLogger(__name__)
+
+#: How a refusal's message begins: the conductor recognises a fenced 409 by it.
+FENCED = "Fenced:"
+MAX_TOKEN = 2 ** 63 - 1  # the columns are BIGINT
+
+_GUARD = threading.Lock()
+_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+
+
+class Fenced(Exception):
+    """The token is older than the lowest this agent still accepts for its key (409)."""
+
+    def __init__(self, what: str, token: int, lowest: int) -> None:
+        super().__init__(f"{FENCED} {what} was sent with fencing token {token}, older than "
+                         f"{lowest}, the lowest this agent still accepts for it: a newer claim "
+                         "acted on it meanwhile (the sending conductor stalled past its "
+                         "claim). Nothing was done.")
+        self.token = token
+        self.lowest = lowest
+
+
+class FenceStoreError(Exception):
+    """The store could not be read or written: the step must not run (fail closed)."""
+
+
+def handle_key(handle_uuid: str) -> str:
+    return f"handle:{handle_uuid}"
+
+
+def deployable_key(deployable_uuid: str) -> str:
+    return f"deployable:{deployable_uuid}"
+
+
+def valid_token(value: Any) -> bool:
+    """A token on the wire: an integer (not a bool) from 0 to :data:`MAX_TOKEN`."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN
+
+
+class FenceStore:
+    """Files under ``directory``, one per key: ``{"key": ..., "lowest": n}``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    @classmethod
+    def for_agent(cls, conf: cfg.ConfigOpts, hostname: str) -> "FenceStore":
+        return cls(os.path.join(conf.state_path, "agent", hostname, "fences"))
+
+    def _lock(self, key: str) -> threading.Lock:
+        with _GUARD:
+            return _LOCKS.setdefault((os.path.abspath(self.directory), key), threading.Lock())
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.directory, f"{hashlib.sha256(key.encode()).hexdigest()}.json")
+
+    def lowest(self, key: str) -> int:
+        """The lowest token accepted for ``key`` now (0: never fenced)."""
+        try:
+            with open(self._path(key), "rb") as source:
+                data = orjson.loads(source.read())
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError) as exc:
+            raise FenceStoreError(f"the fence record of {key} in {self.directory} is "
+                                  f"unreadable ({exc}); nothing is done until it is "
+                                  "repaired") from None
+        value = data.get("lowest") if isinstance(data, dict) else None
+        if not valid_token(value) or data.get("key") != key:
+            raise FenceStoreError(f"the fence record of {key} in {self.directory} is "
+                                  "malformed; nothing is done until it is repaired")
+        return int(value)
+
+    def admit(self, key: str, token: int, what: str) -> None:
+        """Accept ``token`` for ``key`` (raising :class:`Fenced` when it is older than the
+        lowest accepted) and make it the lowest accepted, durably, before returning. The
+        caller runs the step after this returns, under its own lock of the resource, so
+        that no older call's step can run after a newer one was admitted."""
+        with self._lock(key):
+            lowest = self.lowest(key)
+            if token < lowest:
+                raise Fenced(what, token, lowest)
+            if token > lowest:
+                self._write(key, token)
+
+    def raise_to(self, key: str, lowest: int) -> None:
+        """Refuse from now on every token below ``lowest`` for ``key`` (never lowers it)."""
+        with self._lock(key):
+            if lowest > self.lowest(key):
+                self._write(key, lowest)
+
+    def _write(self, key: str, lowest: int) -> None:
+        path = self._path(key)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            with open(tmp, "wb") as out:
+                out.write(orjson.dumps({"key": key, "lowest": lowest}))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+            directory = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(directory)  # the rename itself survives a power cut
+            finally:
+                os.close(directory)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise FenceStoreError(f"the agent could not record fencing token {lowest} of "
+                                  f"{key} in {self.directory}: {exc}") from None

@@ -1,0 +1,80 @@
+"""The conductor's side of fencing: send a claim's token, read a refusal, and keep working
+with agents from before fencing during a rolling upgrade.
+
+A fenced call (409 whose message begins ``Fenced:``, acceld.agent.fences) did nothing on the
+host: a newer claim acted on the handle or deployable after this conductor's claim lapsed.
+The caller does nothing more for it and logs it once (no retry, no freeing, no recording).
+
+Version skew. Conductors are upgraded before agents (README, "Upgrades"); an agent from
+before fencing refuses the new fields with 400 ``Unknown keys: ...`` before it does
+anything. The call is then sent once more without them (unfenced, as before this release),
+one WARNING per host says so, and that host's calls go unfenced for
+:data:`SKEW_MEMORY` seconds before the fields are tried again (an upgraded agent is fenced
+again without a conductor restart).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from acceld.agent.fences import FENCED
+from acceld.clients.agent import AgentCallError
+
+LOG = logging.getLogger(__name__)
+
+SKEW_MEMORY = 600.0  # seconds a host whose agent predates fencing is called without tokens
+
+
+def is_fenced(status: int, message: str) -> bool:
+    """Whether an agent's answer is a fencing refusal (nothing was done)."""
+    return status == 409 and message.startswith(FENCED)
+
+
+class SkewMemory:
+    """Hosts whose agents refused the fencing fields, until when; safe across threads."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._until: dict[str, float] = {}
+
+    def old(self, hostname: str) -> bool:
+        with self._lock:
+            until = self._until.get(hostname)
+            if until is not None and until <= self._clock():
+                del self._until[hostname]
+                return False
+            return until is not None
+
+    def remember(self, hostname: str) -> bool:
+        """True the first time (so the caller logs once per spell)."""
+        with self._lock:
+            first = hostname not in self._until
+            self._until[hostname] = self._clock() + SKEW_MEMORY
+            return first
+
+
+SKEW = SkewMemory()
+
+
+def post_fenced(post: Callable[[dict[str, Any]], Any], hostname: str, body: dict[str, Any],
+                fence: dict[str, Any], memory: SkewMemory | None = None) -> Any:
+    """``post(body + fence)``; without ``fence`` for an agent from before fencing."""
+    memory = memory if memory is not None else SKEW
+    if not fence or memory.old(hostname):
+        return post(body)
+    try:
+        return post({**body, **fence})
+    except AgentCallError as exc:
+        if not (exc.status == 400 and exc.message.startswith("Unknown keys:")
+                and any(name in exc.message for name in fence)):
+            raise
+        if memory.remember(hostname):
+            LOG.warning("The agent of host %s predates fencing (it refused %s); its calls are "
+                        "sent without fencing tokens until it is upgraded, so a conductor "
+                        "that stalls past its claim is not refused there", hostname,
+                        ", ".join(sorted(fence)))
+    return post(body)

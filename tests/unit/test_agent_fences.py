@@ -1,0 +1,245 @@
+"""The agent's fence store and the fenced steps (issue 24 item 2), and version skew.
+
+Decided and tested here: an **equal** token is accepted (the same claim sending its call
+again after a lost answer; the steps are idempotent), an older one is refused with 409
+``Fenced: ...`` before the driver is asked anything, the lowest accepted token survives a
+restart of the agent, and a call without a token (a conductor from before fencing) is not
+fenced. A conductor calling an agent from before fencing sends the call again without the
+tokens, once, and remembers that host.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+
+import pytest
+
+from acceld.agent import fences as fences_mod
+from acceld.agent.attach import AttachFailed, AttachSteps
+from acceld.agent.fences import Fenced, FenceStore, FenceStoreError
+from acceld.agent.programming import Programming, ProgramFailed
+from acceld.clients.agent import AgentCallError
+from acceld.conductor import fencing
+from acceld.drivers.fake import FakeDriver
+from tests.conftest import make_conf
+
+HANDLE = str(uuid.uuid4())
+DEPLOYABLE = str(uuid.uuid4())
+
+
+def test_older_refused_equal_and_newer_accepted(tmp_path):
+    store = FenceStore(str(tmp_path / "fences"))
+    assert store.lowest("handle:x") == 0
+    store.admit("handle:x", 5, "The release")
+    store.admit("handle:x", 5, "The release")  # the same claim's retry
+    with pytest.raises(Fenced) as refused:
+        store.admit("handle:x", 4, "The release of x")
+    assert str(refused.value).startswith("Fenced: The release of x was sent with fencing "
+                                         "token 4, older than 5")
+    store.admit("handle:x", 9, "The release")
+    assert store.lowest("handle:x") == 9
+    assert store.lowest("handle:y") == 0  # keys are independent
+
+
+def test_the_lowest_token_survives_a_restart(tmp_path):
+    FenceStore(str(tmp_path / "f")).admit("deployable:d", 7, "The program")
+    restarted = FenceStore(str(tmp_path / "f"))
+    with pytest.raises(Fenced):
+        restarted.admit("deployable:d", 6, "The program")
+    restarted.admit("deployable:d", 7, "The program")
+    [name] = os.listdir(tmp_path / "f")  # one file per key, no temporary left behind
+    assert name.endswith(".json")
+
+
+def test_raise_to_never_lowers(tmp_path):
+    store = FenceStore(str(tmp_path))
+    store.raise_to("deployable:d", 4)
+    store.raise_to("deployable:d", 2)
+    assert store.lowest("deployable:d") == 4
+    with pytest.raises(Fenced):
+        store.admit("deployable:d", 3, "The program")
+
+
+def test_an_unreadable_record_fails_closed(tmp_path):
+    store = FenceStore(str(tmp_path))
+    store.admit("handle:x", 1, "The release")
+    [name] = os.listdir(tmp_path)
+    (tmp_path / name).write_bytes(b"{not json")
+    with pytest.raises(FenceStoreError, match="unreadable"):
+        store.admit("handle:x", 2, "The release")
+
+
+def test_a_failed_write_admits_nothing(tmp_path, monkeypatch):
+    store = FenceStore(str(tmp_path))
+
+    def no_space(*args):  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fences_mod.os, "fsync", no_space)
+    with pytest.raises(FenceStoreError, match="could not record"):
+        store.admit("handle:x", 3, "The release")
+    monkeypatch.undo()
+    assert store.lowest("handle:x") == 0 and os.listdir(tmp_path) == []
+
+
+def test_concurrent_admits_never_lower_the_record(tmp_path, monkeypatch):
+    """Many threads, shuffled tokens, two store instances on one directory: each write is
+    larger than the one before (check and write are one step per key), the last is the
+    largest token, and exactly the tokens larger than all admitted before were accepted."""
+    stores = [FenceStore(str(tmp_path)), FenceStore(str(tmp_path))]
+    written: list[int] = []
+    real_write = FenceStore._write
+
+    def recorded(self, key, lowest):  # type: ignore[no-untyped-def]
+        written.append(lowest)
+        real_write(self, key, lowest)
+
+    monkeypatch.setattr(FenceStore, "_write", recorded)
+    tokens = [(i * 37) % 101 + 1 for i in range(101)]  # 1..101, shuffled
+    start = threading.Barrier(8)
+    refused: list[int] = []
+
+    def work(part: list[int], store: FenceStore) -> None:
+        start.wait()
+        for token in part:
+            try:
+                store.admit("handle:x", token, "The release")
+            except Fenced:
+                refused.append(token)
+
+    threads = [threading.Thread(target=work, args=(tokens[i::8], stores[i % 2]))
+               for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert written == sorted(set(written)) and written[-1] == 101
+    assert stores[0].lowest("handle:x") == 101
+    assert len(written) + len(refused) == len(tokens)
+
+
+class Steps:
+    """The agent's attach steps over the fake driver's simulated mdevs, with a fence store."""
+
+    def __init__(self, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        spec = tmp_path / "spec.json"
+        spec.write_text('[{"type": "FPGA", "attach_type": "MDEV", "attach_handles": 1}]')
+        self.conf = make_conf(str(tmp_path), fake_driver__spec_file=str(spec))
+        self.fake = FakeDriver(self.conf, "node-a")
+        [record] = self.fake.discover()
+        self.handle = record.deployables[0].attach_handles[0]
+        self.directory = str(tmp_path / "fences")
+
+    def steps(self) -> AttachSteps:  # a new agent process each time: nothing in memory
+        return AttachSteps({"fake": self.fake}.get, "node-a", fences=FenceStore(self.directory))
+
+    def body(self, **fence) -> dict:  # type: ignore[no-untyped-def]
+        return {"driver_name": "fake", "deployable_name": "FakeDevice",
+                "attach_type": self.handle.attach_type,
+                "attach_info": dict(self.handle.attach_info), **fence}
+
+    def log(self) -> list:
+        return self.fake.attach_state().get("log", [])
+
+
+def test_agent_refuses_an_older_handle_token_before_the_driver(tmp_path, caplog):
+    node = Steps(tmp_path)
+    node.steps().run("prepare", node.body(handle_uuid=HANDLE, fence_token=3))
+    done = len(node.log())
+    with caplog.at_level(logging.WARNING, logger="acceld.agent.attach"):
+        with pytest.raises(AttachFailed) as refused:
+            node.steps().run("release", node.body(handle_uuid=HANDLE, fence_token=2))
+    assert refused.value.status == 409 and refused.value.message.startswith("Fenced:")
+    assert len(node.log()) == done and node.fake.attach_state()["prepared"]  # untouched
+    assert len([r for r in caplog.records if "Fenced:" in r.getMessage()]) == 1
+    node.steps().run("release", node.body(handle_uuid=HANDLE, fence_token=3))  # equal: ok
+    assert node.fake.attach_state()["prepared"] == {}
+
+
+def test_a_prepare_raises_the_deployables_floor(tmp_path):
+    """A bind that read the deployable's token m: programs with a token up to m are over."""
+    node = Steps(tmp_path)
+    bitstreams = tmp_path / "bitstreams"
+    bitstreams.mkdir()
+    image = str(uuid.uuid4())
+    (bitstreams / image).write_bytes(b"bits" * 16)
+    node.conf.set_override("bitstream_dir", str(bitstreams), group="agent")
+    node.steps().run("prepare", node.body(handle_uuid=HANDLE, fence_token=1,
+                                          deployable_uuid=DEPLOYABLE, deployable_fence=4))
+    programming = Programming(node.conf, {"fake": node.fake}.get,
+                              fences=FenceStore(node.directory))
+    program = {"driver_name": "fake", "deployable_name": "FakeDevice", "image_id": image,
+               "deployable_uuid": DEPLOYABLE}
+    with pytest.raises(ProgramFailed) as refused:
+        programming.program({**program, "fence_token": 4})
+    assert refused.value.status == 409 and node.fake.programmed("FakeDevice") == {}
+    assert programming.program({**program, "fence_token": 5})["image_id"] == image
+
+
+def test_calls_without_a_token_are_not_fenced(tmp_path):
+    """A conductor from before fencing (rolling upgrade): accepted, as before."""
+    node = Steps(tmp_path)
+    node.steps().run("prepare", node.body(handle_uuid=HANDLE, fence_token=9))
+    assert node.steps().run("release", node.body()) == {"released": True}
+
+
+@pytest.mark.parametrize("fence, words", [
+    ({"fence_token": 1}, "go together"),
+    ({"handle_uuid": HANDLE, "fence_token": -1}, "go together"),
+    ({"handle_uuid": HANDLE, "fence_token": True}, "go together"),
+    ({"handle_uuid": "not-a-uuid", "fence_token": 1}, "go together"),
+    ({"handle_uuid": HANDLE, "fence_token": 1, "deployable_fence": 2}, "on a prepare only"),
+])
+def test_malformed_tokens_are_400(tmp_path, fence, words):
+    node = Steps(tmp_path)
+    with pytest.raises(AttachFailed) as refused:
+        node.steps().run("release", node.body(**fence))
+    assert refused.value.status == 400 and words in refused.value.message
+
+
+def test_a_conductor_resends_without_tokens_to_an_agent_from_before_fencing(caplog):
+    """An older agent refuses unknown keys (400) before doing anything: sent again without
+    the tokens, logged once, and later calls to that host go without them."""
+    sent: list[dict] = []
+
+    def old_agent(body):  # type: ignore[no-untyped-def]
+        sent.append(body)
+        unknown = sorted(set(body) - {"driver_name", "attach_info"})
+        if unknown:
+            raise AgentCallError(400, f"Unknown keys: {', '.join(unknown)}.")
+        return {"released": True}
+
+    memory = fencing.SkewMemory()
+    fence = {"handle_uuid": HANDLE, "fence_token": 2}
+    with caplog.at_level(logging.WARNING, logger="acceld.conductor.fencing"):
+        for _ in range(2):
+            assert fencing.post_fenced(old_agent, "node-old", {"driver_name": "fake"}, fence,
+                                       memory) == {"released": True}
+    assert sent == [{"driver_name": "fake", **fence}, {"driver_name": "fake"},
+                    {"driver_name": "fake"}]
+    assert len([r for r in caplog.records if "predates fencing" in r.getMessage()]) == 1
+
+
+def test_other_refusals_are_not_resent():
+    memory = fencing.SkewMemory()
+    calls: list[dict] = []
+
+    def refusing(body):  # type: ignore[no-untyped-def]
+        calls.append(body)
+        raise AgentCallError(400, "attach_info must be a non-empty object of strings.")
+
+    with pytest.raises(AgentCallError):
+        fencing.post_fenced(refusing, "node-a", {}, {"fence_token": 1}, memory)
+    assert len(calls) == 1 and not memory.old("node-a")
+
+
+def test_the_skew_memory_forgets_after_a_while():
+    now = [0.0]
+    memory = fencing.SkewMemory(clock=lambda: now[0])
+    assert memory.remember("node-old") and not memory.remember("node-old")
+    assert memory.old("node-old")
+    now[0] = fencing.SKEW_MEMORY + 1
+    assert not memory.old("node-old")  # tried with tokens again (the agent may be upgraded)
