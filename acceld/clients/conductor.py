@@ -260,9 +260,9 @@ def failover_client(conf: cfg.ConfigOpts, secret: bytes | auth.Signer, *, prefer
 
 
 # What a hello that makes the conductor pull the agent's hardware may take beyond one that
-# does not: the conductor's GET /hardware of the agent waits up to 30 s
-# (acceld.conductor.agents AgentsComponent.pull); its reconcile is covered by the answer
-# time the hello has anyway. Keep the two in step.
+# does not: the conductor's GET /hardware of the agent takes up to [conductor]
+# hardware_pull_timeout (20 s; acceld.conductor.pulls), its reconcile the rest. Keep the
+# option under this.
 PULL_ALLOWANCE = 30.0
 
 

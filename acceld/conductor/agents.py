@@ -10,7 +10,10 @@ unchanged node costs one UPDATE of its agent row per heartbeat.
 
 The answer tells the agent how its report went: 200, or 400 naming the
 records refused (the rest of the report was applied), or 502 when the
-conductor could not reach the agent's endpoint to pull.
+conductor could not read the agent's hardware (a fixed reason: the details are
+in the conductor's log). A hello is refused (400) before anything is recorded
+when its endpoint is not at the address it came from (acceld.conductor.endpoints);
+the pull itself is bounded, one per host and a few at once (acceld.conductor.pulls).
 
 Liveness: a periodic sweep marks ``down``, with a WARNING naming the host and
 its last contact, every agent silent for
@@ -32,24 +35,24 @@ import time
 from typing import Any
 
 import falcon
-import requests
 from oslo_config import cfg
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from acceld import fastcheck
-from acceld.clients.agent import agent_client
 from acceld.db import node_keys
-from acceld.clients.internal import InternalClient, InternalError, internal_url
-from acceld.conductor import health
+from acceld.clients.internal import internal_url
+from acceld.conductor import endpoints, health
 from acceld.conductor.membership import EVERYTHING, Ownership, dead_after
 from acceld.conductor.liveness import Liveness
+from acceld.conductor.pulls import PullFailed, Pulls
 from acceld.conductor.reconcile import apply_report
 from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
 from acceld.db import conductors as conductors_db
 from acceld.db.engine import Database
 from acceld.db.retry import retry_on_deadlock
+from acceld.internal.auth import Signer, node_key
 from acceld.internal.server import caller_node, json_body, respond
 from acceld.jsonschemas import strict_validator
 from acceld.metrics import record as metrics
@@ -93,7 +96,9 @@ class AgentsComponent:
         self.db = db
         self._secret: bytes | None = None
         self._guard = threading.Lock()
-        self._node_locks: dict[str, threading.Lock] = {}
+        self.pulls = Pulls(conf)  # one per host, a bounded number at once (its module)
+        self._agent_networks = endpoints.networks(conf.conductor.agent_networks)
+        self._refused: dict[str, str] = {}  # host -> the endpoint refusal last logged
         # Unchanged heartbeats are answered from memory and stamped in batches.
         self.liveness = Liveness(db, conf.conductor.heartbeat_flush_interval,
                                  trust_intervals=2 * conf.conductor.agent_down_intervals)
@@ -154,6 +159,11 @@ class AgentsComponent:
             respond(resp, {"status": "OK", "hostname": hostname, "pulled": False,
                            "heartbeat_interval": interval})
             return
+        why_not = endpoints.refusal(endpoint, req.remote_addr, self._agent_networks)
+        if why_not is not None:  # before anything is recorded: see acceld.conductor.endpoints
+            self._refuse_endpoint(hostname, endpoint, req.remote_addr, why_not)
+        if self._refused:
+            self._refused.pop(hostname, None)
         received = time.monotonic()  # a flush revives a host only for a hello after its mark
         try:
             self._full_hello(resp, hostname, endpoint, interval, digest, discovery)
@@ -172,8 +182,7 @@ class AgentsComponent:
                      beat.previous_seen)
         pulled = False
         if digest is None or digest != beat.stored_digest:
-            self.pull(hostname, endpoint, counted=beat.new_discovery)
-            pulled = True
+            pulled = self.pull(hostname, endpoint, counted=beat.new_discovery)
         respond(resp, {"status": "OK", "hostname": hostname, "pulled": pulled,
                        "heartbeat_interval": interval})
 
@@ -215,38 +224,44 @@ class AgentsComponent:
                     raise
         raise AssertionError("unreachable")
 
-    def _node_lock(self, hostname: str) -> threading.Lock:
+    def _refuse_endpoint(self, hostname: str, endpoint: str, source: str, why: str) -> None:
+        """400 for a hello whose endpoint is not where it came from; logged once per host
+        and refusal (the agent repeats it every heartbeat)."""
         with self._guard:
-            return self._node_locks.setdefault(hostname, threading.Lock())
+            repeated = self._refused.get(hostname) == why
+            self._refused[hostname] = why
+        (LOG.debug if repeated else LOG.warning)(
+            "Refused the hello of host %s from %s: %s", hostname, source, why)
+        raise falcon.HTTPBadRequest(description=f"Invalid hello: {why}.")
 
-    def pull(self, hostname: str, endpoint: str, counted: bool = True) -> None:
-        """GET the node's hardware and reconcile it; HTTP errors for the agent to log."""
-        with self._node_lock(hostname):
-            client = self._client(endpoint, hostname)
+    def pull(self, hostname: str, endpoint: str, counted: bool = True) -> bool:
+        """GET the node's hardware and reconcile it; HTTP errors for the agent to log.
+        False when not pulled now: the host's pull runs in another hello, or every pull
+        slot is taken (acceld.conductor.pulls); its next hello pulls."""
+        with self.pulls.turn(hostname) as mine:
+            if not mine:
+                return False
             try:
-                report = client.call("GET", "/hardware", timeout=30)
-            except (InternalError, requests.RequestException) as exc:
-                LOG.warning("Cannot pull the hardware of %s from %s: %s", hostname, endpoint,
-                            exc)
-                raise _problem(f"The conductor cannot read GET /hardware from {endpoint}: "
-                               f"{exc}", 502) from None
-            finally:
-                client.close()
+                report = self.pulls.read(self._signer(hostname),
+                                         internal_url(self.conf, endpoint), hostname)
+            except PullFailed as exc:  # the detail is in the log, never in the answer
+                raise _problem(f"The agent's hardware could not be read from {endpoint}: "
+                               f"{exc.reason}.", 502) from None
             outcome = apply_report(self.db, hostname, report, self.health_policy, counted)
         if outcome.problems:
             raise _problem("Refused hardware record(s), the rest of the report was applied: "
                            + outcome.describe_problems(), 400)
+        return True
 
-    def _client(self, endpoint: str, hostname: str) -> InternalClient:
-        """A client of the host's agent, signing with that host's key."""
+    def _signer(self, hostname: str) -> Signer:
+        """The host's key at its current generation: only that host's agent accepts it."""
         assert self._secret is not None, "component not started"
         try:
             generation = node_keys.generations(
                 self.db, self.conf.internal.credential_ttl).signing(hostname)
         except node_keys.KeyRevokedHost as exc:
             raise _problem(str(exc), 401) from None
-        return agent_client(self.conf, self._secret, internal_url(self.conf, endpoint),
-                            hostname, generation=generation)
+        return Signer(node_key(self._secret, hostname, generation), hostname, generation)
 
     # Liveness
 
