@@ -18,6 +18,7 @@ import requests
 from oslo_config import cfg
 from sqlalchemy import Connection
 
+from acceld.clients import deadline as deadlines
 from acceld.clients.internal import InternalClient, InternalError, internal_url, tls_verify
 from acceld.db import agents as agents_db
 from acceld.db import node_keys
@@ -27,14 +28,22 @@ from acceld.services.secrets import internal_secret
 
 
 
+# Seconds to wait for an agent's connection: a node that does not accept is unreachable.
+CONNECT_TIMEOUT = 5.0
+
+
 def agent_client(conf: cfg.ConfigOpts, secret: bytes, url: str, hostname: str, *,
-                 generation: int, timeout: float = 10.0) -> InternalClient:
+                 generation: int, timeout: float = 10.0,
+                 deadline: float | None = None) -> InternalClient:
     """A client of ``hostname``'s agent, signing with that host's own key at its current
-    ``generation`` (acceld.db.node_keys): only that host's agent accepts its calls."""
+    ``generation`` (acceld.db.node_keys): only that host's agent accepts its calls.
+    ``timeout``: each read (connecting: at most CONNECT_TIMEOUT); ``deadline``: a whole
+    call, however the agent answers (acceld.clients.deadline)."""
     return InternalClient(url, Signer(node_key(secret, hostname, generation), hostname,
                                       generation),
-                          timeout=timeout, verify=tls_verify(conf),
-                          destination=agent_destination(hostname))
+                          timeout=(min(CONNECT_TIMEOUT, timeout), timeout),
+                          verify=tls_verify(conf), destination=agent_destination(hostname),
+                          deadline=deadline)
 
 class AgentCallError(Exception):
     """A call to an agent did not succeed; ``status`` and ``message`` say how."""
@@ -105,9 +114,9 @@ class AgentCaller:
         except node_keys.KeyRevokedHost as exc:
             raise AgentCallError(503, str(exc)) from None
         client = agent_client(self.conf, self.secret, url, hostname, generation=generation,
-                              timeout=timeout)
+                              timeout=timeout, deadline=timeout)
         try:
-            return client.call("POST", path, body, timeout=timeout)
+            return client.call("POST", path, body)
         except InternalError as exc:
             if exc.status == 401:
                 raise AgentCallError(502, f"The agent of host {hostname} refused the "
@@ -120,7 +129,8 @@ class AgentCaller:
             if status >= 500 and status not in (502, 503):
                 status = 502
             raise AgentCallError(status, error_message(exc)) from None
-        except requests.Timeout:
+        except (requests.Timeout, deadlines.DeadlinePassed):
+            # ``timeout`` bounds the whole call: connect, reads, a trickling answer.
             raise AgentCallError(502, timeout_message, timed_out=True) from None
         except requests.RequestException as exc:
             raise AgentCallError(503, f"The agent of host {hostname} could not be reached: "
