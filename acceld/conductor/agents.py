@@ -99,6 +99,7 @@ class AgentsComponent:
         self.pulls = Pulls(conf)  # one per host, a bounded number at once (its module)
         self._agent_networks = endpoints.networks(conf.conductor.agent_networks)
         self._refused: dict[str, str] = {}  # host -> the endpoint refusal last logged
+        self._accepted: dict[str, tuple[str, str]] = {}  # host -> (endpoint, source) checked
         # Unchanged heartbeats are answered from memory and stamped in batches.
         self.liveness = Liveness(db, conf.conductor.heartbeat_flush_interval,
                                  trust_intervals=2 * conf.conductor.agent_down_intervals)
@@ -154,16 +155,12 @@ class AgentsComponent:
         interval = body.get("heartbeat_interval", self.conf.agent.heartbeat_interval)
         digest = body.get("hardware_digest")
         discovery = body.get("discovery")
+        self._check_endpoint(hostname, endpoint, req.remote_addr)
         if (self.liveness.unchanged(hostname, endpoint, interval, digest, discovery)
                 or self.liveness.recall(hostname, endpoint, interval, digest, discovery)):
             respond(resp, {"status": "OK", "hostname": hostname, "pulled": False,
                            "heartbeat_interval": interval})
             return
-        why_not = endpoints.refusal(endpoint, req.remote_addr, self._agent_networks)
-        if why_not is not None:  # before anything is recorded: see acceld.conductor.endpoints
-            self._refuse_endpoint(hostname, endpoint, req.remote_addr, why_not)
-        if self._refused:
-            self._refused.pop(hostname, None)
         received = time.monotonic()  # a flush revives a host only for a hello after its mark
         try:
             self._full_hello(resp, hostname, endpoint, interval, digest, discovery)
@@ -224,7 +221,21 @@ class AgentsComponent:
                     raise
         raise AssertionError("unreachable")
 
-    def _refuse_endpoint(self, hostname: str, endpoint: str, source: str, why: str) -> None:
+    def _check_endpoint(self, hostname: str, endpoint: str, source: str) -> None:
+        """400, before anything is recorded, for a hello whose endpoint is not where it came
+        from (acceld.conductor.endpoints). Every hello, also one repeating a row recorded
+        before the rule: the pair last accepted for the host is remembered, so a heartbeat
+        pays one dict lookup."""
+        if self._accepted.get(hostname) == (endpoint, source):
+            return
+        why_not = endpoints.refusal(endpoint, source, self._agent_networks)
+        if why_not is not None:
+            self._refuse_endpoint(hostname, source, why_not)
+        with self._guard:
+            self._accepted[hostname] = (endpoint, source)
+            self._refused.pop(hostname, None)
+
+    def _refuse_endpoint(self, hostname: str, source: str, why: str) -> None:
         """400 for a hello whose endpoint is not where it came from; logged once per host
         and refusal (the agent repeats it every heartbeat)."""
         with self._guard:

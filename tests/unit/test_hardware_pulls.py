@@ -296,3 +296,22 @@ def test_pulls_over_internal_tls(tmp_path, sqlite_db):
     finally:
         node.stop()
         conductor.stop()
+
+
+def test_a_row_recorded_before_the_rule_does_not_keep_its_endpoint(setup):
+    """An unchanged hello repeating a row with an endpoint elsewhere (recorded by an older
+    release) is refused too, not answered from the row."""
+    conf, db, component, agent, peer = setup
+    with db.write() as conn:
+        conn.execute(agents.insert().values(
+            hostname="evil", endpoint="192.0.2.10:6668", state="up", heartbeat_interval=10,
+            last_seen_at=func.now(), hardware_digest="x" * 64, last_discovery=None))
+    client = as_node(conf, "evil")
+    try:
+        with pytest.raises(InternalError) as refused:
+            client.call("POST", "/hello", {"status": "READY", "endpoint": "192.0.2.10:6668",
+                                           "heartbeat_interval": 10,
+                                           "hardware_digest": "x" * 64})
+    finally:
+        client.close()
+    assert refused.value.status == 400 and "came from" in refused.value.message
