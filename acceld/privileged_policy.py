@@ -17,8 +17,8 @@ entry point builds on its own side of the socket:
 
 A policy accepts, exactly: the configured tool (absolute path, root's all the way up to
 ``/``) with the argv its driver builds, the image resolved under ``[agent]
-bitstream_dir`` or the download directory (``tempfile.gettempdir()``, where the Glance
-source writes); writes of ``create``/``remove``/``current_vgpu_type`` resolved under
+bitstream_dir`` or one of the Glance source's downloads (``acceld-<id>-*`` directly in
+``tempfile.gettempdir()``); writes of ``create``/``remove``/``current_vgpu_type`` resolved under
 ``<sysfs_root>/devices/`` in the kernel's layout, each with its one form of value.
 """
 
@@ -52,22 +52,19 @@ class Policy:
     """The settings a privileged call is checked against (see the module docstring)."""
 
     tools: Mapping[str, str] = field(default_factory=dict)  # tool name -> configured path
-    image_dirs: tuple[str, ...] = ()
+    image_dirs: tuple[str, ...] = ()  # [agent] bitstream_dir: any regular file below
+    download_dirs: tuple[str, ...] = ()  # Glance's temporary files, directly inside
     sysfs_roots: tuple[str, ...] = ()
 
     def merge(self, other: "Policy") -> "Policy":
         return Policy(tools={**self.tools, **other.tools},
                       image_dirs=_unique(self.image_dirs + other.image_dirs),
+                      download_dirs=_unique(self.download_dirs + other.download_dirs),
                       sysfs_roots=_unique(self.sysfs_roots + other.sysfs_roots))
 
 
 def _unique(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
-
-
-def _image_dirs(conf: cfg.ConfigOpts) -> tuple[str, ...]:
-    dirs = [conf.agent.bitstream_dir] if conf.agent.bitstream_dir else []
-    return tuple(dirs + [tempfile.gettempdir()])
 
 
 def section_policy(conf: cfg.ConfigOpts, section: str) -> Policy:
@@ -76,7 +73,9 @@ def section_policy(conf: cfg.ConfigOpts, section: str) -> Policy:
     tools = {name: getattr(conf[group], option)
              for name, (group, option) in TOOL_OPTIONS.items() if group == section}
     roots = (conf[section].sysfs_root,) if section in SYSFS_WRITERS else ()
-    return Policy(tools=tools, image_dirs=_image_dirs(conf), sysfs_roots=roots)
+    images = (conf.agent.bitstream_dir,) if conf.agent.bitstream_dir else ()
+    return Policy(tools=tools, image_dirs=images, download_dirs=(tempfile.gettempdir(),),
+                  sysfs_roots=roots)
 
 
 def conf_policy(conf: cfg.ConfigOpts) -> Policy:
@@ -181,29 +180,34 @@ def check_trusted(path: str, what: str) -> str:
 # --- vendor tools --------------------------------------------------------------------
 
 _PCI = r"[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]"
+_DOWNLOAD = r"acceld-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-[A-Za-z0-9_]+"
 _FPGACONF_FIELDS = {"--segment": r"0x[0-9a-f]{4}", "--bus": r"0x[0-9a-f]{2}",
                     "--device": r"0x[01][0-9a-f]", "--function": r"0x[0-7]"}
 
 
 def check_image(policy: Policy, path: str) -> str:
-    """An image file, resolved: a regular file under an image directory."""
+    """An image file, resolved: a regular file under an image directory, or one of the
+    Glance source's downloads (``acceld-<image id>-<random>`` directly in the temporary
+    directory: acceld.agent.images)."""
     if not isinstance(path, str) or not os.path.isabs(path):
         raise NotAllowed(f"image path must be absolute: {path!r}")
     real = os.path.realpath(path)
-    inside = False
-    for directory in policy.image_dirs:
-        top = os.path.realpath(directory)
-        if real != top and os.path.commonpath([top, real]) == top:
-            inside = True
-    if not inside:
-        raise NotAllowed(f"image {path!r} is not under [agent] bitstream_dir or the "
-                         f"download directory ({', '.join(policy.image_dirs)})")
+    inside = any(real != top and os.path.commonpath([top, real]) == top
+                 for top in map(os.path.realpath, policy.image_dirs))
+    downloaded = re.fullmatch(_DOWNLOAD, os.path.basename(real)) and any(
+        os.path.dirname(real) == os.path.realpath(d) for d in policy.download_dirs)
+    if not (inside or downloaded):
+        raise NotAllowed(f"image {path!r} is neither under [agent] bitstream_dir "
+                         f"({', '.join(policy.image_dirs) or 'unset'}) nor a download in "
+                         f"{', '.join(policy.download_dirs)}")
     try:
         st = os.stat(real)
     except OSError as exc:
         raise NotAllowed(f"image {path!r}: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
         raise NotAllowed(f"image {path!r} is not a regular file")
+    if downloaded and not inside and st.st_nlink != 1:  # mkstemp's file has one name
+        raise NotAllowed(f"image {path!r} has other links: not a download")
     return real
 
 
