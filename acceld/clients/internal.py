@@ -140,8 +140,11 @@ class InternalClient:
             headers["Content-Type"] = "application/json"
         # The request (or bind job) this call is made for, so the server's lines name it.
         headers.update(request_ids.outgoing_headers())
+        # No redirect is followed: an internal server never sends one, and a peer's would
+        # carry the signed call (a node's endpoint, to wherever it points).
         resp = self._session.request(method, self.base_url + path, data=data, headers=headers,
-                                     timeout=timeout or self._timeout, verify=self._verify)
+                                     timeout=timeout or self._timeout, verify=self._verify,
+                                     allow_redirects=False)
         return resp, nonce
 
     def _learn_from(self, announced: str | None) -> None:

@@ -315,3 +315,26 @@ def test_a_row_recorded_before_the_rule_does_not_keep_its_endpoint(setup):
     finally:
         client.close()
     assert refused.value.status == 400 and "came from" in refused.value.message
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+@pytest.mark.parametrize("status", [b"302 Found", b"307 Temporary Redirect"])
+def test_internal_calls_follow_no_redirect(tmp_path, method, status):
+    """The conductor's other calls to a node's endpoint (prepare, release, program) go
+    through InternalClient: a redirect there is refused as an unsigned answer."""
+    target = HostilePeer("raw", payload=b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+    redirect = HostilePeer("raw", payload=(b"HTTP/1.1 " + status + b"\r\nLocation: http://"
+                                           + target.endpoint.encode()
+                                           + b"/attach-handles/prepare\r\n"
+                                           b"Content-Length: 0\r\n\r\n"))
+    target.start(), redirect.start()
+    client = InternalClient(redirect.endpoint, auth.Signer(b"k" * 32, "evil"),
+                            destination=auth.agent_destination("evil"))
+    try:
+        with pytest.raises(InternalError) as refused:
+            client.call(method, "/attach-handles/prepare", {} if method == "POST" else None)
+        assert refused.value.status == 502
+        assert redirect.requests == 1 and target.requests == 0
+    finally:
+        client.close()
+        target.stop(), redirect.stop()
