@@ -204,7 +204,7 @@ def bounded(seconds: float, what: str) -> Iterator[Deadline]:
     except DeadlinePassed:
         raise
     except _TRANSPORT as exc:
-        if deadline.expired:
+        if deadline.expired or passed_in(exc) is not None:
             raise deadline.passed() from exc
         raise
     finally:
