@@ -131,7 +131,7 @@ def run_tool(argv: Sequence[str], timeout: float) -> tuple[int | None, str, str]
     finish within ``timeout`` seconds (it was killed). NotAllowed unless ``argv`` is the
     configured tool with its driver's arguments; OSError when it cannot start."""
     argv = privileged_policy.check_tool(privileged_policy.current(), list(argv))
-    if not isinstance(timeout, (int, float)) or not 0 < timeout:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout:
         raise NotAllowed(f"a tool's timeout must be a positive number of seconds: {timeout!r}")
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,

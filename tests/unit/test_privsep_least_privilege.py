@@ -257,7 +257,7 @@ def test_the_tool_is_given_the_resolved_image(node: Node) -> None:
     assert calls(node.fpgaconf)[0][-1] == os.path.realpath(node.image)
 
 
-@pytest.mark.parametrize("timeout", [0, -1, "10", None])
+@pytest.mark.parametrize("timeout", [0, -1, "10", None, True])
 def test_an_odd_timeout_is_refused(node: Node, timeout) -> None:
     before = snapshot(node.tmp)
     with pytest.raises(NotAllowed, match="timeout"):
