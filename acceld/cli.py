@@ -46,7 +46,8 @@ def cmd_all(args: argparse.Namespace) -> int:
     except noauth_guard.InsecureNoauth as exc:
         print(f"acceld all: {exc}", file=sys.stderr)
         return 2
-    return allinone.run(conf, list(conf.config_file), list(conf.config_dir or []))
+    return allinone.run(conf, list(conf.config_file), list(conf.config_dir or []),
+                        base_port=args.port)
 
 
 def cmd_api(args: argparse.Namespace) -> int:
@@ -86,6 +87,12 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db_version(args: argparse.Namespace) -> int:
+    from acceld.services import db_version
+
+    return db_version.cmd_db_version(args)
+
+
 def cmd_config_sample(args: argparse.Namespace) -> int:
     from acceld.sample import config_sample
 
@@ -106,7 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("all", help="Run every service on this machine (the all-in-one).")
     _common(p)
-    p.add_argument("--port", type=int, help="Public API port (default 6666).")
+    p.add_argument("--port", type=int, metavar="P",
+                   help="Move the all-in-one: the API listens on P and, unless their ports "
+                        "are configured ([conductor] port, [agent] port), the conductor on "
+                        "P+1 and the agent on P+2 (default 6666, 6667, 6668). A second "
+                        "all-in-one on one machine: another --port and --state-path.")
     p.add_argument("--workers", type=int, help="API worker processes (default 2).")
     p.set_defaults(func=cmd_all)
 
@@ -126,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     q = dbsub.add_parser("upgrade", help="Migrate the schema to the latest version (idempotent).")
     _common(q)
     q.set_defaults(func=cmd_db_upgrade)
+    q = dbsub.add_parser("version", help="Print the database's schema revision and this "
+                                         "release's (head); exit status 0: up to date, 3: "
+                                         "`acceld db upgrade` needed, 4: a revision this "
+                                         "release does not know (a newer release's).")
+    _common(q)
+    q.set_defaults(func=cmd_db_version)
 
     p = sub.add_parser("config", help="Configuration helpers.")
     csub = p.add_subparsers(dest="config_command", required=True)
@@ -209,7 +226,29 @@ def main(argv: list[str] | None = None) -> int:
 
     die_with_parent()  # a service `acceld all` started does not outlive it
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except Exception as exc:  # noqa: BLE001 - only the operator's errors below are caught
+        line = _operator_error(args, exc)
+        if line is None:
+            raise
+        print(f"acceld {args.command}: {line}", file=sys.stderr)
+        return 2
+
+
+def _operator_error(args: argparse.Namespace, exc: Exception) -> str | None:
+    """The one line for an error an operator fixes (a missing database driver, a port
+    another process holds), rather than a traceback; None for anything else."""
+    import errno
+
+    from acceld.db.engine import MissingDatabaseDriver
+    from acceld.services import ports
+
+    if isinstance(exc, (MissingDatabaseDriver, ports.PortProblem)):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return ports.describe_in_use(config.CONF, args.command, exc)
+    return None
 
 
 if __name__ == "__main__":

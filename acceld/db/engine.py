@@ -32,8 +32,8 @@ class Database:
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
         if self.is_sqlite:
             self._ensure_sqlite_dir()
-            self.engine = create_engine(self.url, echo=echo, poolclass=NullPool
-                                        if self._sqlite_memory() else None)
+            self.engine = _create_engine(self.url, echo=echo, poolclass=NullPool
+                                         if self._sqlite_memory() else None)
             _setup_sqlite(self.engine, sqlite_busy_timeout_ms)
         else:
             kwargs = {"pool_size": pool_size, "max_overflow": max_overflow,
@@ -42,7 +42,7 @@ class Database:
                 # Each statement sees the latest committed rows, as on PostgreSQL.
                 kwargs["isolation_level"] = "READ COMMITTED"
                 self.url = self.url.update_query_dict({"charset": "utf8mb4"})
-            self.engine = create_engine(self.url, echo=echo, **kwargs)
+            self.engine = _create_engine(self.url, echo=echo, **kwargs)
             _ping_idle_connections(self.engine)
         # Unreachable-database errors are outages (503, logged once), not bugs.
         self.outage = outage.watch(self.engine)
@@ -93,6 +93,43 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+class MissingDatabaseDriver(RuntimeError):
+    """The URL's database driver cannot be imported; the message is one line that names
+    what to install (every command that opens the database prints it as it is)."""
+
+
+# The extras that install a driver: the backend and its driver as acceld's URLs name them.
+DRIVER_EXTRAS = {("postgresql", "psycopg"): "postgresql", ("mysql", "pymysql"): "mysql"}
+
+
+def driver_message(url, exc: ImportError) -> str:  # type: ignore[no-untyped-def]
+    """What to install (or fix) when ``url``'s driver failed to import with ``exc``."""
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    scheme = f"{backend}+{driver}://"
+    extra = DRIVER_EXTRAS.get((backend, driver))
+    if isinstance(exc, ModuleNotFoundError) and exc.name and "." not in exc.name:
+        missing = f"the database driver for {scheme} is not installed (no module {exc.name})"
+        if extra:
+            return f"{missing}: install it with pip install 'acceld[{extra}]' (in acceld's " \
+                   "virtualenv)"
+        return (f"{missing}: acceld's extras install postgresql+psycopg:// (pip install "
+                "'acceld[postgresql]') and mysql+pymysql:// (pip install 'acceld[mysql]'); "
+                "name one of them in [database] connection")
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if driver == "psycopg":
+        detail += " (psycopg needs the system's libpq: apt-get install libpq5)"
+    return f"the database driver for {scheme} cannot be loaded: {detail}"
+
+
+def _create_engine(url, **kwargs) -> Engine:  # type: ignore[no-untyped-def]
+    """create_engine, which imports the URL's driver: one line naming what to install when
+    the driver is not there, rather than an ImportError from inside SQLAlchemy."""
+    try:
+        return create_engine(url, **kwargs)
+    except ImportError as exc:
+        raise MissingDatabaseDriver(driver_message(url, exc)) from exc
 
 
 # A pooled connection idle longer than this is pinged before use (see below).

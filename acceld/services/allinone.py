@@ -3,7 +3,9 @@
 Each service runs as its own process (the same commands a cloud runs
 separately), started in order; a line ``acceld <service>: <url>`` is printed
 once the service answers. SIGHUP is passed on to every service (each reopens its log
-and re-reads its config files) and handled by `all` itself the same way.
+and re-reads its config files) and handled by `all` itself the same way. Every port is checked before anything starts
+(acceld.services.ports): one taken stops the start with one line naming its option, and
+``--port P`` moves the API to P and the conductor and agent to P+1 and P+2.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from oslo_config import cfg
 
 from acceld.db import migrate
 from acceld.db.engine import from_config
-from acceld.services import lifecycle
+from acceld.services import lifecycle, ports
 from acceld.services.secrets import ensure_secret_file, ensure_state_dir
 
 
@@ -76,15 +78,33 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> bool
     return False
 
 
-def _child_environment() -> dict[str, str]:
+def _child_environment(conf: cfg.ConfigOpts) -> dict[str, str]:
     """The services' environment: the all-in-one runs every service as the invoking user,
     so its agent does root operations itself rather than through a privsep daemon
-    (acceld.privileged), unless the environment already says otherwise."""
+    (acceld.privileged), unless the environment already says otherwise. Each service's
+    port is the all-in-one's choice (``--port`` moves them all), so that the API and the
+    agent reach the conductor where it listens."""
     return {"OS_AGENT__PRIVILEGED_CALLS": "in_process", **os.environ,
+            **{f"OS_{service.upper()}__PORT": str(getattr(conf, service).port)
+               for service in ports.ALLINONE},
             lifecycle.PARENT_ENV: str(os.getpid())}
 
 
-def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = ()) -> int:  # type: ignore[assignment]
+def claim_ports(conf: cfg.ConfigOpts, base_port: int | None) -> None:
+    """Settle each service's port (``--port P``: the API on P and, unless configured, the
+    conductor on P+1 and the agent on P+2) and check that every address the services will
+    listen on is free: PortProblem, naming the address and its option, before anything
+    starts."""
+    listeners = ports.allinone_listeners(conf, base_port)
+    for service, (port, _source) in ports.allinone_ports(conf, base_port).items():
+        conf.set_override("port", port, group=service)
+    ports.check_free(listeners)
+
+
+def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = (),  # type: ignore[assignment]
+        base_port: int | None = None) -> int:
+    """Start every service and wait; PortProblem (nothing started) for a port that is taken."""
+    claim_ports(conf, base_port)
     lifecycle.catch_hup_early()  # logrotate may send it while the services start
     state_path = os.path.abspath(conf.state_path)
     if conf.internal.shared_secret:
@@ -127,7 +147,8 @@ def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = 
             if not service.with_previous and not ready():
                 return 1
             argv = [sys.executable, "-m", "acceld.cli", *service.argv]
-            proc = subprocess.Popen(argv, start_new_session=True, env=_child_environment())
+            proc = subprocess.Popen(argv, start_new_session=True,
+                                    env=_child_environment(conf))
             procs.append(proc)
             starting.append((service, proc))
         if not ready():

@@ -62,7 +62,10 @@ def format_status(rows, devices_by_host: dict[str, int], now) -> str:  # type: i
                      f"{row.last_seen_at.isoformat(sep=' ', timespec='seconds'):<20} "
                      f"{ago:>7.0f}s {devices_by_host.get(row.hostname, 0):>7}  {row.endpoint}")
     if not rows:
-        lines.append("(no agent has reported yet)")
+        # No agent row: none has reported, or each that did was retired (acceld host
+        # delete removes the row): either way, none is registered now.
+        lines.append("(no agent registered: none has reported yet, or every host that "
+                     "reported was retired with `acceld host delete`)")
     return "\n".join(lines) + "\n"
 
 
