@@ -161,3 +161,28 @@ def test_two_all_in_ones_side_by_side(tmp_path):
     finally:
         for proc in procs:
             _stop(proc)
+
+
+@pytest.mark.parametrize("service", ["conductor", "agent"])
+def test_a_service_whose_port_is_taken_says_so_in_one_line(tmp_path, service):
+    """`acceld conductor` / `acceld agent` alone (or started by an all-in-one after another
+    process took the port): one line naming the address and the option, exit 2."""
+    port = free_port()
+    holder = socket.create_server(("127.0.0.1", port))
+    try:
+        state = str(tmp_path / "state")
+        assert subprocess.run([sys.executable, "-m", "acceld.cli", "db", "upgrade",
+                               "--state-path", state], capture_output=True,
+                              timeout=60).returncode == 0
+        done = subprocess.run(
+            [sys.executable, "-m", "acceld.cli", service, "--port", str(port), "--state-path",
+             state, "--config-file", _config(tmp_path, "svc-taken")],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "OS_INTERNAL__SHARED_SECRET": "1" * 64})
+    finally:
+        holder.close()
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "CRITICAL" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"acceld {service}: 127.0.0.1:{port} is already in use by another process: it is the "
+        f"{service}'s port, set by [{service}] port or --port (the command line)")
