@@ -31,7 +31,14 @@ The chaos steps happen at fixed points of that loop, never at random times:
    deleted: its handle stays in use, its release queued, until the agent is started again
    and has removed the mdev;
 4. a device is disabled through the API: a bind asked right before may go either way,
-   binds asked after the disable answered must fail naming the disable.
+   binds asked after the disable answered must fail naming the disable;
+5. ``cond-a`` (the owner of ``chaos-2``, the vGPU host, and the conductor the in-process API
+   asks for programs) is frozen (SIGSTOP) for FREEZE seconds, longer than every lease and
+   mark it may hold (bind jobs, releases, the programming mark), once it holds one, while
+   an mdev release, mdev binds and a program of ``FpgaD`` with a bind racing it run, then
+   thawed (SIGCONT): it resumes with stale claims, which fencing (docs/architecture.md,
+   "Fencing") must make harmless: no mdev removed under a Bound ARQ, no program written
+   under one, each ARQ resolved once.
 
 Every ARQ ends ``Bound`` or ``BindFailed`` with the reason its step explains (no other
 failure is accepted), Nova hears exactly one event per ARQ with the matching status, no
@@ -45,6 +52,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -62,8 +70,8 @@ from acceld.db.models import attach_handles, bind_jobs, deployables, devices, ha
 from acceld.services.secrets import ensure_secret_file
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE, version
-from tests.support.chaos import (AcceldProcess, HttpApi, kill_holding_claims, wait_until,
-                                 write_conf)
+from tests.support.chaos import (AcceldProcess, HttpApi, freeze_holding_claims,
+                                 kill_holding_claims, wait_until, write_conf)
 from tests.support.databases import private_database
 from tests.support.net import free_port
 from tests.support.nova import RecordingNova
@@ -92,6 +100,10 @@ SETTLE = 60.0  # the most the end may take to settle after the last step
 RING_BEAT = 0.5  # [conductor] member_heartbeat_interval
 RING_DEAD = 3.0  # [conductor] member_dead_after: a killed conductor's hosts move after this
 FAILBACK = 5  # [conductor] failback_interval of the agents and the API process
+ATTACH_TIMEOUT = 4  # [conductor] attach_timeout: a release claim's lease is 9 x this + 10 s
+PROGRAM_TIMEOUT = 5  # [conductor] program_timeout: a programming mark is this + 30 s
+FREEZE = max(LEASE, ATTACH_TIMEOUT * 9 + 10, PROGRAM_TIMEOUT + 30) + 3  # step 5's SIGSTOP
+IMAGE = str(uuid.uuid4())  # the bitstream step 5 programs
 
 # Why a bind may fail, by the step that asked it.
 DISABLED = "device {device} is disabled"
@@ -172,6 +184,8 @@ class Cloud:
         self.nova = nova
         self.state = tmp_path / "state"
         ensure_secret_file(str(self.state))
+        (tmp_path / "bitstreams").mkdir()
+        (tmp_path / "bitstreams" / IMAGE).write_bytes(b"\x55\xaa chaos bitstream" * 64)
         self.db = Database(db_url)
         ports = {name: free_port() for name in ("cond-a", "cond-b", "api-2", *HOSTS)}
         self.ports = ports
@@ -192,9 +206,11 @@ class Cloud:
                           "bind_timeout": BIND_TIMEOUT, "agent_check_interval": 0.25,
                           "agent_down_intervals": DOWN_AFTER,
                           "member_heartbeat_interval": RING_BEAT,
-                          "member_dead_after": RING_DEAD, "failback_interval": FAILBACK},
+                          "member_dead_after": RING_DEAD, "failback_interval": FAILBACK,
+                          "attach_timeout": ATTACH_TIMEOUT,
+                          "program_timeout": PROGRAM_TIMEOUT},
             "agent": {"heartbeat_interval": HEARTBEAT, "discovery_interval": 2,
-                      "enabled_drivers": "fake"},
+                      "enabled_drivers": "fake", "bitstream_dir": tmp_path / "bitstreams"},
             "nova": {"auth_type": "none", "endpoint_override": nova.url,
                      "retry_initial_delay": 0.05},
         }
@@ -430,20 +446,35 @@ class Cloud:
         return [line for line in self.processes[name].log_path.read_text(
             errors="replace").splitlines() if "Conductor ring of " in line]
 
+    def deployable_uuid(self, device: Device) -> str:
+        with self.db.read() as conn:
+            return conn.execute(select(deployables.c.uuid).where(
+                deployables.c.rp_uuid == device.rp_uuid)).scalar_one()
+
+    def programmed_at(self, device: Device) -> dt.datetime | None:
+        """When the fake driver of the device's host last wrote a bitstream into it."""
+        path = self.dir / f"{device.host}-fake" / f"{device.name}.json"
+        if not path.exists():
+            return None
+        return dt.datetime.fromisoformat(json.loads(path.read_text())["bitstream"]
+                                         ["programmed_at"])
+
     def log_size(self, name: str) -> int:
         return self.processes[name].log_path.stat().st_size
 
-    def log_since(self, name: str, since: int) -> str:
-        """A process's log from byte ``since`` on."""
+    def log_since(self, name: str, since: int, until: int | None = None) -> str:
+        """A process's log from byte ``since`` on (up to byte ``until``)."""
         with open(self.processes[name].log_path, "rb") as log:
             log.seek(since)
-            return log.read().decode(errors="replace")
+            data = log.read() if until is None else log.read(until - since)
+            return data.decode(errors="replace")
 
-    def conductor_outages(self, name: str, since: int = 0) -> list[str]:
+    def conductor_outages(self, name: str, since: int = 0,
+                          until: int | None = None) -> list[str]:
         """What a process logged of conductors going away and coming back (from byte
-        ``since`` of its log on)."""
+        ``since`` of its log on, up to byte ``until``)."""
         return [line.split(" acceld.clients.conductor ")[-1]
-                for line in self.log_since(name, since).splitlines()
+                for line in self.log_since(name, since, until).splitlines()
                 if "Conductor http" in line and ("unavailable" in line or "again" in line)]
 
 
@@ -569,6 +600,11 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
     cloud.bind(*late)
     cloud.steady(3, "after-disable-elsewhere")
 
+    # 5. cond-a frozen past its leases and marks while binds, a release and a program run.
+    agent_log_at_stall = {host: cloud.log_size(host) for host in HOSTS}
+    stall = _stall_a_conductor(cloud)
+    figures["stall_s"] = stall.pop("stall_s")
+
     # The end: every ARQ resolved, Nova heard each once, nothing queued.
     settle_from = time.monotonic()
     for inst in cloud.instances:
@@ -629,6 +665,16 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
                 attach_handles.c.attach_type == "MDEV",
                 attach_handles.c.id.in_([row.attach_handle_id for row in bound]))).scalars()}
     assert cloud.prepared_mdevs("chaos-2") == mdevs
+    # No program under a Bound ARQ: step 5's device was last written before each of its
+    # ARQs still Bound was bound (a stalled program resumed after would be later).
+    programmed = cloud.devices["FpgaD"]
+    written = cloud.programmed_at(programmed)
+    with cloud.db.read() as conn:
+        bound_at = conn.execute(select(arq_table.c.updated_at).where(
+            arq_table.c.state == "Bound",
+            arq_table.c.device_rp_uuid == programmed.rp_uuid)).scalars().all()
+    assert written is None or all(written < at.replace(tzinfo=dt.timezone.utc)
+                                  for at in bound_at), (written, bound_at, stall)
 
     # Placement holds what the database says (the sync and its audit run every few s).
     for host in HOSTS:
@@ -656,7 +702,9 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
     # after it returned, logging the outage once when it began and once when it ended
     # (its hello and host-step clients share one log); cond-b never went away for it, and the
     # other agent (chaos-2, on cond-b, started again in step 3) never lost its conductor.
-    lines = cloud.conductor_outages("chaos-1", agent_log_at_kill["chaos-1"])
+    # (Step 5's freeze of cond-a is another outage for chaos-1: looked at below.)
+    lines = cloud.conductor_outages("chaos-1", agent_log_at_kill["chaos-1"],
+                                    agent_log_at_stall["chaos-1"])
     of_a = [line for line in lines if cloud.urls["cond-a"] in line]
     went = [line for line in of_a if "is unavailable" in line]
     back = [line for line in of_a if "is available again" in line]
@@ -664,13 +712,63 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
     assert not any("is unavailable" in line for line in lines if line not in of_a), lines
     assert not any("is unavailable" in line for line in cloud.conductor_outages(
         "chaos-2", agent_log_at_kill["chaos-2"])), cloud.processes["chaos-2"].log()
+    # Frozen in step 5, cond-a was away for chaos-1 once, and back once (it fails back).
+    wait_until(lambda: any("available again" in line and cloud.urls["cond-a"] in line
+                           for line in cloud.conductor_outages(
+                               "chaos-1", agent_log_at_stall["chaos-1"])),
+               FAILBACK + 20, "chaos-1 back on cond-a after the freeze", cloud.explain)
+    lines = cloud.conductor_outages("chaos-1", agent_log_at_stall["chaos-1"])
+    assert [("unavailable" in line, "available again" in line) for line in lines
+            if cloud.urls["cond-a"] in line] == [(True, False), (False, True)], lines
 
     figures["total_s"] = time.monotonic() - started
     print(f"\nchaos: {len(cloud.instances)} binds, "
           f"{sum(i.state == 'Bound' for i in cloud.instances)} Bound, "
           f"{sum(i.state == 'BindFailed' for i in cloud.instances)} BindFailed, "
-          f"cond-a died holding {died_with} claims; "
+          f"cond-a died holding {died_with} claims, was frozen holding {stall}; "
           + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()))
+
+
+def _stall_a_conductor(cloud: Cloud) -> dict[str, object]:
+    """Step 5: ask at once (through cond-a) the release of an mdev, a program of FpgaD and
+    binds on FpgaD and the vGPU; freeze cond-a as soon as it holds one of those claims (or
+    the programming mark), for FREEZE seconds; thaw it. What it held is returned."""
+    vgpu, fpga = cloud.devices["VgpuF"], cloud.devices["FpgaD"]
+    cloud.make_room(0)
+    before = [cloud.schedule(vgpu, "stall-before", {"Bound"}) for _ in range(2)]
+    cloud.bind(*before, via=cloud.api)
+    for inst in before:
+        cloud.resolve(inst, 30)
+    busy = f"deployable {fpga.host}_{fpga.name} is being programmed"
+    racers = [cloud.schedule(fpga, "stall-program-race", {"Bound", busy}),
+              cloud.schedule(vgpu, "stall-mdev", {"Bound"}),
+              cloud.schedule(vgpu, "stall-mdev", {"Bound"})]
+    cloud.retire(before[0])  # its mdev's release: cond-a's (chaos-2 is its host)
+    deployable = cloud.deployable_uuid(fpga)
+    program = cloud.api_2.simulate_patch(  # the API process: it has the internal secret
+        f"/accelerator/v2/deployables/{deployable}/program",
+        headers={**ADMIN, **version("2.5")},
+        json=[{"path": "/program", "op": "replace", "value": [{"image_uuid": IMAGE}]}])
+    assert program.status_code == 202, program.text
+    cloud.bind(*racers, via=cloud.api)
+    started = time.monotonic()
+    held = freeze_holding_claims(cloud.processes["cond-a"], cloud.db, timeout=10)
+    try:
+        # The stall itself: cond-b and the agents go on, cond-a's leases and mark lapse.
+        time.sleep(FREEZE)
+    finally:
+        cloud.processes["cond-a"].thaw()
+    for inst in racers:
+        cloud.resolve(inst, LEASE + 60)
+    wait_until(lambda: cloud.api.simulate_get(
+        f"/accelerator/v2/deployables/{deployable}", headers={**ADMIN, **version("2.5")}
+    ).json.get("program_status") != "PROGRAMMING", 60, "the program to end", cloud.explain)
+    return {**held, "stall_s": time.monotonic() - started}
+
+
+def _queued(cloud: Cloud) -> bool:
+    with cloud.db.read() as conn:
+        return conn.execute(select(handle_releases.c.id)).first() is not None
 
 
 def _tracebacks(text: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from sqlalchemy import select
 
 from acceld.db.engine import Database
-from acceld.db.models import bind_jobs, handle_releases
+from acceld.db.models import bind_jobs, deployables, handle_releases
 
 
 class AcceldProcess:
@@ -185,6 +185,32 @@ def kill_holding_claims(conductor: AcceldProcess, db: Database, timeout: float) 
         time.sleep(0.01)
     raise AssertionError(f"{conductor.name} never held bind claims without a notification "
                          f"within {timeout} s:\n{conductor.log()}")
+
+
+def freeze_holding_claims(conductor: AcceldProcess, db: Database, timeout: float
+                          ) -> dict[str, int]:
+    """SIGSTOP ``conductor`` while it holds pending bind claims, handle releases or a
+    programming mark (what fencing protects), and no bind claim in phase ``notify``
+    (delivery of a Nova event is at least once: a conductor frozen between Nova's receipt
+    and the job's deletion would have its event sent twice, docs/arqs.md). Looked at while
+    frozen, thawed and looked at again until ``timeout``; after that it is left frozen at a
+    moment without ``notify`` claims, whatever it holds. Returns what it held (a count per
+    kind, ``mark`` for programming marks), the conductor frozen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conductor.freeze()
+        claims = claims_of(db, conductor.pid)
+        with db.read() as conn:
+            marks = len(conn.execute(select(deployables.c.id).where(
+                deployables.c.programming_owner.is_not(None))).all())
+        if marks:
+            claims["mark"] = marks
+        if not claims.get("notify") and (
+                claims.get("pending") or claims.get("release") or marks
+                or time.monotonic() >= deadline):
+            return claims
+        conductor.thaw()
+        time.sleep(0.01)
 
 
 class HttpResult:
