@@ -17,6 +17,7 @@ one starts and one when it ends, no traceback per retry.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -193,6 +194,7 @@ class BindWorker:
 
     def _bind_claimed(self, claimed: list, token: str) -> None:
         resolved: list[int] = []
+        started = time.monotonic()
         for index, job in enumerate(claimed):
             if self.stopping.is_set():
                 bind_jobs.retry_later(self.db, [j.id for j in claimed[index:]], token, 0,
@@ -200,11 +202,27 @@ class BindWorker:
                 break
             # The job's lines (and its calls to Placement, the agent, Nova) name the
             # request that started the bind.
-            with request_ids.bound(job.global_request_id):
+            with request_ids.bound(job.global_request_id), \
+                    self._within_bind_timeout(job, started):
                 if self._bind(job, token):
                     resolved.append(job.id)
                     self.resolved.announce(job.arq_id)
         self._notify(resolved, token)
+
+    def _within_bind_timeout(self, job, claimed: float  # type: ignore[no-untyped-def]
+                             ) -> contextlib.AbstractContextManager:
+        """Hold the bind's peer calls (Placement, the agent) to what is left of ``[conductor]
+        bind_timeout``, by the database's clock at the claim: a peer that stalls ends the
+        call there, and the bind then fails naming it, instead of resolving after Nova gave
+        up. A bind already past it (its conductor was down) is not held beyond each call's
+        own deadline: an outage then fails it at once (``_wait_out``)."""
+        at = getattr(job, "claimed_at", None)
+        if job.created_at is None or at is None:
+            return contextlib.nullcontext()
+        left = self._deadline(job).remaining(at) - (time.monotonic() - claimed)
+        if left <= 0:
+            return contextlib.nullcontext()
+        return deadlines.bounded(left, "the bind ([conductor] bind_timeout)")
 
     def _notify_claimed(self, claimed: list, token: str) -> None:
         self._notify([job.id for job in claimed], token)

@@ -155,8 +155,10 @@ def _claim_statements(backend: str, phase: str, limit: int,
                                 _claimable(now)).values(
             lease_owner=bindparam("token"), lease_expires_at=sql_now(backend, lease_seconds),
             attempts=jobs.c.attempts + 1, updated_at=now),
-        taken=select(jobs).where(jobs.c.id.in_(ids), jobs.c.lease_owner == bindparam("token"))
-        .order_by(jobs.c.id),
+        # claimed_at: the database's clock at the claim, against which the worker holds the
+        # bind's calls to what is left of [conductor] bind_timeout (no query of its own).
+        taken=select(jobs, now.label("claimed_at")).where(
+            jobs.c.id.in_(ids), jobs.c.lease_owner == bindparam("token")).order_by(jobs.c.id),
     )
 
 

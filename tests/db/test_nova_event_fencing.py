@@ -189,3 +189,28 @@ def test_a_claim_stuck_in_a_call_past_its_deadline_is_not_renewed(db, tmp_path, 
         release.set()
         thread.join(30)
     assert binds.arq_state(db, arq)[0] == "Bound"
+
+
+def test_bind_timeout_holds_whatever_placement_does(db, tmp_path):
+    """Placement accepts and never answers, its own deadline far away: the bind's calls are
+    held to what is left of [conductor] bind_timeout, and the bind fails naming Placement
+    at about that time instead of holding the worker until Placement's deadline."""
+    silent = StallingPeer("silent").start()
+    try:
+        conf = make_conf(str(tmp_path), placement__auth_type="none",
+                         placement__endpoint_override=silent.url, placement__deadline=600,
+                         placement__timeout=600, conductor__bind_timeout=10)
+        _, arq = _one_bind(conf, db)
+        worker = BindWorker(conf, db)
+        thread = threading.Thread(target=worker.run_once, daemon=True)
+        started = time.monotonic()
+        thread.start()
+        assert silent.requested.wait(30), "the bind never asked Placement"
+        thread.join(60)
+        assert not thread.is_alive(), "the bind worker is held past bind_timeout"
+        assert time.monotonic() - started < 40
+        state, reason = binds.arq_state(db, arq)
+        assert state == "BindFailed"
+        assert "Placement" in (reason or "") and "bind_timeout" in (reason or "")
+    finally:
+        silent.stop()
