@@ -21,11 +21,14 @@ import socket
 import threading
 import time
 
+from tests.support.loopback_listener import LoopbackListener
 
-class HostilePeer:
+
+class HostilePeer(LoopbackListener):
     def __init__(self, mode: str, *, interval: float = 0.05, size: int = 0,
                  declare: bool = False, payload: bytes = b"") -> None:
         assert mode in ("trickle", "huge", "raw")
+        super().__init__(f"{mode}-peer", backlog=32)
         self.mode = mode
         self.interval = interval
         self.size = size
@@ -35,38 +38,10 @@ class HostilePeer:
         self.closed = threading.Event()
         self.requests = 0
         self.sent = 0
-        self._stop = threading.Event()
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(32)
-        self._sock.settimeout(0.1)
-        self._conns: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._accept, name=f"{mode}-peer", daemon=True)
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self._sock.getsockname()[1]}"
-
-    def start(self) -> "HostilePeer":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        for conn in self._conns:
-            conn.close()
-        self._sock.close()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                continue
-            self._conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        return f"127.0.0.1:{self.port}"
 
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(5)

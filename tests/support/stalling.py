@@ -13,55 +13,28 @@ import socket
 import threading
 import time
 
+from tests.support.loopback_listener import LoopbackListener
 
-class StallingPeer:
+
+class StallingPeer(LoopbackListener):
     """``mode``: ``"silent"`` (never answers) or ``"trickle"`` (a byte per ``interval``)."""
 
     def __init__(self, mode: str = "silent", interval: float = 0.2) -> None:
         assert mode in ("silent", "trickle")
+        super().__init__(f"{mode}-peer")
         self.mode = mode
         self.interval = interval
         self.accepted = threading.Event()
         self.requested = threading.Event()
         self.connections = 0
-        self._stop = threading.Event()
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(16)
-        self._sock.settimeout(0.1)
-        self._held: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._accept, name=f"{mode}-peer", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self._sock.getsockname()[1]
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "StallingPeer":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        for conn in self._held:
-            conn.close()
-        self._sock.close()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            self._held.append(conn)
-            self.accepted.set()
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+    def _accepted(self, conn: socket.socket) -> None:
+        self.connections += 1
+        self.accepted.set()
 
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(0.1)
