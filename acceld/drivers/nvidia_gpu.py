@@ -47,7 +47,6 @@ import uuid as uuidlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Sequence
 
-from acceld import privileged
 from acceld.drivers import sysfs
 from acceld.drivers.base import (AttachHandle, Deployable, Driver, DriverError, HardwareRecord,
                                  hardware_uuid, pci_controlpath, pci_handle)
@@ -117,7 +116,6 @@ class NvidiaGpuDriver(Driver):
         super().__init__(conf, hostname)
         self.opts = conf.nvidia_gpu
         self.root = self.opts.sysfs_root
-        privileged.adopt(conf, "nvidia_gpu")  # in process: what its sysfs writes may touch
         # Tests pass a stand-in module; production imports pynvml lazily.
         self._nvml = nvml
         self._learnt_names: dict[str, dict[int, str]] = {}
@@ -299,13 +297,23 @@ class NvidiaGpuDriver(Driver):
             create = os.path.join(functions_path(self.root, parent), "mdev_supported_types",
                                   type_id, "create")
             try:
-                sysfs.write_attr(create, info["uuid"])
+                self._write_attr(create, info["uuid"])
             except OSError as exc:
                 raise DriverError(f"could not create vGPU {info['uuid']} of type "
                                   f"{type_id} on {parent}: {exc}") from exc
         elif handle.attach_type == "PCI" and "vgpu_type" in info:
             self._set_vfio_type(info, info["vgpu_type"])
         return handle
+
+    def _write_attr(self, path: str, value: str) -> None:
+        """A privileged sysfs write, checked in process against this driver's config
+        (acceld.privileged.adopt). Adopted here rather than when the driver is built: the
+        offline GPU check (bench/gpu_check.py) runs discovery with the standard library
+        alone, and acceld.privileged needs oslo."""
+        from acceld import privileged
+
+        privileged.adopt(self.conf, "nvidia_gpu")
+        sysfs.write_attr(path, value)
 
     def release_attach_handle(self, handle: AttachHandle) -> None:
         info = handle.attach_info
@@ -314,7 +322,7 @@ class NvidiaGpuDriver(Driver):
             if not os.path.exists(path):
                 return  # already gone
             try:
-                sysfs.write_attr(os.path.join(path, "remove"), "1")
+                self._write_attr(os.path.join(path, "remove"), "1")
             except OSError as exc:
                 raise DriverError(f"could not remove vGPU {info['uuid']}: {exc}") from exc
         elif handle.attach_type == "PCI" and "vgpu_type" in info:
@@ -375,7 +383,7 @@ class NvidiaGpuDriver(Driver):
                 raise DriverError(f"{address} already runs vGPU type id {current}")
             value = ids[0]
         try:
-            sysfs.write_attr(os.path.join(vdir, "current_vgpu_type"), str(value))
+            self._write_attr(os.path.join(vdir, "current_vgpu_type"), str(value))
         except OSError as exc:
             raise DriverError(f"could not set the vGPU type of {address}: {exc}") from exc
 

@@ -34,7 +34,7 @@ def _client(db, tmp_path, replay):  # type: ignore[no-untyped-def]
 
 
 def _hello(client):  # type: ignore[no-untyped-def]
-    body = orjson.dumps({"status": "READY", "endpoint": f"{HOST}:6668",
+    body = orjson.dumps({"status": "READY", "endpoint": "127.0.0.1:6668",
                          "hardware_digest": None})
     headers = auth.headers(auth.node_key(SECRET, HOST), "POST", "/hello", body, node=HOST,
                            destination=auth.CONDUCTOR)
