@@ -20,6 +20,7 @@ per call.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +35,8 @@ from acceld.internal import auth
 
 # Seconds a conductor URL whose learned name was refused keeps to the shared name.
 SHARED_AFTER_REFUSAL = 60.0
+# Bytes of an answer's body read at a time by :meth:`InternalClient.fetch`.
+READ_CHUNK = 64 * 1024
 
 
 def tls_verify(conf) -> str | bool:  # type: ignore[no-untyped-def]
@@ -56,6 +59,16 @@ class InternalError(Exception):
         super().__init__(f"{status}: {message}")
         self.status = status
         self.message = message
+
+
+class AnswerTooLarge(requests.RequestException):
+    """The answer's body is over the caller's cap (declared or as it arrived): it was
+    not read further."""
+
+    def __init__(self, max_bytes: int, read: int) -> None:
+        super().__init__(f"answer over {max_bytes} bytes ({read} bytes of body read)")
+        self.max_bytes = max_bytes
+        self.read = read
 
 
 class InternalClient:
@@ -97,11 +110,27 @@ class InternalClient:
         signature, requests.RequestException when unreachable, its subclass
         deadline.DeadlinePassed when ``deadline`` (else the client's) ran out.
         """
+        with self._bounded(deadline):
+            return self._call(method, path, body, timeout, signer)
+
+    def fetch(self, path: str, *, max_bytes: int) -> tuple[requests.Response, str]:
+        """GET ``path`` and return the answer as it came, with the call's nonce: the caller
+        judges its status and signature (:meth:`auth.Signer.check_response`). The body is
+        read as it arrives to at most ``max_bytes`` (:class:`AnswerTooLarge` past it, or
+        when its Content-Length says so, nothing more read), within the client's deadline.
+        For an answer a peer may make huge (a node's hardware report)."""
+        with self._bounded(None):
+            resp, nonce = self._send("GET", path, b"", False, self._signer, self.destination,
+                                     None, stream=True)
+            with resp:
+                resp._content = _read_capped(resp, max_bytes)
+            return resp, nonce
+
+    def _bounded(self, deadline: float | None) -> contextlib.AbstractContextManager[Any]:
         total = deadline or self.deadline
         if total is None:
-            return self._call(method, path, body, timeout, signer)
-        with deadlines.bounded(total, self.base_url):
-            return self._call(method, path, body, timeout, signer)
+            return contextlib.nullcontext()
+        return deadlines.bounded(total, self.base_url)
 
     def _call(self, method: str, path: str, body: Any,
               timeout: float | tuple[float, float] | None,
@@ -132,8 +161,8 @@ class InternalClient:
         return orjson.loads(resp.content) if resp.content else None
 
     def _send(self, method: str, path: str, data: bytes, is_json: bool, signer: auth.Signer,
-              destination: str, timeout: float | tuple[float, float] | None
-              ) -> tuple[requests.Response, str]:
+              destination: str, timeout: float | tuple[float, float] | None,
+              stream: bool = False) -> tuple[requests.Response, str]:
         headers, nonce = signer.headers(method, self._prefix + path, data,
                                         destination=destination)
         if is_json:
@@ -144,7 +173,7 @@ class InternalClient:
         # carry the signed call (a node's endpoint, to wherever it points).
         resp = self._session.request(method, self.base_url + path, data=data, headers=headers,
                                      timeout=timeout or self._timeout, verify=self._verify,
-                                     allow_redirects=False)
+                                     allow_redirects=False, stream=stream)
         return resp, nonce
 
     def _learn_from(self, announced: str | None) -> None:
@@ -158,3 +187,16 @@ class InternalClient:
 
     def close(self) -> None:
         self._session.close()
+
+
+def _read_capped(resp: requests.Response, max_bytes: int) -> bytes:
+    """A streamed answer's body, read to at most one chunk past ``max_bytes``."""
+    length = resp.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) > max_bytes:
+        raise AnswerTooLarge(max_bytes, 0)
+    body = bytearray()
+    for chunk in resp.iter_content(READ_CHUNK):
+        body += chunk
+        if len(body) > max_bytes:
+            raise AnswerTooLarge(max_bytes, len(body))
+    return bytes(body)

@@ -8,7 +8,8 @@ So that a compromised node harms only that node:
   checked before the hello is recorded);
 - a pull takes at most ``[conductor] hardware_pull_timeout`` seconds in all and reads at
   most ``[conductor] max_hardware_report`` bytes, counted as they arrive, and follows no
-  redirect (acceld.clients.bounded);
+  redirect (acceld.clients.internal's InternalClient.fetch, held to the total deadline
+  by acceld.clients.deadline's watchdog);
 - a host has one pull at a time: a hello of the host while its pull runs is answered
   without pulling (``"pulled": false``). The digest is stored only by a pull that
   succeeded, so a later hello pulls again if that one fails;
@@ -24,16 +25,17 @@ So that a compromised node harms only that node:
 from __future__ import annotations
 
 import contextlib
+import http.client
 import logging
 import threading
 from typing import Any, Iterator
 
 import orjson
+import requests
 from oslo_config import cfg
 
-from acceld import request_ids
-from acceld.clients import bounded
-from acceld.clients.internal import tls_verify
+from acceld.clients.deadline import passed_in
+from acceld.clients.internal import AnswerTooLarge, InternalClient, tls_verify
 from acceld.internal import auth
 
 LOG = logging.getLogger(__name__)
@@ -50,12 +52,6 @@ class PullFailed(Exception):
         self.reason = reason
 
 
-def pull_bounds(conf: cfg.ConfigOpts) -> bounded.Bounds:
-    total = conf.conductor.hardware_pull_timeout
-    return bounded.Bounds(connect=min(CONNECT_TIMEOUT, total), read=total, total=total,
-                          max_bytes=conf.conductor.max_hardware_report)
-
-
 def concurrent_pulls(conf: cfg.ConfigOpts) -> int:
     """``[conductor] hardware_pulls``, at most half the internal server's threads."""
     return max(1, min(conf.conductor.hardware_pulls, conf.internal.server_threads // 2))
@@ -65,7 +61,8 @@ class Pulls:
     """Who may pull now (one per host, a bounded number in all) and the bounded read."""
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
-        self.bounds = pull_bounds(conf)
+        self.deadline = conf.conductor.hardware_pull_timeout
+        self.max_bytes = conf.conductor.max_hardware_report
         self.verify = tls_verify(conf)
         self.limit = concurrent_pulls(conf)
         self._slots = threading.BoundedSemaphore(self.limit)
@@ -98,32 +95,32 @@ class Pulls:
 
     def read(self, signer: auth.Signer, base_url: str, hostname: str) -> Any:
         """The host's report from its agent at ``base_url``, or PullFailed."""
-        path = "/hardware"
-        headers, nonce = signer.headers("GET", path, b"",
-                                        destination=auth.agent_destination(hostname))
-        headers.update(request_ids.outgoing_headers())
-        headers["Connection"] = "close"
+        client = InternalClient(base_url, signer, verify=self.verify,
+                                destination=auth.agent_destination(hostname),
+                                timeout=(min(CONNECT_TIMEOUT, self.deadline), self.deadline),
+                                deadline=self.deadline)
         try:
-            answer = bounded.get(base_url.rstrip("/") + path, headers, self.bounds,
-                                 verify=self.verify)
-        except bounded.ReadFailed as exc:
-            raise self._failed(hostname, base_url, exc.reason,
-                               f"{exc.detail}; {exc.received} bytes read") from None
-        if answer.status != 200:
-            reason = f"status {answer.status}"
-            if answer.status == 401:
+            answer, nonce = client.fetch("/hardware", max_bytes=self.max_bytes)
+        except requests.RequestException as exc:
+            raise self._failed(hostname, base_url, _reason(exc, self.max_bytes),
+                               f"{exc.__class__.__name__}: {exc}") from None
+        finally:
+            client.close()  # a node's endpoint keeps no connection of the conductor's
+        if answer.status_code != 200:
+            reason = f"status {answer.status_code}"
+            if answer.status_code == 401:
                 reason += (" (the agent refused the conductor's credential: check its "
                            "[internal] node_key)")
             raise self._failed(hostname, base_url, reason,
-                               f"answer {_excerpt(answer.body)}")
+                               f"answer {_excerpt(answer.content)}")
         try:
-            signer.check_response(nonce, answer.status, answer.body,
+            signer.check_response(nonce, answer.status_code, answer.content,
                                   answer.headers.get(auth.RESPONSE_HEADER))
         except auth.ResponseError as exc:
             raise self._failed(hostname, base_url, "answer not signed by the agent",
                                str(exc)) from None
         try:
-            report = orjson.loads(answer.body)
+            report = orjson.loads(answer.content)
         except orjson.JSONDecodeError as exc:
             raise self._failed(hostname, base_url, "answer not JSON", str(exc)) from None
         with self._guard:
@@ -143,6 +140,41 @@ class Pulls:
             "Cannot pull the hardware of %s from %s: %s (%s)", hostname, base_url, reason,
             detail)
         return PullFailed(reason)
+
+
+def _reason(exc: requests.RequestException, max_bytes: int) -> str:
+    """Fixed wording for a pull that brought no whole answer (nothing the peer said)."""
+    if isinstance(exc, AnswerTooLarge):
+        return f"answer over {max_bytes} bytes"
+    if isinstance(exc, requests.Timeout) or passed_in(exc) is not None:
+        return "timed out"
+    if isinstance(exc, requests.exceptions.SSLError):
+        return "TLS failed"
+    for cause in _causes(exc):
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, http.client.RemoteDisconnected):
+            return "closed without an answer"
+        if isinstance(cause, http.client.IncompleteRead):
+            return "answer cut short"
+        if isinstance(cause, http.client.HTTPException):
+            return "not an HTTP answer"
+    return "connection failed"
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps: requests and urllib3 keep the cause in their args."""
+    seen: list[BaseException] = []
+    todo = [exc]
+    while todo and len(seen) < 20:
+        cause = todo.pop()
+        if any(cause is s for s in seen):
+            continue
+        seen.append(cause)
+        yield cause
+        todo += [a for a in cause.args if isinstance(a, BaseException)]
+        todo += [c for c in (cause.__cause__, cause.__context__, getattr(cause, "reason", None))
+                 if isinstance(c, BaseException)]
 
 
 def _excerpt(body: bytes) -> str:

@@ -21,8 +21,7 @@ import pytest
 from sqlalchemy import func, select
 
 from acceld.agent.service import Agent
-from acceld.clients import bounded
-from acceld.clients.internal import InternalClient, InternalError
+from acceld.clients.internal import READ_CHUNK, InternalClient, InternalError
 from acceld.conductor import endpoints
 from acceld.conductor.agents import AgentsComponent, host_is_up
 from acceld.conductor.service import Conductor
@@ -189,10 +188,10 @@ def test_a_huge_answer_is_cut_at_the_cap(setup, caplog, declare):
     (failed,) = results
     assert isinstance(failed, InternalError) and failed.status == 502
     assert f"answer over {CAP} bytes" in failed.message
-    # The conductor read at most one byte past the cap (and the head's allowance)...
+    # The conductor read at most one chunk past the cap (nothing of a declared length)...
     (line,) = [r.getMessage() for r in caplog.records if "Cannot pull" in r.getMessage()]
-    read = int(re.search(r"; (\d+) bytes read", line).group(1))
-    assert read <= CAP + bounded.HEAD_ALLOWANCE + 1
+    read = int(re.search(r"\((\d+) bytes of body read\)", line).group(1))
+    assert read <= (0 if declare else CAP + READ_CHUNK)
     # ... and the peer could hand the kernel little more than that (socket buffers).
     wait_for(huge.closed.is_set)
     assert huge.sent < 32 * 1024 * 1024
