@@ -38,7 +38,13 @@ The chaos steps happen at fixed points of that loop, never at random times:
    an mdev release, mdev binds and a program of ``FpgaD`` with a bind racing it run, then
    thawed (SIGCONT): it resumes with stale claims, which fencing (docs/architecture.md,
    "Fencing") must make harmless: no mdev removed under a Bound ARQ, no program written
-   under one, each ARQ resolved once.
+   under one, each ARQ resolved once;
+6. Nova hangs (tests.support.nova.RecordingNova.silenced: every connection accepted, no
+   request answered) for NOVA_SILENCE seconds while binds arrive one PATCH each, more than
+   both conductors' bind workers together: every one is Bound while Nova is still silent
+   (no worker is held by a call to Nova past [nova] deadline), none is heard, and each is
+   heard once Nova answers again; a conductor that met the hang logged it once when it
+   began and once when it ended.
 
 Every ARQ ends ``Bound`` or ``BindFailed`` with the reason its step explains (no other
 failure is accepted), Nova hears exactly one event per ARQ with the matching status, no
@@ -104,6 +110,11 @@ ATTACH_TIMEOUT = 4  # [conductor] attach_timeout: a release claim's lease is 9 x
 PROGRAM_TIMEOUT = 5  # [conductor] program_timeout: a programming mark is this + 30 s
 FREEZE = max(LEASE, ATTACH_TIMEOUT * 9 + 10, PROGRAM_TIMEOUT + 30) + 3  # step 5's SIGSTOP
 IMAGE = str(uuid.uuid4())  # the bitstream step 5 programs
+NOVA_DEADLINE = 2.0  # [nova] deadline: under the bind job's lease (LEASE), so that it and
+# not the lease cuts off a send to a Nova that hangs (only the former is Nova's outage).
+# [nova] timeout is left at its default, as an operator would.
+NOVA_SILENCE = 3 * LEASE  # step 6: seconds Nova accepts connections and never answers
+SILENT_BINDS = 6  # step 6's binds: more than the bind workers of both conductors (2 each)
 
 # Why a bind may fail, by the step that asked it.
 DISABLED = "device {device} is disabled"
@@ -212,7 +223,7 @@ class Cloud:
             "agent": {"heartbeat_interval": HEARTBEAT, "discovery_interval": 2,
                       "enabled_drivers": "fake", "bitstream_dir": tmp_path / "bitstreams"},
             "nova": {"auth_type": "none", "endpoint_override": nova.url,
-                     "retry_initial_delay": 0.05},
+                     "retry_initial_delay": 0.05, "deadline": NOVA_DEADLINE},
         }
         placement_section = dict(line.split(" = ", 1) for line in
                                  placement.config_lines().splitlines()[1:])
@@ -605,6 +616,9 @@ def test_chaos_binds_through_crashes_outages_and_a_disable(cloud: Cloud) -> None
     stall = _stall_a_conductor(cloud)
     figures["stall_s"] = stall.pop("stall_s")
 
+    # 6. Nova hangs while binds arrive.
+    figures.update(_hang_nova(cloud))
+
     # The end: every ARQ resolved, Nova heard each once, nothing queued.
     settle_from = time.monotonic()
     for inst in cloud.instances:
@@ -766,9 +780,40 @@ def _stall_a_conductor(cloud: Cloud) -> dict[str, object]:
     return {**held, "stall_s": time.monotonic() - started}
 
 
-def _queued(cloud: Cloud) -> bool:
-    with cloud.db.read() as conn:
-        return conn.execute(select(handle_releases.c.id)).first() is not None
+def _hang_nova(cloud: Cloud) -> dict[str, float]:
+    """Step 6: SILENT_BINDS binds, one PATCH each, asked while Nova accepts connections and
+    never answers, for NOVA_SILENCE seconds. Each must be Bound in the database before Nova
+    answers again, none heard until then, each heard after; each conductor's log holds the
+    hang once each way (or nothing, if it sent no event meanwhile)."""
+    cloud.make_room(0)
+    instances = [cloud.schedule(cloud.pick(), "nova-hangs", {"Bound"})
+                 for _ in range(SILENT_BINDS)]
+    logs_at = {name: cloud.log_size(name) for name in ("cond-a", "cond-b")}
+    with cloud.nova.silenced():
+        silenced = time.monotonic()
+        for inst in instances:
+            cloud.bind(inst)
+        wait_until(lambda: all(cloud.arq(i.arq)["state"] == "Bound" for i in instances),
+                   NOVA_SILENCE - 2, "every bind Bound while Nova hangs", cloud.explain)
+        all_bound_s = time.monotonic() - silenced
+        while time.monotonic() < silenced + NOVA_SILENCE:
+            assert not any(cloud.heard(i) for i in instances), cloud.explain()
+            time.sleep(0.2)
+    assert cloud.nova.unanswered >= 1, "no event was sent while Nova hung"
+    answered = time.monotonic()
+    for inst in instances:
+        cloud.resolve(inst, 30)
+    heard_s = time.monotonic() - answered
+    outage_lines = {}
+    for name, since in logs_at.items():
+        outage_lines[name] = [
+            "start" if "is unavailable" in line else "again"
+            for line in cloud.log_since(name, since).splitlines()
+            if " Nova is unavailable" in line or " Nova is available again" in line]
+    assert any(outage_lines.values()), cloud.explain()
+    assert all(lines in ([], ["start", "again"]) for lines in outage_lines.values()), \
+        outage_lines
+    return {"nova_hang_all_bound_s": all_bound_s, "nova_back_to_all_heard_s": heard_s}
 
 
 def _tracebacks(text: str) -> str:

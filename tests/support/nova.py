@@ -3,15 +3,18 @@
 It listens on 127.0.0.1 on a free port, in a thread of the test process. By
 default it answers as Nova does when every event is accepted (200, each event
 echoed with ``code: 200``); tests queue other answers with :meth:`answer`
-(a status, optionally per-event codes for a 207).
+(a status, optionally per-event codes for a 207), or make it accept every connection
+and never answer for a while (:meth:`silenced`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -30,6 +33,9 @@ class RecordingNova:
         self._answers: list[tuple[int, dict[str, int] | None]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self._speaking = threading.Event()
+        self._speaking.set()
+        self.unanswered = 0  # requests taken while silenced, never read nor answered
 
     # ------------------------------------------------------------------ control
     def start(self) -> "RecordingNova":
@@ -37,6 +43,9 @@ class RecordingNova:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                if not nova._speaking.is_set():
+                    nova._hold(self)
+                    return
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 try:
                     body = json.loads(raw or b"{}")
@@ -61,6 +70,7 @@ class RecordingNova:
         return self
 
     def stop(self) -> None:
+        self._speaking.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -76,6 +86,24 @@ class RecordingNova:
         per-event code (others get 200)."""
         with self._lock:
             self._answers.append((status, codes))
+
+    @contextlib.contextmanager
+    def silenced(self) -> Iterator[None]:
+        """While inside: every request is accepted and its head read, and nothing more is
+        done with it (no body read, nothing recorded, no answer) until the block ends, when
+        its connection is closed unanswered: a Nova that hangs. Its caller can only give up
+        (Nova never processed it, so a later send is the event's first delivery)."""
+        self._speaking.clear()
+        try:
+            yield
+        finally:
+            self._speaking.set()
+
+    def _hold(self, handler: BaseHTTPRequestHandler) -> None:
+        with self._lock:
+            self.unanswered += 1
+        self._speaking.wait()
+        handler.close_connection = True
 
     # ------------------------------------------------------------------ reading
     def _record(self, recorded: Recorded) -> tuple[int, dict]:
