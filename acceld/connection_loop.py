@@ -15,9 +15,14 @@ that thread's until it re-arms it:
 - reading a request's head (request line and headers), and a TLS handshake, never
   blocks: bytes are buffered on the connection until the head is complete, so a
   slow or idle client holds no thread, only a file descriptor;
-- the thread that completes a head serves that request itself (``serve``): it reads
-  the body and writes the answer with blocking calls under the caller's deadlines,
-  then re-arms the kept-alive connection. No hand-off, no queue;
+- a request's body is read the same way, before the request is served, when the owner
+  asks for it (:class:`BodyBuffering`): up to a size limit, within a deadline for the
+  whole body, and (for the internal API) only once the head's credential is found
+  genuine. A client that announces a body and sends it slowly, or never, holds a file
+  descriptor until that deadline, never a thread;
+- the thread that completes a request serves it itself (``serve``): the application
+  reads the buffered body and writes the answer with blocking calls under the
+  owner's deadlines, then re-arms the kept-alive connection. No hand-off, no queue;
 - a new connection has ``header_timeout`` to send its whole head; a kept-alive one
   may idle ``idle_timeout``, then has ``header_timeout`` from its next first byte;
   a sweep (one thread at a time, twice a second) closes the late ones;
@@ -41,7 +46,11 @@ import socket
 import ssl
 import threading
 import time
+from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Callable
+
+from acceld import request_framing
 
 LOG = logging.getLogger(__name__)
 
@@ -66,8 +75,32 @@ class Outcome(enum.Enum):
 class Phase(enum.Enum):
     HANDSHAKE = "handshake"
     HEAD = "head"  # reading a head: header_timeout runs
+    BODY = "body"  # head read, body being buffered: BodyBuffering.timeout runs
     IDLE = "idle"  # kept alive, no byte of the next request yet: idle_timeout runs
     LINGER = "linger"  # answered and half-closed: waiting for the client's FIN
+
+
+_CHUNKED = -1  # Conn.request_end while a chunked body's end is not yet in the buffer
+
+
+@dataclass(frozen=True)
+class BodyBuffering:
+    """Which request bodies the loop reads before ``serve`` runs, so that no thread that
+    runs the application waits for a client's body.
+
+    A body is buffered when its head announces at most ``max_bytes`` (by Content-Length,
+    or chunked when ``chunked``) and ``admit`` (if given) accepts the head; it must
+    arrive within ``timeout`` seconds of the head's end. Any other request is served as
+    soon as its head is in: the owner refuses it (413 by its Content-Length, 400 for
+    ambiguous framing, 401 for a credential) without reading a body it will not use,
+    and closes the connection. ``refuse(conn, status)`` writes a short answer (408 for a
+    late body, 413 for a chunked body over ``max_bytes``) before the loop closes it."""
+
+    max_bytes: int
+    timeout: float
+    chunked: bool = True
+    admit: Callable[[bytes], bool] | None = None
+    refuse: Callable[["Conn", int], None] | None = None
 
 
 class Conn:
@@ -75,7 +108,7 @@ class Conn:
     :meth:`recv` gives the buffered bytes first, then reads until ``deadline``."""
 
     __slots__ = ("sock", "address", "buffer", "deadline", "phase", "busy", "closed",
-                 "drained", "on_expired")
+                 "drained", "on_expired", "head_end", "request_end", "continued")
 
     def __init__(self, sock: socket.socket, address: Any, deadline: float,
                  phase: Phase) -> None:
@@ -89,6 +122,11 @@ class Conn:
         self.drained = 0
         # While serving: what a read past ``deadline`` raises (the owner's choice).
         self.on_expired: Callable[[], BaseException] = lambda: TimeoutError("deadline passed")
+        # Offsets in ``buffer`` of the current request's head end and request end (None
+        # until the head is in; _CHUNKED until a chunked body's end is).
+        self.head_end: int | None = None
+        self.request_end: int | None = None
+        self.continued = False  # the loop answered the head's "Expect: 100-continue"
 
     def recv(self, size: int) -> bytes:
         """Buffered bytes first; then one read from the socket, bounded by ``deadline``."""
@@ -123,8 +161,10 @@ class ConnectionLoop:
     def __init__(self, listeners: list[socket.socket], serve: Serve, *, threads: int,
                  max_connections: int, header_timeout: float, idle_timeout: float,
                  ssl_context: ssl.SSLContext | None = None, name: str = "http",
-                 on_header_timeout: Callable[[Conn], None] | None = None) -> None:
+                 on_header_timeout: Callable[[Conn], None] | None = None,
+                 body: BodyBuffering | None = None) -> None:
         self.serve = serve
+        self.body = body
         self.threads = threads
         self.max_connections = max_connections
         self.header_timeout = header_timeout
@@ -308,6 +348,10 @@ class ConnectionLoop:
         for conn in late:
             if conn.phase in (Phase.HEAD, Phase.HANDSHAKE) and self._on_header_timeout:
                 self._on_header_timeout(conn)
+            elif conn.phase is Phase.BODY and self.body and self.body.refuse:
+                LOG.info("%s: closing the connection from %s: its request body did not "
+                         "arrive within %g s", self.name, conn.peer(), self.body.timeout)
+                self.body.refuse(conn, 408)
             _close_now(conn.sock)
 
     def _on_event(self, fd: int, mask: int) -> None:
@@ -333,7 +377,7 @@ class ConnectionLoop:
             if conn.phase is Phase.HANDSHAKE:
                 sock.do_handshake()  # type: ignore[attr-defined]
                 conn.phase = Phase.HEAD
-            if HEAD_END in conn.buffer:  # pipelined behind the last request
+            if self._complete(conn):  # pipelined behind the last request
                 return self._serve(conn)
             while True:
                 chunk = sock.recv(MAX_HEAD)
@@ -344,15 +388,20 @@ class ConnectionLoop:
                     conn.deadline = min(conn.deadline or float("inf"),
                                         time.monotonic() + self.header_timeout)
                 conn.buffer += chunk
-                if HEAD_END in conn.buffer:
+                if self._complete(conn):
                     return self._serve(conn)
-                if len(conn.buffer) > MAX_HEAD:
+                if conn.head_end is None and len(conn.buffer) > MAX_HEAD:
                     LOG.debug("%s: head from %s over %d bytes: closed", self.name,
                               conn.peer(), MAX_HEAD)
                     return Outcome.ABORT
                 if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                     self._rearm(conn, _READ)
                     return None
+        except request_framing.ChunkedTooLarge as exc:
+            LOG.info("%s: closing the connection from %s: %s", self.name, conn.peer(), exc)
+            if self.body and self.body.refuse:
+                self.body.refuse(conn, 413)
+            return Outcome.ABORT
         except ssl.SSLWantReadError:
             self._rearm(conn, _READ)
         except ssl.SSLWantWriteError:
@@ -364,8 +413,54 @@ class ConnectionLoop:
             return Outcome.ABORT
         return None
 
+    def _complete(self, conn: Conn) -> bool:
+        """Whether ``conn.buffer`` holds a request to serve: its head, and its body when
+        the loop reads it first (:class:`BodyBuffering`). Entering the body's wait, the
+        phase becomes BODY with the body's deadline."""
+        if conn.head_end is None:
+            end = conn.buffer.find(HEAD_END)
+            if end < 0:
+                return False
+            conn.head_end = end + len(HEAD_END)
+            conn.request_end = self._request_end(conn, bytes(conn.buffer[:end]))
+            if conn.request_end == conn.head_end:
+                return True
+            conn.phase = Phase.BODY
+            conn.deadline = time.monotonic() + self.body.timeout  # type: ignore[union-attr]
+        if conn.request_end == _CHUNKED:
+            assert self.body is not None
+            try:
+                end_of_body = request_framing.chunked_end(conn.buffer, conn.head_end,
+                                                          self.body.max_bytes)
+            except request_framing.ChunkedMalformed:
+                return True  # the parser answers 400 from the bytes buffered
+            if end_of_body is None:
+                return False
+            conn.request_end = end_of_body
+        return len(conn.buffer) >= (conn.request_end or 0)
+
+    def _request_end(self, conn: Conn, head: bytes) -> int:
+        """Where the request whose head ends at ``conn.head_end`` ends (or _CHUNKED): its
+        body's end when the loop is to read it, else the head's end (served at once)."""
+        start = conn.head_end or 0
+        if self.body is None:
+            return start
+        frame = request_framing.framing(head)
+        if not frame.has_body or frame.ambiguous:
+            return start
+        if frame.chunked and not self.body.chunked:
+            return start
+        if frame.content_length is not None and frame.content_length > self.body.max_bytes:
+            return start
+        if self.body.admit is not None and not self.body.admit(head):
+            return start
+        if frame.expect_continue and start == len(conn.buffer):
+            _send_continue(conn)
+        return _CHUNKED if frame.chunked else start + (frame.content_length or 0)
+
     def _serve(self, conn: Conn) -> Outcome | None:
         """Serve the request buffered on ``conn`` in this thread, then re-arm or close."""
+        conn.head_end = conn.request_end = None  # what follows is the next request's
         with self._lock:
             self._serving += 1
         try:
@@ -373,6 +468,7 @@ class ConnectionLoop:
             conn.deadline = None
             outcome = self.serve(conn)
         finally:
+            conn.continued = False
             with self._lock:
                 self._serving -= 1
         if outcome is not Outcome.KEEP:
@@ -439,6 +535,31 @@ class ConnectionLoop:
             return None
         except OSError:
             return Outcome.ABORT
+
+
+def send_refusal(conn: Conn, status: int, body: bytes,
+                 content_type: str = "application/json") -> None:
+    """A short answer the loop gives before it closes a connection (a
+    :attr:`BodyBuffering.refuse`), written without blocking: one that does not fit the
+    socket's buffer at once is dropped (the client is not reading)."""
+    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n")
+    try:
+        conn.sock.setblocking(False)
+        conn.sock.send(head.encode("latin-1") + body)
+    except (OSError, ssl.SSLError):
+        pass
+
+
+def _send_continue(conn: Conn) -> None:
+    """Tell a client that waits for it to send its body (non-blocking: 25 bytes fit any
+    socket buffer; a client that cannot take them is late with its body anyway)."""
+    try:
+        conn.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+        conn.continued = True
+    except (OSError, ssl.SSLError):
+        pass
 
 
 def _close_now(sock: socket.socket) -> None:

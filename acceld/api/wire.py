@@ -39,7 +39,10 @@ def _read_json(req: falcon.Request) -> Any:
         raise errors.UnsupportedMediaType(
             f"Content-Type {content_type!r} is not supported; send application/json.")
     limit = req.context.api.conf.api.max_request_body_size
-    raw = req.bounded_stream.read(limit + 1)
+    # Falcon's bounded stream is bounded by Content-Length: a chunked body has none, and
+    # the server's reader ends it at its last chunk (the loop buffered it, within limit).
+    chunked = req.content_length is None and req.get_header("Transfer-Encoding")
+    raw = (req.stream if chunked else req.bounded_stream).read(limit + 1)
     if len(raw) > limit:
         raise errors.PayloadTooLarge(f"Request body exceeds the limit of {limit} bytes.")
     if not raw.strip():

@@ -330,6 +330,17 @@ class Identity:
     generation: int = 0
 
 
+@dataclass(frozen=True)
+class _Genuine:
+    """A credential whose MAC holds (Verifier._genuine): what check() goes on with."""
+
+    key: bytes
+    nonce: str
+    issued: int
+    generation: int
+    replay: "ReplayGuard"
+
+
 class ReplayGuard(Protocol):
     """Where a server remembers the nonces it accepted."""
 
@@ -396,6 +407,28 @@ class Verifier:
     def check(self, method: str, path: str, credential: str | None, node: str | None,
               digest: str | None, now: float | None = None) -> Identity:
         """Verify a call from its headers alone (the body is checked against ``digest``)."""
+        now = now if now is not None else time.time()
+        found = self._genuine(method, path, credential, node, digest, now)
+        if node is not None:  # before the nonce is taken: a revoked key writes nothing
+            self._keys.check_current(node, found.generation)
+        if not found.replay.first_use(found.nonce, found.issued, now):
+            raise CredentialError("replayed credential")
+        return Identity(node, found.key, found.nonce, str(digest), found.generation)
+
+    def genuine(self, method: str, path: str, credential: str | None, node: str | None,
+                digest: str | None) -> bool:
+        """Whether the headers carry a credential made with a key of this server, fresh,
+        for this call: what a server checks before it reads a body for the call. Neither
+        revocation nor first use is looked at (no nonce is taken: :meth:`check` does it
+        once the call is served)."""
+        try:
+            self._genuine(method, path, credential, node, digest, time.time())
+        except CredentialError:
+            return False
+        return True
+
+    def _genuine(self, method: str, path: str, credential: str | None, node: str | None,
+                 digest: str | None, now: float) -> "_Genuine":
         if not credential:
             raise CredentialError("no credential")
         parts = credential.split(".")
@@ -414,7 +447,6 @@ class Verifier:
             raise CredentialError("malformed credential")
         if not digest or not _HEX64.match(digest):
             raise CredentialError(f"no or malformed {DIGEST_HEADER}")
-        now = now if now is not None else time.time()
         if abs(now - issued) > self._ttl:
             raise CredentialError("expired credential")
         if self.not_before is not None and issued < self.not_before:
@@ -435,11 +467,7 @@ class Verifier:
         else:
             raise CredentialError("wrong credential (another key, or made for another "
                                   "service than " + (self.destination or "this one") + ")")
-        if node is not None:  # before the nonce is taken: a revoked key writes nothing
-            self._keys.check_current(node, generation)
-        if not replay.first_use(nonce, issued, now):
-            raise CredentialError("replayed credential")
-        return Identity(node, key, nonce, digest, generation)
+        return _Genuine(key, nonce, issued, generation, replay)
 
     def verify(self, method: str, path: str, body: bytes, credential: str | None,
                now: float | None = None, node: str | None = None,

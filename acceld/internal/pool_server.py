@@ -11,12 +11,18 @@ not, then held a thread forever. This server runs on
   seconds is closed; at ``max_connections`` the longest-waiting idle
   connection is closed to make room for a new one, so an idle flood cannot
   lock others out;
-- the thread that read a complete head runs the application for it (no
-  hand-off to a pool: an agent's heartbeat is a few hundred microseconds of
-  work, and crossing threads cost more than that); requests beyond ``threads``
-  wait in the epoll;
-- that thread reads the body and writes the answer under ``request_timeout``
-  seconds in all, so a slow client holds a thread for a bounded time;
+- a body (Content-Length, at most ``max_body`` bytes) is read the same way, before a
+  thread runs the application, and only for a head whose credential is genuine
+  (``admit``, acceld.internal.server.genuine_calls: the MAC over method, path, node
+  and body hash holds; no nonce is taken): a stranger never gets a byte of its body
+  read, and a node that sends its body slowly or never holds a file descriptor for
+  ``request_timeout`` seconds (then 408), no thread. A request whose body is not read
+  first is answered at once (401, 413) and its connection closed. Without ``admit``
+  the application reads every body itself, within ``request_timeout``;
+- the thread that completes a request runs the application for it (no hand-off to
+  a pool: an agent's heartbeat is a few hundred microseconds of work, and crossing
+  threads cost more than that); requests beyond ``threads`` wait in the epoll; it
+  writes the answer within ``request_timeout``;
 - HTTP/1.1 connections are kept alive (agents heartbeat over one connection
   instead of a TCP handshake and an accept per hello): after a successful
   answer whose request body was read to its end, the connection goes back to
@@ -42,7 +48,8 @@ from http import HTTPStatus
 from typing import Any, Callable
 from urllib.parse import unquote
 
-from acceld.connection_loop import HEAD_END, Conn, ConnectionLoop, Outcome
+from acceld.connection_loop import (HEAD_END, BodyBuffering, Conn, ConnectionLoop, Outcome,
+                                    send_refusal)
 
 LOG = logging.getLogger(__name__)
 
@@ -56,6 +63,12 @@ class Limits:
     header_timeout: float = 10.0
     request_timeout: float = 60.0
     idle_timeout: float = 60.0  # a kept-alive connection waiting for its next request
+    max_body: int = 1024 * 1024  # bodies the loop reads before the application runs
+
+
+# Whether a request's body may be read before it is served: (method, target, headers by
+# lower-case name). The internal app's credential check from the headers alone.
+Admit = Callable[[str, str, dict[str, str]], bool]
 
 
 class _BodyReader(io.RawIOBase):
@@ -131,9 +144,10 @@ class PoolServer:
 
     def __init__(self, app, host: str, port: int, *,  # type: ignore[no-untyped-def]
                  ssl_context: ssl.SSLContext | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, admit: Admit | None = None) -> None:
         self.app = app
         self.limits = limits or Limits()
+        self._admit = admit
         self._ssl = ssl_context
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         self._listener = socket.create_server((host, port), family=family, backlog=128)
@@ -147,7 +161,9 @@ class PoolServer:
             [self._listener], self._serve_conn, threads=self.limits.threads,
             max_connections=self.limits.max_connections,
             header_timeout=self.limits.header_timeout, idle_timeout=self.limits.idle_timeout,
-            ssl_context=ssl_context, name="internal")
+            ssl_context=ssl_context, name="internal",
+            body=BodyBuffering(self.limits.max_body, self.limits.request_timeout,
+                               chunked=False, admit=self._admit_head, refuse=self._refuse))
 
     @property
     def open_connections(self) -> int:
@@ -164,6 +180,21 @@ class PoolServer:
     def stop(self) -> None:
         self._loop.stop()
         self._listener.close()
+
+    def _admit_head(self, head: bytes) -> bool:
+        """Whether the loop may read this head's body before serving it."""
+        if self._admit is None:
+            return False  # no credential check: every body is the application's to read
+        try:
+            request = _parse(head)
+        except _BadRequest:
+            return False  # answered 400 at once
+        return self._admit(request.method, request.target, dict(request.headers))
+
+    def _refuse(self, conn: Conn, status: int) -> None:
+        """408: the body of a genuine call did not arrive within ``request_timeout``."""
+        send_refusal(conn, status, b'{"error": "The request body did not arrive within %g s."}'
+                     % self.limits.request_timeout)
 
     def _serve_conn(self, conn: Conn) -> Outcome:
         conn.deadline = time.monotonic() + self.limits.request_timeout

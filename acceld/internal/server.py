@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import ssl
 from typing import Any, Callable, Collection, Protocol
+from urllib.parse import unquote
 
 import falcon
 import orjson
@@ -25,7 +26,7 @@ from acceld.addresses import is_loopback
 from acceld.db.outage import RETRY_AFTER_SECONDS
 from acceld.internal import auth
 from acceld.connection_loop import ConnectionLoop
-from acceld.internal.pool_server import Limits, PoolServer
+from acceld.internal.pool_server import Admit, Limits, PoolServer
 
 LOG = logging.getLogger(__name__)
 
@@ -239,14 +240,16 @@ class InternalServer:
 
     def __init__(self, app: Callable[..., Any], host: str, port: int, *,
                  cert_file: str | None = None,
-                 key_file: str | None = None, limits: Limits | None = None) -> None:
+                 key_file: str | None = None, limits: Limits | None = None,
+                 admit: Admit | None = None) -> None:
         context = None
         scheme = "http"
         if cert_file:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(cert_file, key_file)
             scheme = "https"
-        self._server = PoolServer(app, host, port, ssl_context=context, limits=limits)
+        self._server = PoolServer(app, host, port, ssl_context=context, limits=limits,
+                                  admit=admit)
         self.port = self._server.port
         self.url = f"{scheme}://{host}:{self.port}"
 
@@ -272,7 +275,8 @@ def limits_from(conf) -> Limits:  # type: ignore[no-untyped-def]
     return Limits(threads=internal.server_threads, max_connections=internal.max_connections,
                   header_timeout=internal.header_timeout,
                   request_timeout=internal.request_timeout,
-                  idle_timeout=internal.idle_timeout)
+                  idle_timeout=internal.idle_timeout,
+                  max_body=internal.max_request_body)
 
 
 def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]
@@ -301,11 +305,25 @@ def serve(conf, keys: bytes | auth.Keyring,  # type: ignore[no-untyped-def]
     server = InternalServer(healthcheck.mount(app, conf, database), host, port,
                             cert_file=conf.internal.tls_cert_file,
                             key_file=conf.internal.tls_key_file,
-                            limits=limits_from(conf))
+                            limits=limits_from(conf), admit=genuine_calls(verifier))
     verifier.destination = destination(server.port) if callable(destination) else destination
     server.start()
     warn_if_exposed(conf, host, server.url)
     return server
+
+
+def genuine_calls(verifier: auth.Verifier) -> Admit:
+    """The pool server's ``admit``: a body is read before the call is served only for a
+    head whose credential is genuine (the same path as :class:`_Authenticate` signs)."""
+
+    def admit(method: str, target: str, headers: dict[str, str]) -> bool:
+        path, _, query = target.partition("?")
+        path = unquote(path, "iso-8859-1") + (f"?{query}" if query else "")
+        return verifier.genuine(method, path, headers.get(auth.HEADER.lower()),
+                                headers.get(auth.NODE_HEADER.lower()),
+                                headers.get(auth.DIGEST_HEADER.lower()))
+
+    return admit
 
 
 def warn_if_exposed(conf, host: str, url: str) -> bool:  # type: ignore[no-untyped-def]

@@ -33,7 +33,8 @@ class _Gunicorn(BaseApplication):
             "bind": f"{api.host_ip}:{api.port}",
             "workers": api.workers,
             "worker_class": api_worker.worker_class(api.client_header_timeout,
-                                                    api.client_body_timeout),
+                                                    api.client_body_timeout,
+                                                    api.max_request_body_size),
             "threads": api.threads,
             # A threaded worker's main loop reports in while requests run: this only
             # catches a worker that stopped. A synchronous program request waits for the

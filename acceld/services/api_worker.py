@@ -13,8 +13,13 @@ Slow and idle clients hold no thread:
   headers, which are buffered without blocking; a kept-alive connection may idle
   ``keepalive`` seconds (gunicorn's setting), then has the same budget from its next
   request's first byte. A late connection is closed, nothing answered;
-- once the headers are in, the body must arrive within ``[api] client_body_timeout``;
-  a slower client gets 408 and the connection is closed;
+- once the headers are in, a body of at most ``[api] max_request_body_size`` is read by
+  the loop too, before the request reaches a thread, and must arrive within ``[api]
+  client_body_timeout``: a slower client gets 408 and the connection is closed. A
+  request whose body is not read first (announced over the limit, or framed
+  ambiguously) is answered at once (413, 400) and its connection closed: no thread
+  ever waits for a client's body, not even to drain one the application did not read
+  (a 401 from keystonemiddleware);
 - a closed connection waits for the client's FIN in the epoll, not in a thread.
 
 Writing an answer is bounded too (:data:`SEND_TIMEOUT_MIN` or the body timeout, the
@@ -38,7 +43,8 @@ from gunicorn.http import wsgi
 from gunicorn.http.body import LengthReader
 from gunicorn.workers import base
 
-from acceld.connection_loop import Conn, ConnectionLoop, Outcome
+from acceld.api.errors import error_body
+from acceld.connection_loop import BodyBuffering, Conn, ConnectionLoop, Outcome, send_refusal
 
 LOG = logging.getLogger(__name__)
 
@@ -112,7 +118,10 @@ class ClientSocket:
             self.flush()
 
     def send(self, data: bytes) -> int:
-        """Written at once (gunicorn sends ``100 Continue`` this way: the client waits)."""
+        """Written at once (gunicorn sends ``100 Continue`` this way: the client waits),
+        unless the loop sent ``100 Continue`` already, before it read the body."""
+        if self._conn.continued and data.startswith(b"HTTP/1.1 100 "):
+            return len(data)
         self.sendall(data)
         self.flush()
         return len(data)
@@ -142,6 +151,7 @@ class LoopWorker(base.Worker):
 
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    max_body: int = 1024 * 1024
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
@@ -156,7 +166,8 @@ class LoopWorker(base.Worker):
             listeners, self.serve, threads=self.cfg.threads,
             max_connections=self.cfg.worker_connections,
             header_timeout=self.header_timeout, idle_timeout=max(1, self.cfg.keepalive),
-            ssl_context=context, name="api", on_header_timeout=self._header_timeout)
+            ssl_context=context, name="api", on_header_timeout=self._header_timeout,
+            body=BodyBuffering(self.max_body, self.body_timeout, refuse=self._refuse_body))
         self.loop.start()
         try:
             while self.alive:
@@ -173,6 +184,13 @@ class LoopWorker(base.Worker):
                     pass
         finally:
             self.loop.stop(grace=self.cfg.graceful_timeout)
+
+    def _refuse_body(self, conn: Conn, status: int) -> None:
+        """The loop's answer to a body it gave up on: 408 late, 413 a chunked body over
+        ``[api] max_request_body_size`` (one with a Content-Length is the API's to refuse)."""
+        message = (BodyTimeout(self.body_timeout).description if status == 408 else
+                   f"The request body is over the limit of {self.max_body} bytes.")
+        send_refusal(conn, status, error_body(status, message or ""))
 
     def _header_timeout(self, conn: Conn) -> None:
         LOG.info("Closing the connection from %s: its request headers did not arrive "
@@ -214,8 +232,7 @@ class LoopWorker(base.Worker):
             keepalive = self.handle_request(req, client, conn)
             if not keepalive or timed_out:
                 return Outcome.CLOSE
-            if not _body_consumed(req) and \
-                    not parser.finish_body(deadline=time.monotonic() + self.body_timeout):
+            if not _body_consumed(req) and not _skip_buffered_body(parser, conn):
                 return Outcome.CLOSE
             conn.buffer[:0] = parser.unreader.take_buffered()
             return Outcome.KEEP
@@ -293,8 +310,19 @@ def _body_consumed(req) -> bool:  # type: ignore[no-untyped-def]
     return isinstance(reader, LengthReader) and reader.length == 0
 
 
-def worker_class(header_timeout: float, body_timeout: float) -> type[LoopWorker]:
-    """The worker class for gunicorn's ``worker_class`` setting, with these timeouts."""
+def _skip_buffered_body(parser, conn: Conn) -> bool:  # type: ignore[no-untyped-def]
+    """Skip the part of the request's body the application did not read, from what the
+    loop buffered, without waiting for the client: False (close the connection) when the
+    rest is still to come."""
+    conn.deadline = time.monotonic()
+    conn.on_expired = lambda: TimeoutError("the rest of the body is not buffered")
+    return bool(parser.finish_body(deadline=time.monotonic() + 1.0))
+
+
+def worker_class(header_timeout: float, body_timeout: float,
+                 max_body: int = LoopWorker.max_body) -> type[LoopWorker]:
+    """The worker class for gunicorn's ``worker_class`` setting, with these limits."""
     return type("AcceldApiWorker", (LoopWorker,),
-                {"header_timeout": float(header_timeout), "body_timeout": float(body_timeout)})
+                {"header_timeout": float(header_timeout), "body_timeout": float(body_timeout),
+                 "max_body": int(max_body)})
 

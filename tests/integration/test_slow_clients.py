@@ -8,6 +8,7 @@ dropped once its timeout passed.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from urllib.parse import urlsplit
@@ -17,6 +18,7 @@ import requests
 
 from tests.support import allinone
 from tests.support.net import free_port
+from tests.support.slow_bodies import SlowBodies
 
 HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 2.0
@@ -135,6 +137,95 @@ def test_a_stalled_body_gets_408_and_is_closed(aio):
         assert BODY_TIMEOUT - 0.5 <= time.monotonic() - started <= BODY_TIMEOUT + 3
     finally:
         sock.close()
+
+
+def test_bodies_sent_slowly_or_never_hold_no_thread(aio):
+    """64 connections announcing a body they never send and 64 trickling one (issue 26):
+    the loop reads bodies before a thread serves the request, so the API's 2 workers x
+    4 threads all stay free (before: every thread waited for a body until
+    client_body_timeout, and every other client with them)."""
+    host, port = _address(aio)
+
+    def head(_: int) -> bytes:
+        return (b"POST /accelerator/v2/device_profiles HTTP/1.1\r\n"
+                + f"Host: {host}:{port}\r\n".encode()
+                + b"Content-Type: application/json\r\nContent-Length: 4096\r\n\r\n")
+
+    slow = SlowBodies((host, port), head, silent=64, trickling=64)
+    try:
+        opened = time.monotonic()
+        for _ in range(5):
+            assert _timed_get(aio) < 1.0
+        started = time.monotonic()
+        resp = requests.post(aio.url + "/device_profiles", json=[{
+            "name": "slow-bodies-beside", "groups": [{"resources:FPGA": "1"}]}], timeout=5)
+        assert resp.status_code == 201, resp.text
+        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - opened < BODY_TIMEOUT  # all of them still waiting
+        deadline = time.monotonic() + BODY_TIMEOUT + 5
+        while slow.open_count() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert slow.open_count() == 0, "late bodies' connections were not closed"
+        assert len(slow.answers) == 128
+        assert {answer.split(b"\r\n", 1)[0] for answer in slow.answers.values()} == {
+            b"HTTP/1.1 408 Request Timeout"}, slow.answers
+    finally:
+        slow.close()
+
+
+def _profile(name: str) -> bytes:
+    return json.dumps([{"name": name, "groups": [{"resources:FPGA": "1"}]}]).encode()
+
+
+def _post_head(aio, framing: bytes) -> bytes:
+    host, port = _address(aio)
+    return (b"POST /accelerator/v2/device_profiles HTTP/1.1\r\n"
+            + f"Host: {host}:{port}\r\n".encode()
+            + b"Content-Type: application/json\r\n" + framing + b"\r\n")
+
+
+def test_a_chunked_body_is_read_by_the_loop_and_served(aio):
+    body = _profile("framing-chunked")
+    with _connect(aio) as sock:
+        sock.sendall(_post_head(aio, b"Transfer-Encoding: chunked\r\n"))
+        for at in range(0, len(body), 10):  # many chunks, each its own write
+            piece = body[at:at + 10]
+            sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+        sock.sendall(b"0\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 201 ")
+
+
+def test_expect_100_continue_gets_one_100_continue(aio):
+    body = _profile("framing-continue")
+    with _connect(aio) as sock:
+        sock.sendall(_post_head(aio, b"Content-Length: %d\r\nExpect: 100-continue\r\n"
+                                % len(body)))
+        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 201 "), answer[:300]  # no second 100 Continue
+
+
+@pytest.mark.parametrize("framing", [
+    b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+    b"Content-Length: 5\r\nContent-Length: 6\r\n",
+])
+def test_smuggling_shaped_framing_is_refused_400_at_once(aio, framing):
+    with _connect(aio) as sock:
+        sock.sendall(_post_head(aio, framing))
+        started = time.monotonic()
+        elapsed, received = _closed_after(sock, 5)
+        assert time.monotonic() - started < 1.0
+    assert received.startswith(b"HTTP/1.1 400 "), received[:300]
+
+
+def test_a_body_announced_over_the_limit_is_refused_413_unread_and_closed(aio):
+    with _connect(aio) as sock:
+        sock.sendall(_post_head(aio, b"Content-Length: %d\r\n" % (64 * 1024 * 1024)))
+        started = time.monotonic()
+        elapsed, received = _closed_after(sock, 5)
+        assert time.monotonic() - started < 1.0  # not waiting for (nor draining) a body
+    assert received.startswith(b"HTTP/1.1 413 "), received[:300]
 
 
 def test_kept_alive_connections_still_serve_requests(aio):
