@@ -502,9 +502,12 @@ GROUPS.update({
     "nvme": [
         _sysfs_root_opt(),
         _resource_class_opt("CUSTOM_SSD"),
-        cfg.StrOpt("mounts_path", default="/proc/mounts",
-                   help="The mount table; a controller with a mounted namespace is never "
-                        "offered."),
+        cfg.StrOpt("mounts_path", default="/proc/self/mountinfo",
+                   help="The mount table, in mountinfo form (mounts matched by major:minor, "
+                        "so /dev/root counts) or /proc/mounts form (by source name only); a "
+                        "controller with a mounted namespace is never offered. An agent in a "
+                        "container reads the host's: /proc/1/mountinfo with the host's PID "
+                        "namespace."),
         cfg.ListOpt("addresses", default=[],
                     help="PCI addresses of the controllers to offer (only these, and only "
                          "while the host does not use them). Empty: none is offered."),
