@@ -12,9 +12,11 @@ Two sources, merged per PCI address:
   Without NVML (no driver, or GPUs bound to vfio-pci, which NVML cannot see) sysfs alone
   describes the GPUs.
 
-When NVML answers, a GPU bound to the ``nvidia`` driver that NVML neither enumerates nor
-reports lost is not this node's to offer (a container sees every GPU in /sys but only its
-own through NVML) and is left out.
+When NVML answers, a GPU bound to the ``nvidia`` driver that NVML does not enumerate is
+looked up by its bus id: NotFound or NoPermission mean it is not this node's to offer (a
+container sees every GPU in /sys but only its own through NVML) and it is left out; any
+other error (GpuIsLost, Unknown ...) is a GPU in trouble, reported ``unhealthy`` with the
+error's name.
 
 Identity never depends on the source: the model and the traits come from the PCI device
 id, so a GPU keeps them when NVML is down or when it is rebound from ``nvidia`` to
@@ -167,10 +169,10 @@ class NvidiaGpuDriver(Driver):
         bound_nvidia = sorted(a for a in gpus if functions[a].driver == "nvidia")
         report = self.read_nvml(bound_nvidia)
         nvml_gpus = report.gpus if report else {}
-        lost = report.lost if report else set()
+        failed = report.failed if report else {}
         xids, xid_totals = self._critical_xids() if report else ({}, {})
         if report:
-            hidden = [a for a in bound_nvidia if a not in nvml_gpus and a not in lost]
+            hidden = [a for a in bound_nvidia if a not in nvml_gpus and a not in failed]
             if hidden:
                 LOG.info("nvidia_gpu: %s bound to nvidia but not visible to NVML here (another "
                          "container's or host's GPUs); not reported", ", ".join(hidden))
@@ -194,7 +196,8 @@ class NvidiaGpuDriver(Driver):
         records = []
         for address in addresses:
             health = worst(
-                judge(nvml_gpus.get(address), lost=address in lost, xids=xids.get(address, []),
+                judge(nvml_gpus.get(address), failure=failed.get(address),
+                      xids=xids.get(address, []),
                       xid_total=xid_totals.get(address, 0)),
                 self._pci_health.check(address, functions[address].path, judge_speed=False)
                 if address in functions else Health())
@@ -219,11 +222,15 @@ class NvidiaGpuDriver(Driver):
         if gpu:
             for key, value in (("name", gpu.name), ("gpu_uuid", gpu.gpu_uuid),
                                ("serial", gpu.serial), ("memory_mib", gpu.memory_mib),
-                               ("mig_mode", gpu.mig_mode)):
+                               ("mig_mode", gpu.mig_mode),
+                               ("mig_mode_pending", gpu.mig_mode_pending)):
                 if value is not None:
                     vendor_info[key] = value
             if gpu.mig_mode == "enabled":
                 vendor_info["mig_devices"] = gpu.mig_devices
+                vendor_info["mig_gpu_instances"] = [
+                    {"gpu_instance_id": gi, "profile_id": profile}
+                    for gi, profile in zip(gpu.gpu_instance_ids, gpu.gpu_instance_profiles)]
         std_info = function.std_board_info() if function else {"vendor_id": VENDOR,
                                                                 "product_id": device_id}
         traits = [f"CUSTOM_NVIDIA_{upstream_product_id(device_id)}", f"CUSTOM_NVIDIA_{product}"]
@@ -245,6 +252,12 @@ class NvidiaGpuDriver(Driver):
                plan: VgpuPlan | None, unknown_types: list[str]
                ) -> tuple[list[Deployable], str, str | None]:
         """The deployables, acc_status and status_reason of one GPU."""
+        if gpu and gpu.mig_mode_pending:
+            # What the GPU can offer (whole, vGPU types, MIG-backed types) changes at the
+            # reset that applies the mode: nothing until then.
+            return [], "reboot_required", (
+                f"MIG mode is {gpu.mig_mode}, {gpu.mig_mode_pending} at the next GPU reset "
+                f"(nvidia-smi -r -i {address}, or a reboot): nothing offered until then")
         if plan and plan.offer:
             offer = plan.offer
             if not offer.handles:
@@ -271,6 +284,12 @@ class NvidiaGpuDriver(Driver):
         if gpu and gpu.mig_devices:
             return [], "setup_required", (
                 f"not offered whole: {len(gpu.mig_devices)} MIG device(s) live on it")
+        if gpu and gpu.gpu_instance_ids:
+            # GPU instances without compute instances are still MIG partitions someone made
+            # (MIG-backed vGPUs need only the GPU instance): the GPU is not free whole.
+            return [], "setup_required", (
+                f"not offered whole: {len(gpu.gpu_instance_ids)} MIG GPU instance(s) exist "
+                f"on it (ids {', '.join(map(str, sorted(gpu.gpu_instance_ids)))})")
         return [Deployable(name=address, num_accelerators=1,
                            attributes=attributes("PGPU", traits),
                            attach_handles=[pci_handle(address)])], "ready", None

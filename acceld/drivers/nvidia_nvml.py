@@ -62,8 +62,12 @@ class NvmlGpu:
     serial: str | None = None
     memory_mib: int | None = None
     mig_mode: str | None = None  # 'enabled' | 'disabled' | None (not supported)
+    # The mode at the next GPU reset, when it differs from the current one (nvidia-smi -mig 1
+    # on a GPU in use, or before the reset that applies it): None when nothing is pending.
+    mig_mode_pending: str | None = None
     mig_devices: list[dict[str, Any]] = field(default_factory=list)
     gpu_instance_profiles: list[int] = field(default_factory=list)  # one per GPU instance
+    gpu_instance_ids: list[int] = field(default_factory=list)  # the same instances' ids
     vgpu_types: dict[int, NvmlVgpuType] = field(default_factory=dict)
     active_vgpu_types: list[int] = field(default_factory=list)  # a type id per running vGPU
     health: NvmlHealthFacts = field(default_factory=NvmlHealthFacts)
@@ -74,8 +78,35 @@ class NvmlReport:
     gpus: dict[str, NvmlGpu]
     driver_version: str | None
     cuda_driver_version: int | None
-    # GPUs NVML reports lost (GpuIsLost) by sysfs address: known only by bus id lookups.
-    lost: set[str] = field(default_factory=set)
+    # GPUs NVML cannot read (GpuIsLost, Unknown, ...), sysfs address -> the error as
+    # error_name() gives it: known only by bus id lookups. A GPU answering NotFound or
+    # NoPermission is not here: it is not this node's (another container's).
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+# Errors that mean "not this node's GPU" (a container sees every GPU in /sys but only its
+# own through NVML); every other error is a GPU in trouble.
+NOT_OURS = frozenset({"NoPermission", "NotFound"})
+_ERROR_NAMES = {1: "Uninitialized", 2: "InvalidArgument", 3: "NotSupported",
+                4: "NoPermission", 6: "NotFound", 9: "DriverNotLoaded", 10: "Timeout",
+                12: "LibraryNotFound", 13: "FunctionNotFound", 15: "GpuIsLost",
+                999: "Unknown"}
+
+
+def error_name(exc: BaseException) -> str:
+    """An NVMLError's short name ('GpuIsLost', 'Unknown'), from its class
+    (``NVMLError_Unknown``) or its code."""
+    cls = type(exc).__name__
+    if cls.startswith("NVMLError_"):
+        return cls[len("NVMLError_"):]
+    value = getattr(exc, "value", None)
+    return _ERROR_NAMES.get(value, f"error {value}") if isinstance(value, int) else cls
+
+
+def error_text(exc: BaseException) -> str:
+    """How the failure reads in a reason: 'Unknown (999: Unknown Error)'."""
+    value = getattr(exc, "value", None)
+    return f"{error_name(exc)} ({value}: {exc})" if isinstance(value, int) else str(exc)
 
 
 def nvml_address(pci: Any) -> str:
@@ -120,23 +151,34 @@ class NvmlReader:
                 continue
             gpu = self.read_gpu(handle, pci)
             gpus[gpu.address] = gpu
-        lost = set()
+        failed: dict[str, str] = {}
         for address in probe_addresses:
-            if address not in gpus and self._is_lost(address):
-                lost.add(address)
+            if address in gpus:
+                continue
+            found = self._probe(address)
+            if isinstance(found, NvmlGpu):
+                gpus[address] = found
+            elif found is not None:
+                failed[address] = found
         return NvmlReport(gpus=gpus,
                           driver_version=_text(self.soft(nvml.nvmlSystemGetDriverVersion)),
                           cuda_driver_version=self.soft(nvml.nvmlSystemGetCudaDriverVersion),
-                          lost=lost)
+                          failed=failed)
 
-    def _is_lost(self, address: str) -> bool:
+    def _probe(self, address: str) -> NvmlGpu | str | None:
+        """A GPU sysfs shows on nvidia that enumeration missed, by its bus id: read when it
+        answers; None when NVML says it is not ours (NotFound, NoPermission); else the
+        failure (GpuIsLost, Unknown ...), which makes it unhealthy, never dropped."""
         nvml = self.nvml
         try:
             handle = nvml.nvmlDeviceGetHandleByPciBusId(address)
-            nvml.nvmlDeviceGetPciInfo(handle)
+            pci = nvml.nvmlDeviceGetPciInfo(handle)
         except nvml.NVMLError as exc:
-            return int(getattr(exc, "value", 0)) == 15  # NVML_ERROR_GPU_IS_LOST
-        return False
+            if error_name(exc) in NOT_OURS:
+                return None
+            LOG.warning("nvidia_gpu: NVML cannot reach %s: %s", address, error_text(exc))
+            return error_text(exc)
+        return self.read_gpu(handle, pci)
 
     def read_gpu(self, handle: Any, pci: Any) -> NvmlGpu:
         nvml, soft = self.nvml, self.soft
@@ -156,10 +198,13 @@ class NvmlReader:
     def _read_mig(self, handle: Any, gpu: NvmlGpu) -> None:
         nvml, soft = self.nvml, self.soft
         try:
-            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+            current, pending = nvml.nvmlDeviceGetMigMode(handle)
         except nvml.NVMLError:  # NotSupported on GPUs without MIG (T4, A40, L40S ...)
             return
-        gpu.mig_mode = "enabled" if current == nvml.NVML_DEVICE_MIG_ENABLE else "disabled"
+        enable = nvml.NVML_DEVICE_MIG_ENABLE
+        gpu.mig_mode = "enabled" if current == enable else "disabled"
+        if pending != current:
+            gpu.mig_mode_pending = "enabled" if pending == enable else "disabled"
         if current != nvml.NVML_DEVICE_MIG_ENABLE:
             return
         for index in range(soft(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
@@ -183,6 +228,7 @@ class NvmlReader:
             info = soft(nvml.nvmlGpuInstanceGetInfo, instance)
             if info is not None:
                 gpu.gpu_instance_profiles.append(int(info.profileId))
+                gpu.gpu_instance_ids.append(int(getattr(info, "id", gi_id)))
 
     def _read_vgpu(self, handle: Any, gpu: NvmlGpu) -> None:
         nvml, soft = self.nvml, self.soft

@@ -57,6 +57,10 @@ class FakeGpu:
     mig_mode: tuple[int, int] | None = None  # None: NotSupported
     mig_slots: list[FakeMig | None] = field(default_factory=list)
     lost: bool = False  # every call on it raises GpuIsLost
+    # Every handle lookup of it raises this error (by its ERROR_CODES name): "Unknown" for
+    # a GPU that fell off the bus the way nvidia-smi shows ("Unable to determine the device
+    # handle for GPU 0000:3B:00.0: Unknown Error"), "NoPermission" for one the cgroup denies.
+    handle_error: str | None = None
     vgpu_types: list[FakeVgpuType] = field(default_factory=list)  # [] : no vGPU manager
     active_vgpus: list[int] = field(default_factory=list)  # type id per running vGPU
     gpu_instances: dict[int, int] = field(default_factory=dict)  # GI id -> profile id
@@ -175,6 +179,8 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
         check()
         if not 0 <= index < len(visible):
             raise error("InvalidArgument")
+        if visible[index].handle_error:
+            raise error(visible[index].handle_error)
         return _Handle(visible[index])
 
     def nvmlDeviceGetHandleByPciBusId(bus_id: str) -> _Handle:
@@ -182,6 +188,8 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
         wanted = bus_id.lower()[-12:]
         for gpu in gpus:
             if gpu.bus_id.lower() == wanted:
+                if gpu.handle_error:
+                    raise error(gpu.handle_error)
                 if gpu.lost:
                     raise error("GpuIsLost")
                 return _Handle(gpu)
