@@ -482,6 +482,11 @@ GROUPS.update({
                     help="XID events that do not make a GPU unhealthy: the application "
                          "errors NVIDIA's Kubernetes device plugin ignores. Every other "
                          "critical XID does, until the agent restarts."),
+        cfg.StrOpt("proc_root", default="/proc",
+                   help="Where procfs is mounted: the MIG capability files "
+                        "(driver/nvidia/capabilities/gpu<N>/mig/gi<id>) tell which GPU "
+                        "instances exist when NVML refuses the unprivileged agent and the "
+                        "privsep daemon cannot read them either."),
     ],
     "intel_fpga": [
         _sysfs_root_opt(),

@@ -54,7 +54,8 @@ from acceld.drivers.base import (AttachHandle, Deployable, Driver, DriverError, 
                                  hardware_uuid, pci_controlpath, pci_handle)
 from acceld.drivers.health import Health, worst
 from acceld.drivers.nvidia_health import DEFAULT_IGNORED_XIDS, XidMonitor, judge
-from acceld.drivers.nvidia_nvml import NvmlGpu, NvmlReport, read_nvml
+from acceld.drivers.nvidia_nvml import (NvmlGpu, NvmlReport, capability_gpu_instances,
+                                        read_nvml, set_gpu_instances)
 from acceld.drivers.nvidia_vgpu import (MIN_SLOT_PROBE, VgpuPlan, VgpuPlanner, mdev_handle,
                                         read_vgpu_types)
 from acceld.drivers.pci_health import PciHealthMonitor
@@ -142,7 +143,34 @@ class NvidiaGpuDriver(Driver):
         nvml = self._nvml_module()
         if nvml is None:
             return None
-        return read_nvml(nvml, probe_addresses)
+        report = read_nvml(nvml, probe_addresses)
+        for gpu in (report.gpus.values() if report else ()):
+            if gpu.gpu_instances_error and gpu.gpu_instances_error.startswith("NoPermission"):
+                self._read_gpu_instances_elsewhere(gpu)
+        return report
+
+    def _read_gpu_instances_elsewhere(self, gpu: NvmlGpu) -> None:
+        """NVML refused this (unprivileged) process the GPU instances: read them through
+        the privsep daemon; failing that, their ids from the MIG capability files (no
+        profiles); failing that, they stay unknown and ``gpu_instances_error`` says why."""
+        from acceld import privileged  # lazily: the offline GPU check runs without oslo
+
+        privileged.adopt(self.conf, "nvidia_gpu")
+        try:
+            instances = privileged.read_gpu_instances(gpu.address)
+        except Exception as exc:  # noqa: BLE001 - no daemon, refused, NVML error: fall back
+            LOG.info("nvidia_gpu: the privsep daemon could not read the GPU instances of "
+                     "%s either (%s)", gpu.address, exc)
+        else:
+            set_gpu_instances(gpu, instances, "privsep")
+            gpu.gpu_instances_error = None  # read after all: the source says how
+            return
+        if gpu.minor_number is None:
+            return
+        ids = capability_gpu_instances(self.opts.proc_root, gpu.minor_number)
+        if ids is not None:
+            gpu.gpu_instance_ids = ids
+            gpu.gpu_instances_source = "capabilities"
 
     def _critical_xids(self) -> tuple[dict[str, list[int]], dict[str, int]]:
         nvml = self._nvml_module()
@@ -228,9 +256,14 @@ class NvidiaGpuDriver(Driver):
                     vendor_info[key] = value
             if gpu.mig_mode == "enabled":
                 vendor_info["mig_devices"] = gpu.mig_devices
+                profiles = gpu.gpu_instance_profiles or [None] * len(gpu.gpu_instance_ids)
                 vendor_info["mig_gpu_instances"] = [
                     {"gpu_instance_id": gi, "profile_id": profile}
-                    for gi, profile in zip(gpu.gpu_instance_ids, gpu.gpu_instance_profiles)]
+                    for gi, profile in zip(gpu.gpu_instance_ids, profiles)]
+                for key, value in (("mig_gpu_instances_source", gpu.gpu_instances_source),
+                                   ("mig_gpu_instances_error", gpu.gpu_instances_error)):
+                    if value is not None:
+                        vendor_info[key] = value
         std_info = function.std_board_info() if function else {"vendor_id": VENDOR,
                                                                 "product_id": device_id}
         traits = [f"CUSTOM_NVIDIA_{upstream_product_id(device_id)}", f"CUSTOM_NVIDIA_{product}"]
@@ -284,6 +317,13 @@ class NvidiaGpuDriver(Driver):
         if gpu and gpu.mig_devices:
             return [], "setup_required", (
                 f"not offered whole: {len(gpu.mig_devices)} MIG device(s) live on it")
+        if gpu and gpu.mig_mode == "enabled" and gpu.gpu_instances_source is None \
+                and gpu.gpu_instances_error:
+            # Whether MIG partitions exist is unknown: when in doubt, not whole.
+            return [], "setup_required", (
+                f"not offered whole: its MIG GPU instances cannot be read (NVML: "
+                f"{gpu.gpu_instances_error}; the privsep daemon and the MIG capability files "
+                f"did not tell either)")
         if gpu and gpu.gpu_instance_ids:
             # GPU instances without compute instances are still MIG partitions someone made
             # (MIG-backed vGPUs need only the GPU instance): the GPU is not free whole.

@@ -13,6 +13,7 @@ offline GPU check (``bench/gpu_check.py``) runs it where no package index is rea
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -68,6 +69,15 @@ class NvmlGpu:
     mig_devices: list[dict[str, Any]] = field(default_factory=list)
     gpu_instance_profiles: list[int] = field(default_factory=list)  # one per GPU instance
     gpu_instance_ids: list[int] = field(default_factory=list)  # the same instances' ids
+    # Where the GPU instances were read: 'nvml' (this process), 'privsep' (the privileged
+    # daemon, when NVML refused this process), 'capabilities' (the MIG capability files:
+    # ids only, no profiles); None when they could not be read at all.
+    gpu_instances_source: str | None = None
+    # How NVML refused to list them in this process ('NoPermission (4: Insufficient
+    # Permissions)': NVML documents nvmlDeviceGetGpuInstanceById as needing a privileged
+    # user); None when it did not.
+    gpu_instances_error: str | None = None
+    minor_number: int | None = None  # the N of /dev/nvidiaN (MIG capability files' gpuN)
     vgpu_types: dict[int, NvmlVgpuType] = field(default_factory=dict)
     active_vgpu_types: list[int] = field(default_factory=list)  # a type id per running vGPU
     health: NvmlHealthFacts = field(default_factory=NvmlHealthFacts)
@@ -190,6 +200,8 @@ class NvmlReader:
         memory = soft(nvml.nvmlDeviceGetMemoryInfo, handle)
         if memory is not None:
             gpu.memory_mib = int(memory.total) // _MIB
+        minor = soft(nvml.nvmlDeviceGetMinorNumber, handle)
+        gpu.minor_number = int(minor) if minor is not None else None
         self._read_mig(handle, gpu)
         self._read_vgpu(handle, gpu)
         self._read_health(handle, gpu)
@@ -221,14 +233,14 @@ class NvmlReader:
             })
         # GPU instances exist without compute instances (MIG-backed vGPUs need only the GI),
         # so they are probed by id rather than found through MIG device handles.
-        for gi_id in range(1, _MAX_GPU_INSTANCE_ID):
-            instance = soft(nvml.nvmlDeviceGetGpuInstanceById, handle, gi_id)
-            if instance is None:
-                continue
-            info = soft(nvml.nvmlGpuInstanceGetInfo, instance)
-            if info is not None:
-                gpu.gpu_instance_profiles.append(int(info.profileId))
-                gpu.gpu_instance_ids.append(int(getattr(info, "id", gi_id)))
+        try:
+            instances = probe_gpu_instances(nvml, handle)
+        except nvml.NVMLError as exc:
+            gpu.gpu_instances_error = error_text(exc)
+            LOG.info("nvidia_gpu: NVML refused to list the GPU instances of %s: %s",
+                     gpu.address, gpu.gpu_instances_error)
+            return
+        set_gpu_instances(gpu, instances, "nvml")
 
     def _read_vgpu(self, handle: Any, gpu: NvmlGpu) -> None:
         nvml, soft = self.nvml, self.soft
@@ -262,6 +274,61 @@ class NvmlReader:
         if rows is not None:
             corr, unc, is_pending, failure = rows
             facts.remapped_rows = (int(corr), int(unc), bool(is_pending), bool(failure))
+
+
+def probe_gpu_instances(nvml: ModuleType, handle: Any) -> list[tuple[int, int]]:
+    """(GPU instance id, profile id) of every GPU instance on a MIG-enabled GPU, probed by
+    id. Raises the NVMLError of a refusal that is not about one id (NoPermission: NVML
+    wants a privileged user); NotFound/InvalidArgument for an id is "no such instance"."""
+    found: list[tuple[int, int]] = []
+    for gi_id in range(1, _MAX_GPU_INSTANCE_ID):
+        try:
+            instance = nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id)
+            info = nvml.nvmlGpuInstanceGetInfo(instance)
+        except nvml.NVMLError as exc:
+            if error_name(exc) in ("NotFound", "InvalidArgument"):
+                continue
+            raise
+        found.append((int(getattr(info, "id", gi_id)), int(info.profileId)))
+    return found
+
+
+def set_gpu_instances(gpu: NvmlGpu, instances: Sequence[Sequence[int]], source: str) -> None:
+    gpu.gpu_instance_ids = [int(i[0]) for i in instances]
+    gpu.gpu_instance_profiles = [int(i[1]) for i in instances]
+    gpu.gpu_instances_source = source
+
+
+def gpu_instances_at(nvml: ModuleType, address: str) -> list[tuple[int, int]]:
+    """The GPU instances of the GPU at ``address``, in a process of its own NVML session
+    (the privileged daemon: acceld.privileged.read_gpu_instances)."""
+    nvml.nvmlInit()
+    try:
+        handle = nvml.nvmlDeviceGetHandleByPciBusId(address)
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        if current != nvml.NVML_DEVICE_MIG_ENABLE:
+            return []
+        return probe_gpu_instances(nvml, handle)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+
+
+def capability_gpu_instances(proc_root: str, minor: int) -> list[int] | None:
+    """GPU instance ids from the MIG capability files every user may read: the driver
+    keeps ``<proc>/driver/nvidia/capabilities/gpu<minor>/mig/gi<id>/access`` for each GPU
+    instance that exists (NVIDIA's MIG user guide, "Device Nodes and Capabilities").
+    None when the GPU's ``mig`` directory is not there (no such files on this host)."""
+    base = os.path.join(proc_root, "driver", "nvidia", "capabilities", f"gpu{minor}", "mig")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return None
+    ids = [int(n[2:]) for n in names if re.fullmatch(r"gi\d+", n)
+           and os.path.exists(os.path.join(base, n, "access"))]
+    return sorted(ids)
 
 
 def read_nvml(nvml: ModuleType, probe_addresses: Sequence[str]) -> NvmlReport | None:

@@ -68,6 +68,10 @@ class FakeGpu:
     retired_pages_pending: int | None = 0  # NVML_FEATURE_ENABLED (1) / DISABLED (0)
     remapped_rows: tuple[int, int, int, int] | None = None  # None: NotSupported (pre-Ampere)
     hidden: bool = False  # not enumerated (GetCount skips it), as a GPU that fell off
+    minor: int = 0  # nvmlDeviceGetMinorNumber: the N of /dev/nvidiaN
+    # nvmlDeviceGetGpuInstanceById raises NoPermission unless the module was made
+    # privileged=True (NVML: "requires privileged user"; the agent runs unprivileged).
+    gi_needs_privilege: bool = False
 
 
 @dataclass
@@ -106,8 +110,9 @@ class _Memory:
 
 
 def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
-                driver_version: str = "550.54.15") -> types.ModuleType:
-    """A module object with the real names; ``init_error`` makes nvmlInit raise that error."""
+                driver_version: str = "550.54.15", privileged: bool = False) -> types.ModuleType:
+    """A module object with the real names; ``init_error`` makes nvmlInit raise that error;
+    ``privileged``: the process is root (or has CAP_SYS_ADMIN), as the privsep daemon."""
     mod = types.ModuleType("pynvml")
     # NVML counts nvmlInit calls: it stays initialised until as many nvmlShutdown calls.
     state: dict[str, Any] = {"initialised": 0, "init_calls": 0, "shutdown_calls": 0,
@@ -217,6 +222,10 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
         check(handle)
         return _Memory(handle.mig.memory_total if handle.mig else handle.gpu.memory_total)
 
+    def nvmlDeviceGetMinorNumber(handle: _Handle) -> int:
+        check(handle)
+        return handle.gpu.minor
+
     def nvmlSystemGetDriverVersion() -> str:
         check()
         return driver_version
@@ -301,6 +310,8 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
             raise error("NotSupported")
         if mode[0] != 1:
             raise error("InvalidArgument")
+        if handle.gpu.gi_needs_privilege and not privileged:
+            raise error("NoPermission")
         if gi_id not in handle.gpu.gpu_instances:
             raise error("NotFound")
         return (handle.gpu, gi_id)
@@ -373,7 +384,8 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
                nvmlDeviceGetMemoryInfo, nvmlSystemGetDriverVersion,
                nvmlSystemGetCudaDriverVersion, nvmlDeviceGetMigMode,
                nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMigDeviceHandleByIndex,
-               nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId):
+               nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId,
+               nvmlDeviceGetMinorNumber):
         setattr(mod, fn.__name__, fn)
     return mod
 
@@ -396,5 +408,5 @@ API_NAMES = [
     "nvmlDeviceGetUUID", "nvmlDeviceGetSerial", "nvmlDeviceGetMemoryInfo",
     "nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion", "nvmlDeviceGetMigMode",
     "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
-    "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetMinorNumber",
 ]
