@@ -59,7 +59,7 @@ from acceld.drivers.nvidia_nvml import (NvmlGpu, NvmlReport, capability_gpu_inst
 from acceld.drivers.nvidia_vgpu import (MIN_SLOT_PROBE, VgpuPlan, VgpuPlanner, mdev_handle,
                                         read_vgpu_types)
 from acceld.drivers.pci_health import PciHealthMonitor
-from acceld.drivers.pci_isolation import require_isolation
+from acceld.drivers.pci_isolation import one_offer_per_group, require_isolation
 from acceld.drivers.traits import attributes, trait_part
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ class NvidiaGpuDriver(Driver):
             # A GPU whose IOMMU group holds a function the host keeps (the HDMI audio
             # function on snd_hda_intel), or the host's console, cannot go to a VM.
             records.append(require_isolation(record, self.root))
-        return records
+        return one_offer_per_group(records, self.root)
 
     def _record(self, address: str, function: sysfs.PciFunction | None, gpu: NvmlGpu | None,
                 plan: VgpuPlan | None, unknown_types: list[str], driver_version: str | None,

@@ -32,7 +32,7 @@ from acceld.drivers.base import (Deployable, Driver, DriverError,
 from acceld.drivers.claims import claimed_by_others
 from acceld.drivers.intel_fpga import PF_PRODUCTS as INTEL_FPGA_PFS, VF_IDS as INTEL_FPGA_VFS
 from acceld.drivers.pci_health import PciHealthMonitor, judges_link_speed
-from acceld.drivers.pci_isolation import split_assignable, vfio_refuses
+from acceld.drivers.pci_isolation import one_offer_per_group, split_assignable, vfio_refuses
 from acceld.drivers.traits import upstream_vendor
 from acceld.drivers.vgpu_presence import vgpu_managed, vgpu_reason
 
@@ -391,7 +391,7 @@ class PciDriver(Driver):
                 continue  # an attach handle of its PF's deployable
             records.append(self._record(dev, spec, vfs_of.get(address, []), functions))
         self.pci_health.forget(set(admitted))
-        return records
+        return one_offer_per_group(records, self.conf.pci_driver.sysfs_root)
 
     def _vgpu_reason(self, dev: PciFunction, functions: dict[str, PciFunction]) -> str | None:
         """Why the vGPU manager keeps this function (or, for a PF, any of its VFs) from
