@@ -153,10 +153,11 @@ class NvidiaGpuDriver(Driver):
         """NVML refused this (unprivileged) process the GPU instances: read them through
         the privsep daemon; failing that, their ids from the MIG capability files (no
         profiles); failing that, they stay unknown and ``gpu_instances_error`` says why."""
-        from acceld import privileged  # lazily: the offline GPU check runs without oslo
-
-        privileged.adopt(self.conf, "nvidia_gpu")
         try:
+            # Lazily: the offline GPU check (bench/gpu_check.py) runs without oslo.
+            from acceld import privileged
+
+            privileged.adopt(self.conf, "nvidia_gpu")
             instances = privileged.read_gpu_instances(gpu.address)
         except Exception as exc:  # noqa: BLE001 - no daemon, refused, NVML error: fall back
             LOG.info("nvidia_gpu: the privsep daemon could not read the GPU instances of "
@@ -167,7 +168,8 @@ class NvidiaGpuDriver(Driver):
             return
         if gpu.minor_number is None:
             return
-        ids = capability_gpu_instances(self.opts.proc_root, gpu.minor_number)
+        ids = capability_gpu_instances(getattr(self.opts, "proc_root", "/proc"),
+                                       gpu.minor_number)
         if ids is not None:
             gpu.gpu_instance_ids = ids
             gpu.gpu_instances_source = "capabilities"
