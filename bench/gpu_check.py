@@ -193,11 +193,14 @@ def address_of(record: dict[str, Any]) -> str:
 
 
 def identity(record: dict[str, Any]) -> dict[str, Any]:
-    """What must not depend on NVML: uuid, model, and each deployable's rc and traits."""
+    """What must not depend on NVML: uuid, model, and each deployable's rc and traits (but
+    the NVLink fabric clique's, which only NVML tells a fresh driver: the agent keeps the
+    last one read under its state_path)."""
     return {"uuid": record["uuid"], "model": record["model"],
             "deployables": [{"name": d["name"], "rc": d["attributes"].get("rc"),
                              "traits": sorted(v for k, v in d["attributes"].items()
-                                              if k.startswith("trait"))}
+                                              if k.startswith("trait")
+                                              and not v.startswith("CUSTOM_NVIDIA_FABRIC_"))}
                             for d in record["deployables"]]}
 
 

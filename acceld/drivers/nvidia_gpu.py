@@ -60,6 +60,7 @@ from acceld.drivers.nvidia_vgpu import (MIN_SLOT_PROBE, VgpuPlan, VgpuPlanner, m
                                         read_vgpu_types)
 from acceld.drivers.pci_health import PciHealthMonitor
 from acceld.drivers.pci_isolation import one_offer_per_group, require_isolation
+from acceld.drivers.remembered_ids import RememberedIds
 from acceld.drivers.traits import attributes, trait_part
 
 if TYPE_CHECKING:
@@ -124,6 +125,11 @@ class NvidiaGpuDriver(Driver):
         self._learnt_names: dict[str, dict[int, str]] = {}
         self._pci_health = PciHealthMonitor()
         self._xids: XidMonitor | None = None
+        # The NVLink fabric clique last read through NVML, so that its trait stays while
+        # NVML is away (and across restarts, under state_path).
+        state_path = getattr(conf, "state_path", None)
+        self._fabric_ids = RememberedIds(os.path.join(state_path, self.name)
+                                         if state_path else None)
 
     @classmethod
     def claims_pci(cls, conf: "cfg.ConfigOpts", function: sysfs.PciFunction) -> bool:
@@ -269,6 +275,16 @@ class NvidiaGpuDriver(Driver):
         std_info = function.std_board_info() if function else {"vendor_id": VENDOR,
                                                                 "product_id": device_id}
         traits = [f"CUSTOM_NVIDIA_{upstream_product_id(device_id)}", f"CUSTOM_NVIDIA_{product}"]
+        clique = self._fabric_clique(function, gpu)
+        if clique is not None:
+            traits.append(f"CUSTOM_NVIDIA_FABRIC_CLIQUE_{clique}")
+            vendor_info["fabric_clique_id"] = int(clique)
+        if gpu and gpu.fabric:
+            vendor_info["fabric_state"] = gpu.fabric.state
+            for key, value in (("fabric_status", gpu.fabric.status),
+                               ("fabric_cluster_uuid", gpu.fabric.cluster_uuid)):
+                if value is not None:
+                    vendor_info[key] = value
         deployables, status, reason = self._offer(address, device_id, traits, gpu, plan,
                                                   unknown_types)
         if plan and plan.offer:
@@ -287,6 +303,16 @@ class NvidiaGpuDriver(Driver):
                plan: VgpuPlan | None, unknown_types: list[str]
                ) -> tuple[list[Deployable], str, str | None]:
         """The deployables, acc_status and status_reason of one GPU."""
+        fabric = gpu.fabric if gpu else None
+        if fabric and fabric.state != "completed":
+            return [], "setup_required", (
+                f"NVLink fabric not initialised (state {fabric.state}): the Fabric Manager "
+                f"(nvidia-fabricmanager) has not registered this GPU yet; CUDA refuses work "
+                f"on it until then")
+        if fabric and fabric.status not in (None, "Success"):
+            return [], "setup_required", (
+                f"NVLink fabric registration failed ({fabric.status}): see the Fabric "
+                f"Manager's log")
         if gpu and gpu.mig_mode_pending:
             # What the GPU can offer (whole, vGPU types, MIG-backed types) changes at the
             # reset that applies the mode: nothing until then.
@@ -335,6 +361,19 @@ class NvidiaGpuDriver(Driver):
         return [Deployable(name=address, num_accelerators=1,
                            attributes=attributes("PGPU", traits),
                            attach_handles=[pci_handle(address)])], "ready", None
+
+    def _fabric_clique(self, function: sysfs.PciFunction | None,
+                       gpu: NvmlGpu | None) -> str | None:
+        """The GPU's NVLink fabric clique (the partition its VMs' GPUs must share), as NVML
+        says once registration completed; the last one read while NVML is away."""
+        fabric = gpu.fabric if gpu else None
+        if fabric and fabric.state == "completed" and fabric.clique_id is not None:
+            if function is not None:
+                self._fabric_ids.put("fabric_clique_id", function, str(fabric.clique_id))
+            return str(fabric.clique_id)
+        if gpu is None and function is not None:
+            return self._fabric_ids.get("fabric_clique_id", function)
+        return None
 
     # --- vGPU ------------------------------------------------------------------
 

@@ -12,9 +12,11 @@ offline GPU check (``bench/gpu_check.py``) runs it where no package index is rea
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
+import uuid
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Sequence
@@ -52,6 +54,22 @@ class NvmlHealthFacts:
     lost: bool = False
 
 
+# nvmlGpuFabricState_t
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+
+
+@dataclass
+class NvmlFabric:
+    """A GPU's NVLink fabric registration (``nvmlDeviceGetGpuFabricInfo``): on HGX systems
+    with NVSwitch the Fabric Manager registers each GPU; CUDA refuses work on a GPU whose
+    registration has not completed ("system not yet initialized")."""
+
+    state: str  # not_started | in_progress | completed (not_supported is not kept)
+    status: str | None = None  # once completed: 'Success' or the NVML error's name
+    cluster_uuid: str | None = None  # the NVLink domain (all zeros: none)
+    clique_id: int | None = None  # the GPUs' fabric partition (v1: partitionId)
+
+
 @dataclass
 class NvmlGpu:
     """What NVML says about one GPU."""
@@ -78,6 +96,7 @@ class NvmlGpu:
     # user); None when it did not.
     gpu_instances_error: str | None = None
     minor_number: int | None = None  # the N of /dev/nvidiaN (MIG capability files' gpuN)
+    fabric: NvmlFabric | None = None  # None: no NVLink fabric (PCIe boards, old drivers)
     vgpu_types: dict[int, NvmlVgpuType] = field(default_factory=dict)
     active_vgpu_types: list[int] = field(default_factory=list)  # a type id per running vGPU
     health: NvmlHealthFacts = field(default_factory=NvmlHealthFacts)
@@ -203,6 +222,7 @@ class NvmlReader:
         minor = soft(nvml.nvmlDeviceGetMinorNumber, handle)
         gpu.minor_number = int(minor) if minor is not None else None
         self._read_mig(handle, gpu)
+        gpu.fabric = self._read_fabric(handle)
         self._read_vgpu(handle, gpu)
         self._read_health(handle, gpu)
         return gpu
@@ -241,6 +261,34 @@ class NvmlReader:
                      gpu.address, gpu.gpu_instances_error)
             return
         set_gpu_instances(gpu, instances, "nvml")
+
+    def _read_fabric(self, handle: Any) -> NvmlFabric | None:
+        """The GPU's fabric info; None where NVML has none (NotSupported, a binding or
+        driver without the call, state not_supported)."""
+        nvml = self.nvml
+        struct = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)
+        call = getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
+        if struct is None or call is None:
+            return None
+        info = struct()
+        try:
+            call(handle, ctypes.byref(info))
+        except nvml.NVMLError:
+            return None
+        state = FABRIC_STATES.get(int(info.state), f"state {int(info.state)}")
+        if state == "not_supported":
+            return None
+        fabric = NvmlFabric(state=state)
+        if state == "completed":
+            status = int(info.status)
+            fabric.status = "Success" if status == 0 else _ERROR_NAMES.get(status,
+                                                                             f"error {status}")
+            # A c_char array reads up to its first NUL: take the 16 bytes themselves.
+            raw = ctypes.string_at(ctypes.addressof(info) + type(info).clusterUuid.offset, 16)
+            fabric.cluster_uuid = str(uuid.UUID(bytes=raw))
+            clique = getattr(info, "cliqueId", getattr(info, "partitionId", None))
+            fabric.clique_id = int(clique) if clique is not None else None
+        return fabric
 
     def _read_vgpu(self, handle: Any, gpu: NvmlGpu) -> None:
         nvml, soft = self.nvml, self.soft

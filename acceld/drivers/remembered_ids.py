@@ -1,4 +1,4 @@
-"""Ids a driver read from a function's host-side files, kept across agent restarts.
+"""Ids a driver read from a function's host-side files (or NVML), kept across agent restarts.
 
 An FPGA's AFU (function) id and PR interface id are read from files the host's FPGA
 driver makes (``dfl-port.N/afu_id``, ``compat_id``). While the function is in a VM it is
@@ -36,12 +36,15 @@ def _identity(function: sysfs.PciFunction) -> list[str | None]:
 class RememberedIds:
     """``kind`` (e.g. ``afu_id``) -> PCI address -> {"id": ..., "pci": [vendor, ...]}."""
 
-    def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, FILE_NAME)
+    def __init__(self, directory: str | None) -> None:
+        """``directory`` None: kept in memory only (a run without a state_path)."""
+        self.path = os.path.join(directory, FILE_NAME) if directory else None
         self._lock = threading.Lock()
         self._data: dict[str, dict[str, dict[str, object]]] = self._load()
 
     def _load(self) -> dict[str, dict[str, dict[str, object]]]:
+        if self.path is None:
+            return {}
         try:
             with open(self.path) as f:
                 data = json.load(f)
@@ -74,6 +77,8 @@ class RememberedIds:
         self._write(snapshot)
 
     def _write(self, text: str) -> None:
+        if self.path is None:
+            return
         directory = os.path.dirname(self.path)
         try:
             os.makedirs(directory, exist_ok=True)
@@ -86,5 +91,5 @@ class RememberedIds:
                 os.unlink(tmp)
                 raise
         except OSError as exc:
-            LOG.warning("could not keep FPGA ids in %s (%s): they last until the agent "
+            LOG.warning("could not keep ids in %s (%s): they last until the agent "
                         "restarts", self.path, exc)

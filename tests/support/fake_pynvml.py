@@ -11,6 +11,7 @@ module when it is installed.
 
 from __future__ import annotations
 
+import ctypes
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,9 @@ class FakeGpu:
     # nvmlDeviceGetGpuInstanceById raises NoPermission unless the module was made
     # privileged=True (NVML: "requires privileged user"; the agent runs unprivileged).
     gi_needs_privilege: bool = False
+    # nvmlDeviceGetGpuFabricInfo: None raises NotSupported (PCIe boards); else (state,
+    # status, cluster uuid bytes, clique id) as an HGX GPU with NVSwitch answers.
+    fabric: tuple[int, int, bytes, int] | None = None
 
 
 @dataclass
@@ -102,6 +106,13 @@ class _EventData:
     def __init__(self, device: "_Handle", event_type: int, data: int) -> None:
         self.device, self.eventType, self.eventData = device, event_type, data
         self.gpuInstanceId = self.computeInstanceId = 0xFFFFFFFF
+
+
+class c_nvmlGpuFabricInfo_t(ctypes.Structure):
+    """nvml.h's nvmlGpuFabricInfo_t, as pynvml declares it."""
+
+    _fields_ = [("clusterUuid", ctypes.c_char * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint)]
 
 
 class _Memory:
@@ -139,6 +150,7 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
             return f"NVML error {self.value}"
 
     mod.NVMLError = NVMLError  # type: ignore[attr-defined]
+    mod.c_nvmlGpuFabricInfo_t = c_nvmlGpuFabricInfo_t  # type: ignore[attr-defined]
     for suffix, (code, _text) in ERROR_CODES.items():
         sub = type(f"NVMLError_{suffix}", (NVMLError,), {})
         NVMLError._valClassMapping[code] = sub
@@ -221,6 +233,17 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
     def nvmlDeviceGetMemoryInfo(handle: _Handle, version: int | None = None) -> _Memory:
         check(handle)
         return _Memory(handle.mig.memory_total if handle.mig else handle.gpu.memory_total)
+
+    def nvmlDeviceGetGpuFabricInfo(handle: _Handle, info_ref: Any) -> int:
+        check(handle)
+        if handle.gpu.fabric is None:
+            raise error("NotSupported")
+        info = info_ref._obj  # ctypes.byref(struct)
+        state, status, cluster, clique = handle.gpu.fabric
+        info.state, info.status, info.cliqueId = state, status, clique
+        # All 16 bytes (assigning bytes to a c_char array stops at a NUL).
+        ctypes.memmove(ctypes.addressof(info) + type(info).clusterUuid.offset, cluster, 16)
+        return 0
 
     def nvmlDeviceGetMinorNumber(handle: _Handle) -> int:
         check(handle)
@@ -385,7 +408,7 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
                nvmlSystemGetCudaDriverVersion, nvmlDeviceGetMigMode,
                nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMigDeviceHandleByIndex,
                nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId,
-               nvmlDeviceGetMinorNumber):
+               nvmlDeviceGetMinorNumber, nvmlDeviceGetGpuFabricInfo):
         setattr(mod, fn.__name__, fn)
     return mod
 
@@ -409,4 +432,5 @@ API_NAMES = [
     "nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion", "nvmlDeviceGetMigMode",
     "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetMinorNumber",
+    "nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t",
 ]
