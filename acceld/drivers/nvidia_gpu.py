@@ -125,6 +125,7 @@ class NvidiaGpuDriver(Driver):
         self._learnt_names: dict[str, dict[int, str]] = {}
         self._pci_health = PciHealthMonitor()
         self._xids: XidMonitor | None = None
+        self._said: set[str] = set()
         # The NVLink fabric clique last read through NVML, so that its trait stays while
         # NVML is away (and across restarts, under state_path).
         state_path = getattr(conf, "state_path", None)
@@ -166,8 +167,12 @@ class NvidiaGpuDriver(Driver):
             privileged.adopt(self.conf, "nvidia_gpu")
             instances = privileged.read_gpu_instances(gpu.address)
         except Exception as exc:  # noqa: BLE001 - no daemon, refused, NVML error: fall back
-            LOG.info("nvidia_gpu: the privsep daemon could not read the GPU instances of "
-                     "%s either (%s)", gpu.address, exc)
+            said = f"{gpu.address}: {exc}"
+            if said not in self._said:  # once per GPU and reason, not every discovery
+                self._said.add(said)
+                LOG.warning("nvidia_gpu: NVML refused the GPU instances of %s to this process "
+                            "(%s) and the privsep daemon could not read them either (%s)",
+                            gpu.address, gpu.gpu_instances_error, exc)
         else:
             set_gpu_instances(gpu, instances, "privsep")
             gpu.gpu_instances_error = None  # read after all: the source says how

@@ -61,11 +61,14 @@ class DeviceTable:
     numbers: set[str] = field(default_factory=set)  # "259:2"
     names: set[str] = field(default_factory=set)  # "nvme0n1p2", "root", "vg-root"
 
-    def add_source(self, device: str) -> None:
-        """A ``/dev`` path: its basename, a symlink's target, and on this host the device
-        node's own major:minor (``/dev/dm-1`` for ``/dev/mapper/vg-swap``)."""
+    def add_source(self, device: str, stat_node: bool = True) -> None:
+        """A ``/dev`` path: its basename, a symlink's target, and (``stat_node``: the table
+        is this host's and so is the sysfs read) the device node's own major:minor
+        (``/dev/dm-1`` for ``/dev/mapper/vg-swap``)."""
         device = device.replace("\\040", " ")
         self.names.add(os.path.basename(device))
+        if not stat_node:
+            return
         if os.path.islink(device):
             self.names.add(os.path.basename(os.path.realpath(device)))
         try:
@@ -79,7 +82,7 @@ class DeviceTable:
         return name in self.names or (number is not None and number in self.numbers)
 
 
-def read_mount_table(mounts_path: str) -> DeviceTable | None:
+def read_mount_table(mounts_path: str, stat_nodes: bool = True) -> DeviceTable | None:
     """The mounted block devices; None: unreadable.
 
     ``/proc/self/mountinfo`` (the default) gives each mount's major:minor (field 3), which
@@ -105,7 +108,7 @@ def read_mount_table(mounts_path: str) -> DeviceTable | None:
         else:
             source = fields[0] if fields else ""
         if source.startswith("/dev/"):
-            table.add_source(source)
+            table.add_source(source, stat_nodes)
     return table
 
 
@@ -118,7 +121,7 @@ def read_mounted_devices(mounts_path: str) -> set[str] | None:
     return None if table is None else table.names
 
 
-def read_swap_table(swaps_path: str) -> DeviceTable | None:
+def read_swap_table(swaps_path: str, stat_nodes: bool = True) -> DeviceTable | None:
     """Active swap devices (``/proc/swaps``, a header line first); None: unreadable."""
     try:
         with open(swaps_path) as f:
@@ -129,7 +132,7 @@ def read_swap_table(swaps_path: str) -> DeviceTable | None:
     for line in lines:
         fields = line.split()
         if fields and fields[0].startswith("/dev/"):
-            table.add_source(fields[0])
+            table.add_source(fields[0], stat_nodes)
     return table
 
 
@@ -197,8 +200,11 @@ class HostUsage:
     @classmethod
     def read(cls, mounts_path: str, swaps_path: str, udev_data_dir: str,
              sysfs_root: str = "/sys") -> "HostUsage":
-        return cls(read_mount_table(mounts_path), read_swap_table(swaps_path), udev_data_dir,
-                   read_btrfs_members(sysfs_root), read_stacked_members(sysfs_root))
+        # This host's /dev nodes describe its own /sys only, not a fixture tree's.
+        host = os.path.realpath(sysfs_root) == "/sys"
+        return cls(read_mount_table(mounts_path, host), read_swap_table(swaps_path, host),
+                   udev_data_dir, read_btrfs_members(sysfs_root),
+                   read_stacked_members(sysfs_root))
 
     def why_in_use(self, name: str, block_dir: str) -> str | None:
         """Why the host uses (or may use) a block device; when in doubt, it does."""

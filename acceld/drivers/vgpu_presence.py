@@ -69,11 +69,21 @@ def vgpu_managed(sysfs_root: str, pf: str, vfs: Iterable[str]) -> str | None:
         return None
     busy = [reason for reason in (vgpu_busy(sysfs_root, a) for a in functions) if reason]
     vf_count = len(functions) - 1
-    what = (f"{pf} is driven by the NVIDIA vGPU manager (vGPU files on "
+    what = (f"{pf} is driven by {_manager(sysfs_root, managed)} (vGPU files on "
             f"{len(managed)} of its {'functions' if vf_count else 'function'})")
     if busy:
         what += "; " + "; ".join(busy)
     return what
+
+
+def _manager(sysfs_root: str, managed: list[str]) -> str:
+    """Who: NVIDIA's vGPU manager (``nvidia/`` vGPU files), else some mdev vendor driver
+    (Intel GVT-g's ``i915-GVTg_*`` types, say)."""
+    if any(os.path.isdir(os.path.join(_function_dir(sysfs_root, a), "nvidia"))
+           for a in managed):
+        return "the NVIDIA vGPU manager"
+    vendor = sysfs.read_attr(os.path.join(_function_dir(sysfs_root, managed[0]), "vendor"))
+    return "the NVIDIA vGPU manager" if vendor == "0x10de" else "an mdev (vGPU) vendor driver"
 
 
 def vgpu_reason(sysfs_root: str, address: str, physfn: str | None) -> str | None:
@@ -86,8 +96,10 @@ def vgpu_reason(sysfs_root: str, address: str, physfn: str | None) -> str | None
         pf_dir = _function_dir(sysfs_root, physfn)
         siblings = [sysfs.link_name(os.path.join(pf_dir, e)) for e in sysfs.list_dir(pf_dir)
                     if e.startswith("virtfn")]
-        if vgpu_managed(sysfs_root, physfn, [s for s in siblings if s]):
-            return f"{address} is a VF of {physfn}, which the NVIDIA vGPU manager drives"
+        managing = vgpu_managed(sysfs_root, physfn, [s for s in siblings if s])
+        if managing:
+            who = managing.split(" is driven by ", 1)[1].split(" (vGPU files", 1)[0]
+            return f"{address} is a VF of {physfn}, which {who} drives"
     elif has_vgpu_manager_files(sysfs_root, address):
-        return f"{address} is driven by the NVIDIA vGPU manager"
+        return f"{address} is driven by {_manager(sysfs_root, [address])}"
     return None

@@ -166,3 +166,14 @@ def test_a_slow_link_still_degrades_a_non_gpu(tmp_path):
     tree.set_link(qat, speed="2.5 GT/s PCIe", max_speed="16.0 GT/s PCIe")
     [record] = driver(tmp_path, tree).discover()
     assert record.health["state"] == DEGRADED
+
+
+def test_an_igpu_with_gvt_g_types_is_left_to_its_mdev_driver(tmp_path):
+    """Intel GVT-g: i915 lists mdev types on the iGPU (not NVIDIA's vGPU manager)."""
+    tree = SysfsTree(tmp_path / "sys")
+    igpu = "0000:00:02.0"
+    tree.add_pci(igpu, "0x8086", "0x3e92", "0x030000", driver="i915")
+    tree.add_mdev_type(igpu, "i915-GVTg_V5_4", None, 2)
+    [record] = driver(tmp_path, tree).discover()
+    assert record.acc_status == "setup_required" and offered([record]) == []
+    assert record.status_reason.startswith(f"{igpu} is driven by an mdev (vGPU) vendor driver")
