@@ -482,6 +482,11 @@ GROUPS.update({
                     help="XID events that do not make a GPU unhealthy: the application "
                          "errors NVIDIA's Kubernetes device plugin ignores. Every other "
                          "critical XID does, until the agent restarts."),
+        cfg.StrOpt("proc_root", default="/proc",
+                   help="Where procfs is mounted: the MIG capability files "
+                        "(driver/nvidia/capabilities/gpu<N>/mig/gi<id>) tell which GPU "
+                        "instances exist when NVML refuses the unprivileged agent and the "
+                        "privsep daemon cannot read them either."),
     ],
     "intel_fpga": [
         _sysfs_root_opt(),
@@ -502,9 +507,12 @@ GROUPS.update({
     "nvme": [
         _sysfs_root_opt(),
         _resource_class_opt("CUSTOM_SSD"),
-        cfg.StrOpt("mounts_path", default="/proc/mounts",
-                   help="The mount table; a controller with a mounted namespace is never "
-                        "offered."),
+        cfg.StrOpt("mounts_path", default="/proc/self/mountinfo",
+                   help="The mount table, in mountinfo form (mounts matched by major:minor, "
+                        "so /dev/root counts) or /proc/mounts form (by source name only); a "
+                        "controller with a mounted namespace is never offered. An agent in a "
+                        "container reads the host's: /proc/1/mountinfo with the host's PID "
+                        "namespace."),
         cfg.ListOpt("addresses", default=[],
                     help="PCI addresses of the controllers to offer (only these, and only "
                          "while the host does not use them). Empty: none is offered."),

@@ -10,6 +10,9 @@ first use with ``[privsep_sysfs]`` / ``[privsep_tools]`` ``helper_command``
   root-owned files of mode 0200.
 * ``tools``: a vendor programming tool (fpgaconf, xbmgmt): CAP_SYS_ADMIN and
   CAP_DAC_OVERRIDE (device nodes and flash partitions).
+* ``nvml``: NVML reads NVML documents as needing a privileged user (the GPU instances of
+  a MIG-enabled GPU, ``nvmlDeviceGetGpuInstanceById``): CAP_SYS_ADMIN, which holds every
+  nvidia-capability (NVIDIA's MIG user guide). Read only.
 
 Each entry point accepts only the narrow form of its operation, checked on its own
 side against its own config (acceld.privileged_policy: the exact configured tool with
@@ -39,7 +42,8 @@ from oslo_privsep import priv_context
 from acceld import privileged_policy
 from acceld.privileged_policy import NotAllowed, adopt
 
-__all__ = ["NotAllowed", "adopt", "configure", "run_tool", "write_sysfs"]
+__all__ = ["NotAllowed", "adopt", "configure", "read_gpu_instances", "run_tool",
+           "write_sysfs"]
 
 # Attributes the drivers write: mdev_supported_types/<type>/create, <mdev>/remove,
 # and NVIDIA's per-VF current_vgpu_type.
@@ -52,6 +56,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_C
 
 SYSFS_CAPABILITIES = (caps.CAP_DAC_OVERRIDE,)
 TOOLS_CAPABILITIES = (caps.CAP_SYS_ADMIN, caps.CAP_DAC_OVERRIDE)
+NVML_CAPABILITIES = (caps.CAP_SYS_ADMIN,)
 
 sysfs = priv_context.PrivContext(
     "acceld", cfg_section="privsep_sysfs", pypath=__name__ + ".sysfs",
@@ -61,8 +66,13 @@ tools = priv_context.PrivContext(
     "acceld", cfg_section="privsep_tools", pypath=__name__ + ".tools",
     capabilities=list(TOOLS_CAPABILITIES))
 
-CONTEXTS = (sysfs, tools)
-_CAPABILITIES = {sysfs.cfg_section: SYSFS_CAPABILITIES, tools.cfg_section: TOOLS_CAPABILITIES}
+nvml = priv_context.PrivContext(
+    "acceld", cfg_section="privsep_nvml", pypath=__name__ + ".nvml",
+    capabilities=list(NVML_CAPABILITIES))
+
+CONTEXTS = (sysfs, tools, nvml)
+_CAPABILITIES = {sysfs.cfg_section: SYSFS_CAPABILITIES, tools.cfg_section: TOOLS_CAPABILITIES,
+                 nvml.cfg_section: NVML_CAPABILITIES}
 _CAP_NAMES = {number: name for name, number in caps.CAPS_BYNAME.items()}
 
 # In process until configure() says otherwise (tests, tools that import the drivers).
@@ -139,6 +149,29 @@ def run_tool(argv: Sequence[str], timeout: float) -> tuple[int | None, str, str]
     except subprocess.TimeoutExpired as exc:
         return None, _text(exc.stdout), _text(exc.stderr)
     return done.returncode, done.stdout, done.stderr
+
+
+def _nvml_module():  # type: ignore[no-untyped-def]
+    """pynvml, in the daemon (tests replace this function with a stand-in)."""
+    import importlib
+
+    return importlib.import_module("pynvml")
+
+
+@nvml.entrypoint
+def read_gpu_instances(address: str) -> list[list[int]]:
+    """``[[gpu instance id, profile id], ...]`` of the NVIDIA GPU at ``address`` (none when
+    MIG is off). NotAllowed unless ``address`` is an NVIDIA GPU under the sysfs root; an
+    NVML refusal comes back as the error's name and text in a RuntimeError."""
+    from acceld.drivers.nvidia_nvml import error_text, gpu_instances_at
+
+    address = privileged_policy.check_gpu(privileged_policy.current(), address)
+    module = _nvml_module()
+    try:
+        return [[gi, profile] for gi, profile in gpu_instances_at(module, address)]
+    except module.NVMLError as exc:
+        # NVMLError subclasses do not cross the privsep socket as themselves.
+        raise RuntimeError(f"NVML: {error_text(exc)}") from None
 
 
 def _text(data: bytes | str | None) -> str:

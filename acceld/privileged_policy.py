@@ -306,3 +306,28 @@ def check_sysfs(policy: Policy, path: str, value: str) -> str:
     if not isinstance(value, str) or not re.fullmatch(value_form, value):
         raise NotAllowed(f"not a value acceld writes to {os.path.basename(real)}: {value!r}")
     return real
+
+
+# --- NVML reads that need a privileged user ---------------------------------------------
+
+_NVIDIA = "0x10de"
+
+
+def check_gpu(policy: Policy, address: str) -> str:
+    """``address`` when it names an NVIDIA display-class function (a GPU, class 0x03xx)
+    under a sysfs root's ``bus/pci/devices``; NotAllowed otherwise. The only argument of
+    the privileged GPU-instance read (acceld.privileged.read_gpu_instances)."""
+    if not isinstance(address, str) or not re.fullmatch(_PCI, address):
+        raise NotAllowed(f"not a PCI address: {address!r}")
+    for root in policy.sysfs_roots:
+        device = os.path.join(root, "bus", "pci", "devices", address)
+        try:
+            with open(os.path.join(device, "vendor")) as f:
+                vendor = f.read().strip()
+            with open(os.path.join(device, "class")) as f:
+                class_code = f.read().strip()
+        except OSError:
+            continue
+        if vendor == _NVIDIA and re.fullmatch(r"0x03[0-9a-f]{4}", class_code):
+            return address
+    raise NotAllowed(f"not an NVIDIA GPU acceld reads: {address!r}")

@@ -28,6 +28,7 @@ from acceld.drivers import sysfs
 from acceld.drivers.health import DEGRADED, HEALTHY, UNHEALTHY, UNKNOWN, Health, worst
 from acceld.drivers.pci_health import PciHealthMonitor
 from acceld.drivers.pci_isolation import is_vfio_driver, require_isolation
+from acceld.drivers.remembered_ids import RememberedIds
 from acceld.drivers.base import (Deployable, Driver, DriverError, HardwareRecord, NotSupported,
                                  hardware_uuid, pci_address_parts, pci_controlpath, pci_handle)
 from acceld.drivers.tools import resolve_tool, run_tool
@@ -164,8 +165,9 @@ class IntelFpgaDriver(Driver):
         self.root = self.opts.sysfs_root
         privileged.adopt(conf, "intel_fpga")  # in process: which fpgaconf may run
         self.pci_health = PciHealthMonitor()
-        self._afu_ids: dict[str, str] = {}
-        self._interface_ids: dict[str, str] = {}
+        # The ids last read, kept under state_path so that a restart of the agent while a
+        # function is in a VM (vfio-pci hides its FME/port files) keeps its traits.
+        self._ids = RememberedIds(os.path.join(conf.state_path, self.name))
 
     @classmethod
     def claims_pci(cls, conf: cfg.ConfigOpts, function: sysfs.PciFunction) -> bool:
@@ -173,16 +175,16 @@ class IntelFpgaDriver(Driver):
         ids = (function.vendor, function.device)
         return ids in PF_PRODUCTS or ids in VF_IDS
 
-    @staticmethod
-    def _remembered(seen: dict[str, str], function: sysfs.PciFunction,
+    def _remembered(self, kind: str, function: sysfs.PciFunction,
                     value: str | None) -> str | None:
-        """An id read now is remembered; while the function is bound to a VFIO driver (given
-        to a VM: the FME or port files are gone from the host) the remembered one is used,
-        so that its traits do not change when libvirt rebinds it."""
+        """An id read now is remembered (under state_path); while the function is bound to
+        a VFIO driver (given to a VM: the FME or port files are gone from the host) the
+        remembered one is used, so that its traits do not change when libvirt rebinds it,
+        nor when the agent restarts meanwhile."""
         if value:
-            seen[function.address] = value
+            self._ids.put(kind, function, value)
             return value
-        return seen.get(function.address) if is_vfio_driver(function.driver) else None
+        return self._ids.get(kind, function) if is_vfio_driver(function.driver) else None
 
     def _product(self, function: sysfs.PciFunction) -> str | None:
         product = PF_PRODUCTS.get((function.vendor, function.device))
@@ -214,7 +216,7 @@ class IntelFpgaDriver(Driver):
     def _record(self, pf: sysfs.PciFunction, fpga: FpgaFunction,
                 functions: dict[str, sysfs.PciFunction]) -> HardwareRecord:
         product = self._product(pf) or pf.device[2:].upper()
-        interface_id = self._remembered(self._interface_ids, pf, fpga.interface_id)
+        interface_id = self._remembered("interface_id", pf, fpga.interface_id)
         base_traits = ["CUSTOM_FPGA_INTEL", f"CUSTOM_FPGA_INTEL_{product}"]
         if interface_id:
             base_traits.append(f"CUSTOM_FPGA_REGION_INTEL_{interface_id.upper()}")
@@ -227,7 +229,7 @@ class IntelFpgaDriver(Driver):
             units.append((pf, fpga))  # on vfio-pci its port is inside a VM now
         deployables = []
         for function, unit in units:
-            afu_id = self._remembered(self._afu_ids, function, unit.afu_id)
+            afu_id = self._remembered("afu_id", function, unit.afu_id)
             traits = list(base_traits)
             if afu_id:
                 traits.append(f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{afu_id.upper()}")

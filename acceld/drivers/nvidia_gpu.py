@@ -12,9 +12,11 @@ Two sources, merged per PCI address:
   Without NVML (no driver, or GPUs bound to vfio-pci, which NVML cannot see) sysfs alone
   describes the GPUs.
 
-When NVML answers, a GPU bound to the ``nvidia`` driver that NVML neither enumerates nor
-reports lost is not this node's to offer (a container sees every GPU in /sys but only its
-own through NVML) and is left out.
+When NVML answers, a GPU bound to the ``nvidia`` driver that NVML does not enumerate is
+looked up by its bus id: NotFound or NoPermission mean it is not this node's to offer (a
+container sees every GPU in /sys but only its own through NVML) and it is left out; any
+other error (GpuIsLost, Unknown ...) is a GPU in trouble, reported ``unhealthy`` with the
+error's name.
 
 Identity never depends on the source: the model and the traits come from the PCI device
 id, so a GPU keeps them when NVML is down or when it is rebound from ``nvidia`` to
@@ -52,11 +54,13 @@ from acceld.drivers.base import (AttachHandle, Deployable, Driver, DriverError, 
                                  hardware_uuid, pci_controlpath, pci_handle)
 from acceld.drivers.health import Health, worst
 from acceld.drivers.nvidia_health import DEFAULT_IGNORED_XIDS, XidMonitor, judge
-from acceld.drivers.nvidia_nvml import NvmlGpu, NvmlReport, read_nvml
+from acceld.drivers.nvidia_nvml import (NvmlGpu, NvmlReport, capability_gpu_instances,
+                                        read_nvml, set_gpu_instances)
 from acceld.drivers.nvidia_vgpu import (MIN_SLOT_PROBE, VgpuPlan, VgpuPlanner, mdev_handle,
                                         read_vgpu_types)
 from acceld.drivers.pci_health import PciHealthMonitor
-from acceld.drivers.pci_isolation import require_isolation
+from acceld.drivers.pci_isolation import one_offer_per_group, require_isolation
+from acceld.drivers.remembered_ids import RememberedIds
 from acceld.drivers.traits import attributes, trait_part
 
 if TYPE_CHECKING:
@@ -121,6 +125,12 @@ class NvidiaGpuDriver(Driver):
         self._learnt_names: dict[str, dict[int, str]] = {}
         self._pci_health = PciHealthMonitor()
         self._xids: XidMonitor | None = None
+        self._said: set[str] = set()
+        # The NVLink fabric clique last read through NVML, so that its trait stays while
+        # NVML is away (and across restarts, under state_path).
+        state_path = getattr(conf, "state_path", None)
+        self._fabric_ids = RememberedIds(os.path.join(state_path, self.name)
+                                         if state_path else None)
 
     @classmethod
     def claims_pci(cls, conf: "cfg.ConfigOpts", function: sysfs.PciFunction) -> bool:
@@ -140,7 +150,40 @@ class NvidiaGpuDriver(Driver):
         nvml = self._nvml_module()
         if nvml is None:
             return None
-        return read_nvml(nvml, probe_addresses)
+        report = read_nvml(nvml, probe_addresses)
+        for gpu in (report.gpus.values() if report else ()):
+            if gpu.gpu_instances_error and gpu.gpu_instances_error.startswith("NoPermission"):
+                self._read_gpu_instances_elsewhere(gpu)
+        return report
+
+    def _read_gpu_instances_elsewhere(self, gpu: NvmlGpu) -> None:
+        """NVML refused this (unprivileged) process the GPU instances: read them through
+        the privsep daemon; failing that, their ids from the MIG capability files (no
+        profiles); failing that, they stay unknown and ``gpu_instances_error`` says why."""
+        try:
+            # Lazily: the offline GPU check (bench/gpu_check.py) runs without oslo.
+            from acceld import privileged
+
+            privileged.adopt(self.conf, "nvidia_gpu")
+            instances = privileged.read_gpu_instances(gpu.address)
+        except Exception as exc:  # noqa: BLE001 - no daemon, refused, NVML error: fall back
+            said = f"{gpu.address}: {exc}"
+            if said not in self._said:  # once per GPU and reason, not every discovery
+                self._said.add(said)
+                LOG.warning("nvidia_gpu: NVML refused the GPU instances of %s to this process "
+                            "(%s) and the privsep daemon could not read them either (%s)",
+                            gpu.address, gpu.gpu_instances_error, exc)
+        else:
+            set_gpu_instances(gpu, instances, "privsep")
+            gpu.gpu_instances_error = None  # read after all: the source says how
+            return
+        if gpu.minor_number is None:
+            return
+        ids = capability_gpu_instances(getattr(self.opts, "proc_root", "/proc"),
+                                       gpu.minor_number)
+        if ids is not None:
+            gpu.gpu_instance_ids = ids
+            gpu.gpu_instances_source = "capabilities"
 
     def _critical_xids(self) -> tuple[dict[str, list[int]], dict[str, int]]:
         nvml = self._nvml_module()
@@ -167,10 +210,10 @@ class NvidiaGpuDriver(Driver):
         bound_nvidia = sorted(a for a in gpus if functions[a].driver == "nvidia")
         report = self.read_nvml(bound_nvidia)
         nvml_gpus = report.gpus if report else {}
-        lost = report.lost if report else set()
+        failed = report.failed if report else {}
         xids, xid_totals = self._critical_xids() if report else ({}, {})
         if report:
-            hidden = [a for a in bound_nvidia if a not in nvml_gpus and a not in lost]
+            hidden = [a for a in bound_nvidia if a not in nvml_gpus and a not in failed]
             if hidden:
                 LOG.info("nvidia_gpu: %s bound to nvidia but not visible to NVML here (another "
                          "container's or host's GPUs); not reported", ", ".join(hidden))
@@ -194,7 +237,8 @@ class NvidiaGpuDriver(Driver):
         records = []
         for address in addresses:
             health = worst(
-                judge(nvml_gpus.get(address), lost=address in lost, xids=xids.get(address, []),
+                judge(nvml_gpus.get(address), failure=failed.get(address),
+                      xids=xids.get(address, []),
                       xid_total=xid_totals.get(address, 0)),
                 self._pci_health.check(address, functions[address].path, judge_speed=False)
                 if address in functions else Health())
@@ -203,7 +247,7 @@ class NvidiaGpuDriver(Driver):
             # A GPU whose IOMMU group holds a function the host keeps (the HDMI audio
             # function on snd_hda_intel), or the host's console, cannot go to a VM.
             records.append(require_isolation(record, self.root))
-        return records
+        return one_offer_per_group(records, self.root)
 
     def _record(self, address: str, function: sysfs.PciFunction | None, gpu: NvmlGpu | None,
                 plan: VgpuPlan | None, unknown_types: list[str], driver_version: str | None,
@@ -219,14 +263,33 @@ class NvidiaGpuDriver(Driver):
         if gpu:
             for key, value in (("name", gpu.name), ("gpu_uuid", gpu.gpu_uuid),
                                ("serial", gpu.serial), ("memory_mib", gpu.memory_mib),
-                               ("mig_mode", gpu.mig_mode)):
+                               ("mig_mode", gpu.mig_mode),
+                               ("mig_mode_pending", gpu.mig_mode_pending)):
                 if value is not None:
                     vendor_info[key] = value
             if gpu.mig_mode == "enabled":
                 vendor_info["mig_devices"] = gpu.mig_devices
+                profiles = gpu.gpu_instance_profiles or [None] * len(gpu.gpu_instance_ids)
+                vendor_info["mig_gpu_instances"] = [
+                    {"gpu_instance_id": gi, "profile_id": profile}
+                    for gi, profile in zip(gpu.gpu_instance_ids, profiles)]
+                for key, value in (("mig_gpu_instances_source", gpu.gpu_instances_source),
+                                   ("mig_gpu_instances_error", gpu.gpu_instances_error)):
+                    if value is not None:
+                        vendor_info[key] = value
         std_info = function.std_board_info() if function else {"vendor_id": VENDOR,
                                                                 "product_id": device_id}
         traits = [f"CUSTOM_NVIDIA_{upstream_product_id(device_id)}", f"CUSTOM_NVIDIA_{product}"]
+        clique = self._fabric_clique(function, gpu)
+        if clique is not None:
+            traits.append(f"CUSTOM_NVIDIA_FABRIC_CLIQUE_{clique}")
+            vendor_info["fabric_clique_id"] = int(clique)
+        if gpu and gpu.fabric:
+            vendor_info["fabric_state"] = gpu.fabric.state
+            for key, value in (("fabric_status", gpu.fabric.status),
+                               ("fabric_cluster_uuid", gpu.fabric.cluster_uuid)):
+                if value is not None:
+                    vendor_info[key] = value
         deployables, status, reason = self._offer(address, device_id, traits, gpu, plan,
                                                   unknown_types)
         if plan and plan.offer:
@@ -245,6 +308,22 @@ class NvidiaGpuDriver(Driver):
                plan: VgpuPlan | None, unknown_types: list[str]
                ) -> tuple[list[Deployable], str, str | None]:
         """The deployables, acc_status and status_reason of one GPU."""
+        fabric = gpu.fabric if gpu else None
+        if fabric and fabric.state != "completed":
+            return [], "setup_required", (
+                f"NVLink fabric not initialised (state {fabric.state}): the Fabric Manager "
+                f"(nvidia-fabricmanager) has not registered this GPU yet; CUDA refuses work "
+                f"on it until then")
+        if fabric and fabric.status not in (None, "Success"):
+            return [], "setup_required", (
+                f"NVLink fabric registration failed ({fabric.status}): see the Fabric "
+                f"Manager's log")
+        if gpu and gpu.mig_mode_pending:
+            # What the GPU can offer (whole, vGPU types, MIG-backed types) changes at the
+            # reset that applies the mode: nothing until then.
+            return [], "reboot_required", (
+                f"MIG mode is {gpu.mig_mode}, {gpu.mig_mode_pending} at the next GPU reset "
+                f"(nvidia-smi -r -i {address}, or a reboot): nothing offered until then")
         if plan and plan.offer:
             offer = plan.offer
             if not offer.handles:
@@ -271,9 +350,35 @@ class NvidiaGpuDriver(Driver):
         if gpu and gpu.mig_devices:
             return [], "setup_required", (
                 f"not offered whole: {len(gpu.mig_devices)} MIG device(s) live on it")
+        if gpu and gpu.mig_mode == "enabled" and gpu.gpu_instances_source is None \
+                and gpu.gpu_instances_error:
+            # Whether MIG partitions exist is unknown: when in doubt, not whole.
+            return [], "setup_required", (
+                f"not offered whole: its MIG GPU instances cannot be read (NVML: "
+                f"{gpu.gpu_instances_error}; the privsep daemon and the MIG capability files "
+                f"did not tell either)")
+        if gpu and gpu.gpu_instance_ids:
+            # GPU instances without compute instances are still MIG partitions someone made
+            # (MIG-backed vGPUs need only the GPU instance): the GPU is not free whole.
+            return [], "setup_required", (
+                f"not offered whole: {len(gpu.gpu_instance_ids)} MIG GPU instance(s) exist "
+                f"on it (ids {', '.join(map(str, sorted(gpu.gpu_instance_ids)))})")
         return [Deployable(name=address, num_accelerators=1,
                            attributes=attributes("PGPU", traits),
                            attach_handles=[pci_handle(address)])], "ready", None
+
+    def _fabric_clique(self, function: sysfs.PciFunction | None,
+                       gpu: NvmlGpu | None) -> str | None:
+        """The GPU's NVLink fabric clique (the partition its VMs' GPUs must share), as NVML
+        says once registration completed; the last one read while NVML is away."""
+        fabric = gpu.fabric if gpu else None
+        if fabric and fabric.state == "completed" and fabric.clique_id is not None:
+            if function is not None:
+                self._fabric_ids.put("fabric_clique_id", function, str(fabric.clique_id))
+            return str(fabric.clique_id)
+        if gpu is None and function is not None:
+            return self._fabric_ids.get("fabric_clique_id", function)
+        return None
 
     # --- vGPU ------------------------------------------------------------------
 

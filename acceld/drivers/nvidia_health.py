@@ -8,7 +8,9 @@ except the application errors a guest or a CUDA program causes on its own (13, 3
 - a row-remapping failure (the spare rows are used up): ``unhealthy``;
 - a pending row remap or page retirement (takes effect at the next GPU reset):
   ``degraded``;
-- a GPU NVML reports lost (``GpuIsLost``: fallen off the bus): ``unhealthy``.
+- a GPU NVML reports lost (``GpuIsLost``: fallen off the bus), or cannot reach with any
+  error but NotFound and NoPermission (``Unknown``, 999, as ``nvidia-smi`` shows for a GPU
+  that fell off the bus): ``unhealthy``, with the error's name.
 
 XID events reach only an event set registered before they happen, so
 :class:`XidMonitor` keeps NVML initialised (init/shutdown nest by reference count) and one
@@ -146,11 +148,14 @@ class XidMonitor:
             self._close_locked()
 
 
-def judge(gpu: NvmlGpu | None, *, lost: bool, xids: list[int], xid_total: int) -> Health:
-    """One GPU's NVML health. ``unknown`` when NVML said nothing about it."""
-    if lost:
-        return Health(UNHEALTHY, "GPU lost from the bus (NVML: GPU is lost)",
-                      {"xid_critical": xid_total})
+def judge(gpu: NvmlGpu | None, *, failure: str | None, xids: list[int],
+          xid_total: int) -> Health:
+    """One GPU's NVML health. ``unknown`` when NVML said nothing about it. ``failure`` is
+    how NVML failed to reach the GPU (nvidia_nvml.error_text), which is ``unhealthy``."""
+    if failure is not None:
+        reason = ("GPU lost from the bus (NVML: GPU is lost)" if failure.startswith("GpuIsLost")
+                  else f"NVML cannot reach the GPU: {failure}")
+        return Health(UNHEALTHY, reason, {"xid_critical": xid_total})
     counters: dict[str, int] = {"xid_critical": xid_total}
     if xids:
         counters["last_xid"] = xids[-1]

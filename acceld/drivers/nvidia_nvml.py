@@ -12,8 +12,11 @@ offline GPU check (``bench/gpu_check.py``) runs it where no package index is rea
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import re
+import uuid
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Sequence
@@ -51,6 +54,22 @@ class NvmlHealthFacts:
     lost: bool = False
 
 
+# nvmlGpuFabricState_t
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+
+
+@dataclass
+class NvmlFabric:
+    """A GPU's NVLink fabric registration (``nvmlDeviceGetGpuFabricInfo``): on HGX systems
+    with NVSwitch the Fabric Manager registers each GPU; CUDA refuses work on a GPU whose
+    registration has not completed ("system not yet initialized")."""
+
+    state: str  # not_started | in_progress | completed (not_supported is not kept)
+    status: str | None = None  # once completed: 'Success' or the NVML error's name
+    cluster_uuid: str | None = None  # the NVLink domain (all zeros: none)
+    clique_id: int | None = None  # the GPUs' fabric partition (v1: partitionId)
+
+
 @dataclass
 class NvmlGpu:
     """What NVML says about one GPU."""
@@ -62,8 +81,22 @@ class NvmlGpu:
     serial: str | None = None
     memory_mib: int | None = None
     mig_mode: str | None = None  # 'enabled' | 'disabled' | None (not supported)
+    # The mode at the next GPU reset, when it differs from the current one (nvidia-smi -mig 1
+    # on a GPU in use, or before the reset that applies it): None when nothing is pending.
+    mig_mode_pending: str | None = None
     mig_devices: list[dict[str, Any]] = field(default_factory=list)
     gpu_instance_profiles: list[int] = field(default_factory=list)  # one per GPU instance
+    gpu_instance_ids: list[int] = field(default_factory=list)  # the same instances' ids
+    # Where the GPU instances were read: 'nvml' (this process), 'privsep' (the privileged
+    # daemon, when NVML refused this process), 'capabilities' (the MIG capability files:
+    # ids only, no profiles); None when they could not be read at all.
+    gpu_instances_source: str | None = None
+    # How NVML refused to list them in this process ('NoPermission (4: Insufficient
+    # Permissions)': NVML documents nvmlDeviceGetGpuInstanceById as needing a privileged
+    # user); None when it did not.
+    gpu_instances_error: str | None = None
+    minor_number: int | None = None  # the N of /dev/nvidiaN (MIG capability files' gpuN)
+    fabric: NvmlFabric | None = None  # None: no NVLink fabric (PCIe boards, old drivers)
     vgpu_types: dict[int, NvmlVgpuType] = field(default_factory=dict)
     active_vgpu_types: list[int] = field(default_factory=list)  # a type id per running vGPU
     health: NvmlHealthFacts = field(default_factory=NvmlHealthFacts)
@@ -74,8 +107,35 @@ class NvmlReport:
     gpus: dict[str, NvmlGpu]
     driver_version: str | None
     cuda_driver_version: int | None
-    # GPUs NVML reports lost (GpuIsLost) by sysfs address: known only by bus id lookups.
-    lost: set[str] = field(default_factory=set)
+    # GPUs NVML cannot read (GpuIsLost, Unknown, ...), sysfs address -> the error as
+    # error_name() gives it: known only by bus id lookups. A GPU answering NotFound or
+    # NoPermission is not here: it is not this node's (another container's).
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+# Errors that mean "not this node's GPU" (a container sees every GPU in /sys but only its
+# own through NVML); every other error is a GPU in trouble.
+NOT_OURS = frozenset({"NoPermission", "NotFound"})
+_ERROR_NAMES = {1: "Uninitialized", 2: "InvalidArgument", 3: "NotSupported",
+                4: "NoPermission", 6: "NotFound", 9: "DriverNotLoaded", 10: "Timeout",
+                12: "LibraryNotFound", 13: "FunctionNotFound", 15: "GpuIsLost",
+                999: "Unknown"}
+
+
+def error_name(exc: BaseException) -> str:
+    """An NVMLError's short name ('GpuIsLost', 'Unknown'), from its class
+    (``NVMLError_Unknown``) or its code."""
+    cls = type(exc).__name__
+    if cls.startswith("NVMLError_"):
+        return cls[len("NVMLError_"):]
+    value = getattr(exc, "value", None)
+    return _ERROR_NAMES.get(value, f"error {value}") if isinstance(value, int) else cls
+
+
+def error_text(exc: BaseException) -> str:
+    """How the failure reads in a reason: 'Unknown (999: Unknown Error)'."""
+    value = getattr(exc, "value", None)
+    return f"{error_name(exc)} ({value}: {exc})" if isinstance(value, int) else str(exc)
 
 
 def nvml_address(pci: Any) -> str:
@@ -120,23 +180,34 @@ class NvmlReader:
                 continue
             gpu = self.read_gpu(handle, pci)
             gpus[gpu.address] = gpu
-        lost = set()
+        failed: dict[str, str] = {}
         for address in probe_addresses:
-            if address not in gpus and self._is_lost(address):
-                lost.add(address)
+            if address in gpus:
+                continue
+            found = self._probe(address)
+            if isinstance(found, NvmlGpu):
+                gpus[address] = found
+            elif found is not None:
+                failed[address] = found
         return NvmlReport(gpus=gpus,
                           driver_version=_text(self.soft(nvml.nvmlSystemGetDriverVersion)),
                           cuda_driver_version=self.soft(nvml.nvmlSystemGetCudaDriverVersion),
-                          lost=lost)
+                          failed=failed)
 
-    def _is_lost(self, address: str) -> bool:
+    def _probe(self, address: str) -> NvmlGpu | str | None:
+        """A GPU sysfs shows on nvidia that enumeration missed, by its bus id: read when it
+        answers; None when NVML says it is not ours (NotFound, NoPermission); else the
+        failure (GpuIsLost, Unknown ...), which makes it unhealthy, never dropped."""
         nvml = self.nvml
         try:
             handle = nvml.nvmlDeviceGetHandleByPciBusId(address)
-            nvml.nvmlDeviceGetPciInfo(handle)
+            pci = nvml.nvmlDeviceGetPciInfo(handle)
         except nvml.NVMLError as exc:
-            return int(getattr(exc, "value", 0)) == 15  # NVML_ERROR_GPU_IS_LOST
-        return False
+            if error_name(exc) in NOT_OURS:
+                return None
+            LOG.warning("nvidia_gpu: NVML cannot reach %s: %s", address, error_text(exc))
+            return error_text(exc)
+        return self.read_gpu(handle, pci)
 
     def read_gpu(self, handle: Any, pci: Any) -> NvmlGpu:
         nvml, soft = self.nvml, self.soft
@@ -148,7 +219,10 @@ class NvmlReader:
         memory = soft(nvml.nvmlDeviceGetMemoryInfo, handle)
         if memory is not None:
             gpu.memory_mib = int(memory.total) // _MIB
+        minor = soft(nvml.nvmlDeviceGetMinorNumber, handle)
+        gpu.minor_number = int(minor) if minor is not None else None
         self._read_mig(handle, gpu)
+        gpu.fabric = self._read_fabric(handle)
         self._read_vgpu(handle, gpu)
         self._read_health(handle, gpu)
         return gpu
@@ -156,10 +230,13 @@ class NvmlReader:
     def _read_mig(self, handle: Any, gpu: NvmlGpu) -> None:
         nvml, soft = self.nvml, self.soft
         try:
-            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+            current, pending = nvml.nvmlDeviceGetMigMode(handle)
         except nvml.NVMLError:  # NotSupported on GPUs without MIG (T4, A40, L40S ...)
             return
-        gpu.mig_mode = "enabled" if current == nvml.NVML_DEVICE_MIG_ENABLE else "disabled"
+        enable = nvml.NVML_DEVICE_MIG_ENABLE
+        gpu.mig_mode = "enabled" if current == enable else "disabled"
+        if pending != current:
+            gpu.mig_mode_pending = "enabled" if pending == enable else "disabled"
         if current != nvml.NVML_DEVICE_MIG_ENABLE:
             return
         for index in range(soft(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
@@ -176,13 +253,42 @@ class NvmlReader:
             })
         # GPU instances exist without compute instances (MIG-backed vGPUs need only the GI),
         # so they are probed by id rather than found through MIG device handles.
-        for gi_id in range(1, _MAX_GPU_INSTANCE_ID):
-            instance = soft(nvml.nvmlDeviceGetGpuInstanceById, handle, gi_id)
-            if instance is None:
-                continue
-            info = soft(nvml.nvmlGpuInstanceGetInfo, instance)
-            if info is not None:
-                gpu.gpu_instance_profiles.append(int(info.profileId))
+        try:
+            instances = probe_gpu_instances(nvml, handle)
+        except nvml.NVMLError as exc:
+            gpu.gpu_instances_error = error_text(exc)
+            LOG.info("nvidia_gpu: NVML refused to list the GPU instances of %s: %s",
+                     gpu.address, gpu.gpu_instances_error)
+            return
+        set_gpu_instances(gpu, instances, "nvml")
+
+    def _read_fabric(self, handle: Any) -> NvmlFabric | None:
+        """The GPU's fabric info; None where NVML has none (NotSupported, a binding or
+        driver without the call, state not_supported)."""
+        nvml = self.nvml
+        struct = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)
+        call = getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
+        if struct is None or call is None:
+            return None
+        info = struct()
+        try:
+            call(handle, ctypes.byref(info))
+        except nvml.NVMLError:
+            return None
+        state = FABRIC_STATES.get(int(info.state), f"state {int(info.state)}")
+        if state == "not_supported":
+            return None
+        fabric = NvmlFabric(state=state)
+        if state == "completed":
+            status = int(info.status)
+            fabric.status = "Success" if status == 0 else _ERROR_NAMES.get(status,
+                                                                             f"error {status}")
+            # A c_char array reads up to its first NUL: take the 16 bytes themselves.
+            raw = ctypes.string_at(ctypes.addressof(info) + type(info).clusterUuid.offset, 16)
+            fabric.cluster_uuid = str(uuid.UUID(bytes=raw))
+            clique = getattr(info, "cliqueId", getattr(info, "partitionId", None))
+            fabric.clique_id = int(clique) if clique is not None else None
+        return fabric
 
     def _read_vgpu(self, handle: Any, gpu: NvmlGpu) -> None:
         nvml, soft = self.nvml, self.soft
@@ -216,6 +322,61 @@ class NvmlReader:
         if rows is not None:
             corr, unc, is_pending, failure = rows
             facts.remapped_rows = (int(corr), int(unc), bool(is_pending), bool(failure))
+
+
+def probe_gpu_instances(nvml: ModuleType, handle: Any) -> list[tuple[int, int]]:
+    """(GPU instance id, profile id) of every GPU instance on a MIG-enabled GPU, probed by
+    id. Raises the NVMLError of a refusal that is not about one id (NoPermission: NVML
+    wants a privileged user); NotFound/InvalidArgument for an id is "no such instance"."""
+    found: list[tuple[int, int]] = []
+    for gi_id in range(1, _MAX_GPU_INSTANCE_ID):
+        try:
+            instance = nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id)
+            info = nvml.nvmlGpuInstanceGetInfo(instance)
+        except nvml.NVMLError as exc:
+            if error_name(exc) in ("NotFound", "InvalidArgument"):
+                continue
+            raise
+        found.append((int(getattr(info, "id", gi_id)), int(info.profileId)))
+    return found
+
+
+def set_gpu_instances(gpu: NvmlGpu, instances: Sequence[Sequence[int]], source: str) -> None:
+    gpu.gpu_instance_ids = [int(i[0]) for i in instances]
+    gpu.gpu_instance_profiles = [int(i[1]) for i in instances]
+    gpu.gpu_instances_source = source
+
+
+def gpu_instances_at(nvml: ModuleType, address: str) -> list[tuple[int, int]]:
+    """The GPU instances of the GPU at ``address``, in a process of its own NVML session
+    (the privileged daemon: acceld.privileged.read_gpu_instances)."""
+    nvml.nvmlInit()
+    try:
+        handle = nvml.nvmlDeviceGetHandleByPciBusId(address)
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        if current != nvml.NVML_DEVICE_MIG_ENABLE:
+            return []
+        return probe_gpu_instances(nvml, handle)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+
+
+def capability_gpu_instances(proc_root: str, minor: int) -> list[int] | None:
+    """GPU instance ids from the MIG capability files every user may read: the driver
+    keeps ``<proc>/driver/nvidia/capabilities/gpu<minor>/mig/gi<id>/access`` for each GPU
+    instance that exists (NVIDIA's MIG user guide, "Device Nodes and Capabilities").
+    None when the GPU's ``mig`` directory is not there (no such files on this host)."""
+    base = os.path.join(proc_root, "driver", "nvidia", "capabilities", f"gpu{minor}", "mig")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return None
+    ids = [int(n[2:]) for n in names if re.fullmatch(r"gi\d+", n)
+           and os.path.exists(os.path.join(base, n, "access"))]
+    return sorted(ids)
 
 
 def read_nvml(nvml: ModuleType, probe_addresses: Sequence[str]) -> NvmlReport | None:

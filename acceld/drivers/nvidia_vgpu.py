@@ -263,6 +263,10 @@ class VgpuPlanner:
             if gpu.mig_mode != "enabled":
                 return (f"MIG-backed vGPU type {t.name!r} needs MIG mode enabled on "
                         f"{pf.address}")
+            if gpu.gpu_instances_error and gpu.gpu_instances_source in (None, "capabilities"):
+                return (f"MIG-backed vGPU type {t.name!r} needs the GPU instance profiles of "
+                        f"{pf.address}, which cannot be read: NVML {gpu.gpu_instances_error} "
+                        f"(a privileged user is needed: run the [privsep_nvml] daemon)")
             if t.gi_profile is not None and t.gi_profile not in gpu.gpu_instance_profiles:
                 return (f"MIG-backed vGPU type {t.name!r} needs GPU instances of MIG profile "
                         f"id {t.gi_profile}; none exist on {pf.address}")

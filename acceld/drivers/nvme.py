@@ -78,7 +78,7 @@ class NvmeDriver(Driver):
             return []
         controllers = self._controllers()
         usage = HostUsage.read(self.opts.mounts_path, self.opts.swaps_path,
-                               self.opts.udev_data_dir)
+                               self.opts.udev_data_dir, self.root)
         records = []
         seen = set()
         for function in sysfs.list_pci_functions(self.root):

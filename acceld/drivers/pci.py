@@ -31,9 +31,10 @@ from acceld.drivers.base import (Deployable, Driver, DriverError,
                                  HardwareRecord, hardware_uuid, pci_controlpath, pci_handle)
 from acceld.drivers.claims import claimed_by_others
 from acceld.drivers.intel_fpga import PF_PRODUCTS as INTEL_FPGA_PFS, VF_IDS as INTEL_FPGA_VFS
-from acceld.drivers.pci_health import PciHealthMonitor
-from acceld.drivers.pci_isolation import split_assignable, vfio_refuses
+from acceld.drivers.pci_health import PciHealthMonitor, judges_link_speed
+from acceld.drivers.pci_isolation import one_offer_per_group, split_assignable, vfio_refuses
 from acceld.drivers.traits import upstream_vendor
+from acceld.drivers.vgpu_presence import vgpu_managed, vgpu_reason
 
 LOG = logging.getLogger(__name__)
 
@@ -388,12 +389,23 @@ class PciDriver(Driver):
         for address, (dev, spec) in admitted.items():
             if dev.physfn and dev.physfn in admitted:
                 continue  # an attach handle of its PF's deployable
-            records.append(self._record(dev, spec, vfs_of.get(address, [])))
+            records.append(self._record(dev, spec, vfs_of.get(address, []), functions))
         self.pci_health.forget(set(admitted))
-        return records
+        return one_offer_per_group(records, self.conf.pci_driver.sysfs_root)
 
-    def _record(self, dev: PciFunction, spec: DeviceSpec,
-                vfs: list[PciFunction]) -> HardwareRecord:
+    def _vgpu_reason(self, dev: PciFunction, functions: dict[str, PciFunction]) -> str | None:
+        """Why the vGPU manager keeps this function (or, for a PF, any of its VFs) from
+        being a plain PCI device; None when it does not (acceld.drivers.vgpu_presence)."""
+        root = self.conf.pci_driver.sysfs_root
+        if dev.physfn:
+            return vgpu_reason(root, dev.address, dev.physfn)
+        all_vfs = sorted(f.address for f in functions.values() if f.physfn == dev.address)
+        if all_vfs:
+            return vgpu_managed(root, dev.address, all_vfs)
+        return vgpu_reason(root, dev.address, None)
+
+    def _record(self, dev: PciFunction, spec: DeviceSpec, vfs: list[PciFunction],
+                functions: dict[str, PciFunction]) -> HardwareRecord:
         kind = device_type(dev.class_code, dev.vendor, dev.product)
         assert kind is not None
         root = self.conf.pci_driver.sysfs_root
@@ -411,10 +423,18 @@ class PciDriver(Driver):
         isolation = split_assignable(root, [f.address for f in handle_functions])
         status, reason = ("setup_required", isolation.reason()) if isolation.problems else (
             "ready", None)
+        vgpu = self._vgpu_reason(dev, functions)
+        if vgpu:
+            # vGPU guests run here (or may): never a plain PCI device, nothing offered.
+            handles = []
+            status, reason = "setup_required", (
+                f"{vgpu}: not offered as PCI devices (enable the nvidia_gpu driver to offer "
+                f"its vGPUs)")
         devices_dir = os.path.join(root, "bus", "pci", "devices")
+        # Display and 3D controllers slow their link down when idle: width only (pci_health).
         health = self.pci_health.check_many(
             [(f.address, os.path.join(devices_dir, f.address))
-             for f in [dev, *vfs]])
+             for f in [dev, *vfs]], judge_speed=judges_link_speed(dev.class_code))
         attributes = {"rc": spec.resource_class or self.default_rc}
         attributes.update({f"trait{i}": trait for i, trait in enumerate(traits)})
         board: dict[str, Any] = {
@@ -445,6 +465,7 @@ class PciDriver(Driver):
             std_board_info=board,
             vendor_board_info={},
             deployables=[Deployable(name=dev.address, num_accelerators=len(handles),
-                                    attributes=attributes, attach_handles=handles)],
+                                    attributes=attributes, attach_handles=handles)]
+            if handles else [],
             health=health.to_dict(),
         )

@@ -105,6 +105,18 @@ def read_link(device_path: str) -> LinkState:
     return LinkState(speed, max_speed, width, max_width)
 
 
+# Base class 0x03 (display: VGA 0x0300, 3D 0x0302, other 0x0380): GPUs drop their link to
+# 2.5 GT/s when idle and raise it under load, so a slow link is not a fault there. Their
+# width does not change with load: a narrower link than the slot allows is.
+_SPEED_VARIES_WITH_LOAD = frozenset({0x03})
+
+
+def judges_link_speed(class_code: int) -> bool:
+    """Whether a function's link speed tells its health (24-bit class code): not for
+    display and 3D controllers, whose speed follows the load; for every other class."""
+    return (class_code >> 16) not in _SPEED_VARIES_WITH_LOAD
+
+
 def link_health(device_path: str, *, judge_speed: bool = True) -> Health:
     """``degraded`` when the link trained below its maximum speed (if judged) or width;
     ``unknown`` when sysfs shows no link figures (a VF, a virtual device)."""

@@ -154,3 +154,59 @@ def require_isolation(record: HardwareRecord, sysfs_root: str) -> HardwareRecord
     if judged.problems:
         record.acc_status, record.status_reason = "setup_required", judged.reason()
     return record
+
+
+# --- one IOMMU group, one offer -----------------------------------------------------------
+
+
+def _whole_device_handle(record: HardwareRecord) -> str | None:
+    """The one PCI function a ready record offers whole (one deployable of one accelerator
+    with one PCI handle), or None for anything else (vGPUs, a PF's VFs, nothing offered)."""
+    if record.acc_status != "ready" or len(record.deployables) != 1:
+        return None
+    dep = record.deployables[0]
+    addresses = handle_addresses(record)
+    if dep.num_accelerators != 1 or len(dep.attach_handles) != 1 or len(addresses) != 1:
+        return None
+    return addresses[0]
+
+
+def one_offer_per_group(records: list[HardwareRecord], sysfs_root: str) -> list[HardwareRecord]:
+    """Devices offered whole that share an IOMMU group become one offer.
+
+    VFIO gives a group to one VM: while a VM holds one device of it, another VM cannot
+    start with another (its QEMU cannot open the group). Two such devices offered as two
+    providers let Placement place two VMs, and the second fails at boot. So the device of
+    the group with the lowest address keeps its deployable, which gets the others' attach
+    handles too but still one accelerator (Placement then places one VM on the group, and
+    the bind takes whichever handle is free); the others offer nothing and are
+    ``setup_required`` saying where they went. A member whose offer differs (another
+    resource class or traits) adds no handle: it is only held."""
+    by_group: dict[str, list[tuple[str, HardwareRecord]]] = {}
+    for record in records:
+        address = _whole_device_handle(record)
+        group = iommu_group(sysfs_root, address) if address else None
+        if address and group is not None:
+            by_group.setdefault(group, []).append((address, record))
+    for group, members in by_group.items():
+        if len(members) < 2:
+            continue
+        members.sort(key=lambda m: m[0])
+        keeper_address, keeper = members[0]
+        unit = keeper.deployables[0]
+        for address, record in members[1:]:
+            dep = record.deployables[0]
+            joined = dep.attributes == unit.attributes
+            if joined:
+                unit.attach_handles.extend(dep.attach_handles)
+            record.deployables = []
+            record.acc_specs = {**record.acc_specs, "num": 0}
+            record.acc_status = "setup_required"
+            record.status_reason = (
+                f"IOMMU group {group} also holds {keeper_address}: a VM gets the whole "
+                f"group, so only one of its devices can be in use at a time; "
+                + (f"offered as one unit through {keeper_address}'s deployable"
+                   if joined else f"held while {keeper_address} is offered")
+                + " (separate the devices' groups, e.g. ACS on their PCIe switch, to offer "
+                  "each)")
+    return records

@@ -31,8 +31,16 @@ FAKE_PYNVML = '''"""Stand-in pynvml for the offline check test: the fake, GPUs f
 import json, os, sys
 from tests.support.fake_pynvml import FakeGpu, make_pynvml
 with open(os.environ["FAKE_PYNVML_SPEC"]) as f:
-    sys.modules[__name__] = make_pynvml([FakeGpu(**g) for g in json.load(f)])
+    gpus = json.load(f)
+for g in gpus:  # JSON keys are strings; GPU instance ids are ints
+    g["gpu_instances"] = {int(k): v for k, v in g.get("gpu_instances", {}).items()}
+sys.modules[__name__] = make_pynvml([FakeGpu(**g) for g in gpus])
 '''
+
+
+SPEC = [{"bus_id": H200, "device_id": 0x2335, "name": "NVIDIA H200",
+         "uuid": "GPU-0e8f1c3a-5b7d-4c2e-9a1f-3d6b8e0c2a47", "memory_total": 141 * GIB,
+         "mig_mode": [0, 0], "remapped_rows": [0, 0, 0, 0]}]
 
 
 def export_checkout(dest: Path) -> Path:
@@ -71,9 +79,7 @@ def machine(tmp_path_factory):
     tree.add_pci("0000:65:00.0", "0x10de", "0x2331", "0x030200", driver="vfio-pci")
     tree.add_module_version("nvidia", "570.86.15")
     spec = base / "nvml.json"
-    spec.write_text(json.dumps([{"bus_id": H200, "device_id": 0x2335, "name": "NVIDIA H200",
-                                 "uuid": "GPU-0e8f1c3a-5b7d-4c2e-9a1f-3d6b8e0c2a47",
-                                 "memory_total": 141 * GIB}]))
+    spec.write_text(json.dumps(SPEC))
     wheelhouse = checkout / "bench" / "wheelhouse"
     wheelhouse.mkdir(parents=True)
     with zipfile.ZipFile(wheelhouse / "nvidia_ml_py-13.615.71-py3-none-any.whl", "w") as wheel:
@@ -90,14 +96,23 @@ def machine(tmp_path_factory):
     return {"checkout": checkout, "bin": bin_dir, "env": env, "base": base}
 
 
-def fake_nvidia_smi(machine, csv: str) -> None:
+def fake_nvidia_smi(machine, csv: str, remapped: str | None = None,
+                    lgi: str | None = None) -> None:
+    """nvidia-smi answering ``--query-gpu`` with ``csv`` (whatever fields are asked: an
+    older one's answer), ``--query-remapped-rows`` with ``remapped`` and ``mig -lgi`` with
+    ``lgi`` (exit 2 when unset, as for an unknown option or a refusal). Any other
+    argument (a change of configuration) is recorded and fails."""
     executable(machine["bin"] / "nvidia-smi", "#!/bin/sh\n"
+               'echo "$*" >> "$SMI_CALLS"\n'
                'case "$*" in\n'
                '  *--query-gpu*) printf \'%s\' "$CSV" ;;\n'
+               '  *--query-remapped-rows*) [ -n "$REMAPPED" ] || exit 2; printf \'%s\' "$REMAPPED" ;;\n'
+               '  "mig -lgi") [ -n "$LGI" ] || exit 2; printf \'%s\' "$LGI" ;;\n'
                '  -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0e8f1c3a)" ;;\n'
                '  *) exit 2 ;;\n'
                'esac\n')
-    machine["env"]["CSV"] = csv
+    machine["env"].update(CSV=csv, REMAPPED=remapped or "", LGI=lgi or "",
+                          SMI_CALLS=str(machine["base"] / "smi-calls.log"))
 
 
 def run_check(machine, out: Path) -> subprocess.CompletedProcess:
@@ -139,8 +154,31 @@ def test_check_fails_when_the_driver_and_nvidia_smi_disagree(machine, tmp_path):
         "0000:9b:00.0: listed by nvidia-smi, not reported by the driver"]
 
 
-def test_check_without_pynvml_says_how_to_get_it(machine, tmp_path):
-    fake_nvidia_smi(machine, GOOD_CSV)
+def test_without_pynvml_the_sysfs_checks_still_run(machine, tmp_path):
+    """A clean checkout has no bench/wheelhouse (git ignores it): the NVML part is skipped
+    and said so, the sysfs checks run and decide; --require-nvml (REQUIRE_NVML=1) fails."""
+    fake_nvidia_smi(machine, FULL_CSV)
+    wheel = machine["checkout"] / "bench" / "wheelhouse"
+    moved = machine["base"] / "wheelhouse-away"
+    wheel.rename(moved)
+    try:
+        done = run_check(machine, tmp_path / "out")
+        summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+        machine["env"]["REQUIRE_NVML"] = "1"
+        required = run_check(machine, tmp_path / "required")
+    finally:
+        machine["env"].pop("REQUIRE_NVML", None)
+        moved.rename(wheel)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert summary["nvml_checked"] is False
+    assert any("NVML part skipped" in n and "make gpu-wheelhouse" in n
+               for n in summary["notes"])
+    assert (tmp_path / "out" / "without_nvml.json").is_file()
+    assert required.returncode == 1 and "make gpu-wheelhouse" in required.stdout
+
+
+def test_sysfs_checks_catch_a_wrong_product_id_without_nvml(machine, tmp_path):
+    fake_nvidia_smi(machine, FULL_CSV.replace("0x233510DE", "0x233110DE"))
     wheel = machine["checkout"] / "bench" / "wheelhouse"
     moved = machine["base"] / "wheelhouse-away"
     wheel.rename(moved)
@@ -149,4 +187,75 @@ def test_check_without_pynvml_says_how_to_get_it(machine, tmp_path):
     finally:
         moved.rename(wheel)
     assert done.returncode == 1
-    assert "make gpu-wheelhouse" in done.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["failures"] == [
+        "0000:3b:00.0: product 0x2335, nvidia-smi's pci.device_id 0x233110DE says 0x2331 "
+        "(sysfs run)"]
+
+
+FULL_CSV = ("index, pci.bus_id, name, memory.total [MiB], pci.device_id, mig.mode.current, "
+            "mig.mode.pending, ecc.errors.uncorrected.volatile.total\n"
+            "0, 00000000:3B:00.0, NVIDIA H200, 144384 MiB, 0x233510DE, Disabled, Disabled, 0\n")
+REMAPPED = ("gpu_bus_id, remapped_rows.correctable, remapped_rows.uncorrectable, "
+            "remapped_rows.pending, remapped_rows.failure\n00000000:3B:00.0, 0, 0, No, No\n")
+
+
+def test_expected_values_against_nvidia_smi(machine, tmp_path):
+    fake_nvidia_smi(machine, FULL_CSV, remapped=REMAPPED)
+    done = run_check(machine, tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["nvml_checked"] is True
+    assert not any("did not answer" in n for n in summary["notes"]), summary["notes"]
+    # Read-only: only queries were asked of nvidia-smi.
+    calls = (machine["base"] / "smi-calls.log").read_text().splitlines()
+    assert calls and all(c.startswith(("--query-", "-L", "mig -lgi")) for c in calls), calls
+
+
+def test_expected_value_mismatches_fail(machine, tmp_path):
+    csv = FULL_CSV.replace("Disabled, Disabled, 0", "Enabled, Enabled, 3")
+    fake_nvidia_smi(machine, csv, remapped=REMAPPED.replace("0, 0, No, No", "2, 1, Yes, No"))
+    done = run_check(machine, tmp_path / "out")
+    assert done.returncode == 1
+    failures = json.loads((tmp_path / "out" / "summary.json").read_text())["failures"]
+    assert failures == [
+        "0000:3b:00.0: mig_mode 'disabled', nvidia-smi says 'Enabled'",
+        "0000:3b:00.0: MIG mode at the next reset 'disabled', nvidia-smi says 'enabled'",
+        "0000:3b:00.0: ecc_volatile_uncorrected 0, nvidia-smi says 3",
+        "0000:3b:00.0: remapped_rows_correctable 0, nvidia-smi says 2",
+        "0000:3b:00.0: remapped_rows_uncorrectable 0, nvidia-smi says 1",
+        "0000:3b:00.0: row_remap_pending 0, nvidia-smi says 1"]
+
+
+LGI = """+-------------------------------------------------------+
+| GPU instances:                                        |
+| GPU   Name             Profile  Instance   Placement  |
+|                          ID       ID       Start:Size |
+|=======================================================|
+|   0  MIG 1g.18gb         19        1          0:1     |
++-------------------------------------------------------+
+|   0  MIG 2g.35gb         14        2          2:2     |
++-------------------------------------------------------+
+"""
+
+
+def test_mig_instances_against_nvidia_smi_mig_lgi(machine, tmp_path):
+    """MIG on, two GPU instances without compute instances (nvidia-smi mig -cgi 19,14)."""
+    spec = machine["base"] / "nvml.json"
+    mig = [dict(SPEC[0], mig_mode=[1, 1], mig_slots=[None] * 7,
+                gpu_instances={"1": 19, "2": 14})]
+    spec.write_text(json.dumps(mig))
+    csv = FULL_CSV.replace("Disabled, Disabled", "Enabled, Enabled")
+    try:
+        fake_nvidia_smi(machine, csv, remapped=REMAPPED, lgi=LGI)
+        done = run_check(machine, tmp_path / "out")
+        assert done.returncode == 0, done.stdout + done.stderr
+        notes = json.loads((tmp_path / "out" / "summary.json").read_text())["notes"]
+        assert any("not offered whole: 2 MIG GPU instance(s)" in n for n in notes), notes
+        fake_nvidia_smi(machine, csv, remapped=REMAPPED, lgi=LGI.replace("   14   ", "   15   "))
+        done = run_check(machine, tmp_path / "bad")
+        failures = json.loads((tmp_path / "bad" / "summary.json").read_text())["failures"]
+        assert failures == ["0000:3b:00.0: GPU instances (id, profile) [(1, 19), (2, 14)], "
+                            "nvidia-smi mig -lgi says [(1, 19), (2, 15)]"]
+    finally:
+        spec.write_text(json.dumps(SPEC))

@@ -11,6 +11,7 @@ module when it is installed.
 
 from __future__ import annotations
 
+import ctypes
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,10 @@ class FakeGpu:
     mig_mode: tuple[int, int] | None = None  # None: NotSupported
     mig_slots: list[FakeMig | None] = field(default_factory=list)
     lost: bool = False  # every call on it raises GpuIsLost
+    # Every handle lookup of it raises this error (by its ERROR_CODES name): "Unknown" for
+    # a GPU that fell off the bus the way nvidia-smi shows ("Unable to determine the device
+    # handle for GPU 0000:3B:00.0: Unknown Error"), "NoPermission" for one the cgroup denies.
+    handle_error: str | None = None
     vgpu_types: list[FakeVgpuType] = field(default_factory=list)  # [] : no vGPU manager
     active_vgpus: list[int] = field(default_factory=list)  # type id per running vGPU
     gpu_instances: dict[int, int] = field(default_factory=dict)  # GI id -> profile id
@@ -64,6 +69,13 @@ class FakeGpu:
     retired_pages_pending: int | None = 0  # NVML_FEATURE_ENABLED (1) / DISABLED (0)
     remapped_rows: tuple[int, int, int, int] | None = None  # None: NotSupported (pre-Ampere)
     hidden: bool = False  # not enumerated (GetCount skips it), as a GPU that fell off
+    minor: int = 0  # nvmlDeviceGetMinorNumber: the N of /dev/nvidiaN
+    # nvmlDeviceGetGpuInstanceById raises NoPermission unless the module was made
+    # privileged=True (NVML: "requires privileged user"; the agent runs unprivileged).
+    gi_needs_privilege: bool = False
+    # nvmlDeviceGetGpuFabricInfo: None raises NotSupported (PCIe boards); else (state,
+    # status, cluster uuid bytes, clique id) as an HGX GPU with NVSwitch answers.
+    fabric: tuple[int, int, bytes, int] | None = None
 
 
 @dataclass
@@ -96,14 +108,22 @@ class _EventData:
         self.gpuInstanceId = self.computeInstanceId = 0xFFFFFFFF
 
 
+class c_nvmlGpuFabricInfo_t(ctypes.Structure):
+    """nvml.h's nvmlGpuFabricInfo_t, as pynvml declares it."""
+
+    _fields_ = [("clusterUuid", ctypes.c_char * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint)]
+
+
 class _Memory:
     def __init__(self, total: int) -> None:
         self.total, self.free, self.used = total, total, 0
 
 
 def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
-                driver_version: str = "550.54.15") -> types.ModuleType:
-    """A module object with the real names; ``init_error`` makes nvmlInit raise that error."""
+                driver_version: str = "550.54.15", privileged: bool = False) -> types.ModuleType:
+    """A module object with the real names; ``init_error`` makes nvmlInit raise that error;
+    ``privileged``: the process is root (or has CAP_SYS_ADMIN), as the privsep daemon."""
     mod = types.ModuleType("pynvml")
     # NVML counts nvmlInit calls: it stays initialised until as many nvmlShutdown calls.
     state: dict[str, Any] = {"initialised": 0, "init_calls": 0, "shutdown_calls": 0,
@@ -130,6 +150,7 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
             return f"NVML error {self.value}"
 
     mod.NVMLError = NVMLError  # type: ignore[attr-defined]
+    mod.c_nvmlGpuFabricInfo_t = c_nvmlGpuFabricInfo_t  # type: ignore[attr-defined]
     for suffix, (code, _text) in ERROR_CODES.items():
         sub = type(f"NVMLError_{suffix}", (NVMLError,), {})
         NVMLError._valClassMapping[code] = sub
@@ -175,6 +196,8 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
         check()
         if not 0 <= index < len(visible):
             raise error("InvalidArgument")
+        if visible[index].handle_error:
+            raise error(visible[index].handle_error)
         return _Handle(visible[index])
 
     def nvmlDeviceGetHandleByPciBusId(bus_id: str) -> _Handle:
@@ -182,6 +205,8 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
         wanted = bus_id.lower()[-12:]
         for gpu in gpus:
             if gpu.bus_id.lower() == wanted:
+                if gpu.handle_error:
+                    raise error(gpu.handle_error)
                 if gpu.lost:
                     raise error("GpuIsLost")
                 return _Handle(gpu)
@@ -208,6 +233,21 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
     def nvmlDeviceGetMemoryInfo(handle: _Handle, version: int | None = None) -> _Memory:
         check(handle)
         return _Memory(handle.mig.memory_total if handle.mig else handle.gpu.memory_total)
+
+    def nvmlDeviceGetGpuFabricInfo(handle: _Handle, info_ref: Any) -> int:
+        check(handle)
+        if handle.gpu.fabric is None:
+            raise error("NotSupported")
+        info = info_ref._obj  # ctypes.byref(struct)
+        state, status, cluster, clique = handle.gpu.fabric
+        info.state, info.status, info.cliqueId = state, status, clique
+        # All 16 bytes (assigning bytes to a c_char array stops at a NUL).
+        ctypes.memmove(ctypes.addressof(info) + type(info).clusterUuid.offset, cluster, 16)
+        return 0
+
+    def nvmlDeviceGetMinorNumber(handle: _Handle) -> int:
+        check(handle)
+        return handle.gpu.minor
 
     def nvmlSystemGetDriverVersion() -> str:
         check()
@@ -293,6 +333,8 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
             raise error("NotSupported")
         if mode[0] != 1:
             raise error("InvalidArgument")
+        if handle.gpu.gi_needs_privilege and not privileged:
+            raise error("NoPermission")
         if gi_id not in handle.gpu.gpu_instances:
             raise error("NotFound")
         return (handle.gpu, gi_id)
@@ -365,7 +407,8 @@ def make_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None,
                nvmlDeviceGetMemoryInfo, nvmlSystemGetDriverVersion,
                nvmlSystemGetCudaDriverVersion, nvmlDeviceGetMigMode,
                nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMigDeviceHandleByIndex,
-               nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId):
+               nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId,
+               nvmlDeviceGetMinorNumber, nvmlDeviceGetGpuFabricInfo):
         setattr(mod, fn.__name__, fn)
     return mod
 
@@ -388,5 +431,6 @@ API_NAMES = [
     "nvmlDeviceGetUUID", "nvmlDeviceGetSerial", "nvmlDeviceGetMemoryInfo",
     "nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion", "nvmlDeviceGetMigMode",
     "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
-    "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetMinorNumber",
+    "nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t",
 ]

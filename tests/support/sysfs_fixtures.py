@@ -373,6 +373,31 @@ class SysfsTree:
             self._partition(head, part, ())
         return head
 
+    def add_btrfs(self, fsid: str, members: list[Path]) -> Path:
+        """A mounted btrfs: ``fs/btrfs/<fsid>/devices/<dev>`` links to each member's block
+        directory (the kernel adds them at mount; the mount table names one member)."""
+        path = self.root / "fs" / "btrfs" / fsid
+        for member in members:
+            _link(path / "devices" / member.name, member)
+        _write(path / "label", "data")
+        return path
+
+    def add_md(self, name: str, members: list[Path]) -> Path:
+        """An md array ``devices/virtual/block/<md>`` with ``slaves/`` links to its members,
+        each member holding it (``holders/<md>``), and ``block/<md>``."""
+        path = self.root / "devices" / "virtual" / "block" / name
+        _write(path / "dev", f"9:{int(name[2:]) if name[2:].isdigit() else 0}")
+        (path / "holders").mkdir(parents=True, exist_ok=True)
+        for member in members:
+            _link(path / "slaves" / member.name, member)
+            _link(member / "holders" / name, path)
+        _link(self.root / "block" / name, path)
+        return path
+
+    def block_dev(self, block_dir: Path) -> str:
+        """A block device's ``major:minor`` (its ``dev`` file)."""
+        return (block_dir / "dev").read_text().strip()
+
     def add_udev_fs_type(self, udev_dir: Path, block_dir: Path, fs_type: str) -> None:
         """udev's database entry for a block device: ``b<maj:min>`` with ``E:ID_FS_TYPE``."""
         dev = (block_dir / "dev").read_text().strip()

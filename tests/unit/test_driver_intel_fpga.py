@@ -286,8 +286,60 @@ def test_vf_traits_survive_a_rebind_to_vfio(tmp_path, tree):
     _give_to_a_vm(tree, vf)
     [after] = drv.discover()
     assert after.deployables[0].attributes == before.deployables[0].attributes
-    # A function never seen with its port (agent restarted while the VM runs) keeps the
-    # traits the ids give.
-    [fresh] = driver(tmp_path, tree).discover()
+    # A function never seen with its port by this agent (a fresh state_path) keeps the
+    # traits the PCI ids give.
+    [fresh] = driver(tmp_path / "other-state", tree).discover()
     assert fresh.model == before.model
     assert "CUSTOM_FPGA_INTEL_PAC_ARRIA10" in fresh.deployables[0].attributes.values()
+
+
+# --- issue 27 item 8: the ids last read survive an agent restart ------------------------
+
+FUNCTION_TRAIT = f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{NLB0.upper()}"
+
+
+def test_function_id_survives_an_agent_restart_while_the_vf_is_in_a_vm(tmp_path, tree):
+    """A PAC with SR-IOV: the VF's port carries the AFU; the VF goes to a VM (vfio-pci,
+    port files gone), then the agent restarts: a new driver over the same state_path."""
+    vf = "0000:5e:00.1"
+    tree.add_vfs(PF, [vf], "0x09c5", driver="dfl-pci", total=1)
+    port = tree.device_dir(PF) / "fpga_region" / "region0" / "dfl-port.0"
+    for f in port.iterdir():
+        f.unlink()
+    port.rmdir()
+    tree.add_dfl_vf(vf, region=2, port=1, afu_id=NLB0)
+    [before] = driver(tmp_path, tree).discover()
+    assert FUNCTION_TRAIT in before.deployables[0].attributes.values()
+    _give_to_a_vm(tree, vf)
+    [after_restart] = driver(tmp_path, tree).discover()
+    assert after_restart.deployables[0].attributes == before.deployables[0].attributes
+    assert (tmp_path / "intel_fpga" / "remembered_ids.json").is_file()
+
+
+def test_pf_region_and_function_ids_survive_a_restart(tmp_path, tree):
+    [before] = driver(tmp_path, tree).discover()
+    _give_to_a_vm(tree, PF)
+    [after] = driver(tmp_path, tree).discover()
+    assert after.deployables[0].attributes == before.deployables[0].attributes
+    assert after.vendor_board_info["interface_id"] == IFID.replace("-", "")
+
+
+def test_another_card_in_the_slot_does_not_inherit_the_ids(tmp_path, tree):
+    driver(tmp_path, tree).discover()
+    # Swapped for a D5005 while the agent was down, and straight to vfio-pci.
+    import shutil
+    shutil.rmtree(tree.device_dir(PF))
+    tree.add_pci(PF, "0x8086", "0x0b2b", "0x120000", driver="vfio-pci", iommu_group=40,
+                 bridge="0000:5d:00.0")
+    [record] = driver(tmp_path, tree).discover()
+    assert FUNCTION_TRAIT not in record.deployables[0].attributes.values()
+    assert "region_id" not in record.deployables[0].attributes
+
+
+def test_an_unreadable_store_is_an_empty_one(tmp_path, tree, caplog):
+    (tmp_path / "intel_fpga").mkdir()
+    (tmp_path / "intel_fpga" / "remembered_ids.json").write_text("{not json")
+    _give_to_a_vm(tree, PF)
+    [record] = driver(tmp_path, tree).discover()
+    assert FUNCTION_TRAIT not in record.deployables[0].attributes.values()
+    assert "unreadable" in caplog.text

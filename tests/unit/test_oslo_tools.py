@@ -42,7 +42,7 @@ def test_config_generator_namespace_acceld_is_complete() -> None:
                        "connect_retries", "status_code_retries", "cafile", "timeout"):
             assert f"\n#{option} =" in section, (group, option)
     for group in ("DEFAULT", "api", "database", "conductor", "agent", "internal",
-                  "privsep_sysfs", "privsep_tools"):
+                  "privsep_sysfs", "privsep_tools", "privsep_nvml"):
         assert f"[{group}]" in text, group
     assert "\n#privileged_calls = privsep\n" in _section(text, "agent")
 

@@ -131,8 +131,10 @@ def test_each_daemon_keeps_only_its_capabilities() -> None:
 
     assert cfg.CONF.privsep_sysfs.capabilities == [caps.CAP_DAC_OVERRIDE]
     assert cfg.CONF.privsep_tools.capabilities == [caps.CAP_SYS_ADMIN, caps.CAP_DAC_OVERRIDE]
+    assert cfg.CONF.privsep_nvml.capabilities == [caps.CAP_SYS_ADMIN]
     # The sample config says the same.
     shown = {group: [o.sample_default for o in opts if o.dest == "capabilities"]
              for group, opts in privileged.list_opts()[1:]}
     assert shown == {"privsep_sysfs": ["CAP_DAC_OVERRIDE"],
-                     "privsep_tools": ["CAP_SYS_ADMIN,CAP_DAC_OVERRIDE"]}
+                     "privsep_tools": ["CAP_SYS_ADMIN,CAP_DAC_OVERRIDE"],
+                     "privsep_nvml": ["CAP_SYS_ADMIN"]}
