@@ -242,9 +242,9 @@ def _verdict(groups: list[groups_mod.RequestGroup], providers: list[fleet_db.Pro
     blocked = [_group_summary(g, providers, per_rp) for g, per_rp in zip(groups, judged)
                if not any(not reasons for reasons in per_rp.values())]
     if not blocked:  # each group can be served somewhere, but not all on one host
-        spread = "; ".join(
-            f"group {g.index} only on {_names(sorted({h['hostname'] for h in hosts if h['groups'][g.index]['usable']}))}"
-            for g in groups)
+        served = [_names([h["hostname"] for h in hosts if h["groups"][g.index]["usable"]])
+                  for g in groups]
+        spread = "; ".join(f"group {g.index} only on {on}" for g, on in zip(groups, served))
         return f"not satisfiable: no host serves every group ({spread}){caveat}", False
     return f"not satisfiable{where}: " + "; ".join(blocked) + caveat, False
 

@@ -77,7 +77,7 @@ def mismatch(provider: Provider, group: RequestGroup) -> list[Reason]:
     if rc not in group.resources:
         out.append(Reason(RESOURCE_CLASS, f"offers {rc or 'no resource class'}; the group asks "
                                           f"for {', '.join(sorted(group.resources))}",
-                          f"offer {rc or 'no resource class'}"))
+                          f"offering {rc or 'no resource class'}"))
     elif group.resources[rc] > int(provider.num_accelerators or 0):
         out.append(Reason(CAPACITY, f"has {provider.num_accelerators} {rc}; the group asks for "
                               f"{group.resources[rc]} from one provider"))
