@@ -103,14 +103,17 @@ def _judge(provider: fleet_db.Provider, group: groups_mod.RequestGroup, view: pv
     if not placement_configured:
         return reasons, offered
     want = rs.desired(provider, reserve_down_agents)
-    reasons += rs.sync_drift(provider, want)
+    stale = rs.sync_drift(provider, want)
     if not view.answered:
-        return reasons, offered
+        return reasons + stale, offered
     summary = view.candidates.get(provider.rp_uuid)
     offered = "offered" if summary is not None else "not_offered"
-    if summary is not None:
-        reasons += _summary_drift(summary, want)
-    elif kind_ok and not reasons:
+    seen = _summary_drift(summary, want) if summary is not None else []
+    if seen and stale:  # one fact: what Placement shows, and why (the sync is behind)
+        seen = [r._replace(message=r.message + " (the conductor's sync has not written "
+                                               "acceld's change yet)") for r in seen]
+    reasons += seen or stale
+    if summary is None and kind_ok and not reasons:
         # acceld would bind it and Placement says no: the two disagree.
         reasons.append(rs.Reason(rs.PLACEMENT_DRIFT, _not_offered(
             view, provider, want, client, budget)))
