@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import orjson
+from sqlalchemy import Connection
 
 from acceld.clients import placement as pl
 from acceld.db import device_profiles as profiles_db
@@ -44,16 +45,27 @@ def _find_profile(conn: Any, ident: str) -> Any:
         return profiles_db.get_by_name(conn, ident)
 
 
+# Why a project could not create this many more ARQs now, or None (acceld.api.arq_limits).
+Quota = Callable[[Connection, int], "str | None"]
+
+
 def explain(db: Database, client: pl.PlacementClient | None, ident: str,
             hostname: str | None = None, member_of: tuple[str, ...] = (),
-            reserve_down_agents: bool = True) -> dict[str, Any]:
-    """The explain document for the profile named (or with uuid) ``ident``."""
+            reserve_down_agents: bool = True, project_id: str | None = None,
+            quota: Quota | None = None) -> dict[str, Any]:
+    """The explain document for the profile named (or with uuid) ``ident``; with
+    ``project_id`` and ``quota``, also whether that project may create its ARQs."""
     with db.read() as conn:
         profile = _find_profile(conn, ident)
         if profile is None:
             raise ProfileNotFound(f"Device profile {ident} could not be found.")
         fleet = fleet_db.read_fleet(conn, hostname)
     groups = groups_mod.parse(orjson.loads(profile.profile_json), member_of)
+    limit = None
+    if project_id is not None and quota is not None:
+        arqs = sum(g.amount for g in groups)
+        with db.read() as conn:  # its own transaction: a unified limit asks Keystone
+            limit = {"project_id": project_id, "arqs": arqs, "refusal": quota(conn, arqs)}
     views = pv.ask(client, groups, hostname)
     by_rp = {p.rp_uuid: p for p in fleet.providers}
     detail_budget = [DETAIL_READS]
@@ -84,9 +96,13 @@ def explain(db: Database, client: pl.PlacementClient | None, ident: str,
             "acceld": {"providers": providers}})
     hosts = _hosts(fleet.providers, judged)
     verdict, satisfiable = _verdict(groups, fleet.providers, judged, hosts, views, hostname)
+    if limit is not None and limit["refusal"]:
+        verdict, satisfiable = f"not satisfiable for project {project_id}: " \
+            f"{limit['refusal']}", False
     return {"device_profile": {"uuid": profile.uuid, "name": profile.name},
             "hostname": hostname, "verdict": verdict, "satisfiable": satisfiable,
-            "placement": _overall(views), "hosts": hosts, "groups": out_groups}
+            "quota": limit, "placement": _overall(views), "hosts": hosts,
+            "groups": out_groups}
 
 
 def _judge(provider: fleet_db.Provider, group: groups_mod.RequestGroup, view: pv.GroupView,

@@ -34,6 +34,10 @@ def render(doc: dict[str, Any]) -> str:
     overall = doc["placement"]
     lines.append(f"Placement: {PLACEMENT_WORDS.get(overall['status'], overall['status'])}"
                  + (f": {overall['message']}" if overall["message"] else ""))
+    limit = doc["quota"]
+    if limit is not None:
+        lines.append(f"Project {limit['project_id']}: "
+                     + (limit["refusal"] or f"may create the profile's {limit['arqs']} ARQ(s)"))
     for group in doc["groups"]:
         lines += ["", f"Group {group['group_id']}: {group['description']}"]
         view = group["placement"]

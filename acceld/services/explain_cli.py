@@ -1,4 +1,4 @@
-"""`acceld explain PROFILE [--host H] [--json]`: why a device profile can or cannot get an
+"""`acceld explain PROFILE [--host H] [--project P] [--json]`: why a device profile can or cannot get an
 accelerator, as ``GET /v2/device_profiles/{ident}/explain`` answers it.
 
 Runs on a controller against the database and Placement named by the config file, as
@@ -19,6 +19,7 @@ SATISFIABLE, NOT_SATISFIABLE, UNKNOWN = 0, 1, 2
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from acceld import explain
+    from acceld.api import arq_limits
     from acceld.api.handlers.explain import HOSTNAME_RE
     from acceld.cli import _load
     from acceld.clients import placement
@@ -31,8 +32,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     conf = _load(args)
     db = from_config(conf)
     try:
-        doc = explain.explain(db, placement.from_conf(conf), args.profile, args.host,
-                              reserve_down_agents=conf.conductor.reserve_devices_of_down_agents)
+        doc = explain.explain(
+            db, placement.from_conf(conf), args.profile, args.host,
+            reserve_down_agents=conf.conductor.reserve_devices_of_down_agents,
+            project_id=args.project,
+            quota=lambda conn, arqs: arq_limits.refusal(conf, conn, args.project, arqs))
     except explain.ProfileNotFound as exc:
         print(f"acceld explain: {exc}", file=sys.stderr)
         return UNKNOWN
@@ -52,5 +56,7 @@ def register(sub: argparse._SubParsersAction,
     common(p)
     p.add_argument("profile", help="The device profile's name or uuid.")
     p.add_argument("--host", help="Only this host (as its agent and Nova name it).")
+    p.add_argument("--project", help="Also whether this project may create the profile's ARQs "
+                                      "now ([quota]).")
     p.add_argument("--json", action="store_true", help="Print the API's JSON document.")
     p.set_defaults(func=cmd_explain)

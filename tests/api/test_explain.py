@@ -89,6 +89,8 @@ def test_by_uuid_and_by_hostname(client, db):
     ({"hostname": "x" * 256}, "Invalid hostname"),
     ({"hostname": "-leading-dash"}, "Invalid hostname"),
     ({"member_of": "not-a-uuid"}, "Invalid member_of"),
+    ({"project_id": ""}, "Invalid project_id"),
+    ({"project_id": "p" * 256}, "Invalid project_id"),
     ({"colour": "red"}, "Unknown query parameter"),
 ])
 def test_bad_parameters_are_400(client, db, params, words):
@@ -260,6 +262,26 @@ def test_every_reason_that_holds_is_given(client, db):
     assert codes(body, "node-a") == ["disabled", "quarantined", "agent_down", "not_ready",
                                      "no_free_handle"]
     assert fpga["device"]["uuid"] in messages(body, "node-a")
+
+
+def test_project_over_its_arq_limit(client, db, conf):
+    conf.set_override("arqs_per_project", 1, group="quota")
+    make_profile(client)
+    inventory.add_fpga(db, hostname="node-a")
+    assert explain(client, project_id="project-a").json["quota"] == {
+        "project_id": "project-a", "arqs": 1, "refusal": None}
+    created = client.simulate_post("/accelerator/v2/accelerator_requests", headers=member(),
+                                   json={"device_profile_name": "dp"})
+    assert created.status_code == 201
+    body = explain(client, project_id="project-a").json
+    assert body["satisfiable"] is False
+    assert body["verdict"] == (
+        "not satisfiable for project project-a: Quota exceeded for accelerator_requests: "
+        "project project-a may hold 1 ([quota] arqs_per_project), holds 1 and asked for 1 "
+        "more.")
+    assert body["quota"]["refusal"].startswith("Quota exceeded")
+    # Without a project, the devices alone decide.
+    assert explain(client).json["verdict"] == "satisfiable on 1 host: node-a"
 
 
 def test_no_host_serves_every_group(client, db):

@@ -56,6 +56,17 @@ def test_explain_prints_the_verdict_then_the_reasons(tmp_path):
     assert doc.returncode == 0
     assert json.loads(doc.stdout)["verdict"] == "satisfiable on 1 host: cn-1"
 
+    limited = tmp_path / "acceld.conf"
+    limited.write_text("[quota]\narqs_per_project = 0\n")
+    over = run_cli("explain", "fpga-dp", "--project", "demo", "--config-file", str(limited),
+                   "--state-path", state)
+    assert over.returncode == 1
+    assert over.stdout.startswith("not satisfiable for project demo: Quota exceeded for "
+                                  "accelerator_requests: project demo may hold 0")
+    free = run_cli("explain", "fpga-dp", "--project", "demo", "--state-path", state)
+    assert free.returncode == 0
+    assert "Project demo: may create the profile's 1 ARQ(s)" in free.stdout
+
     unknown = run_cli("explain", "no-such-dp", "--state-path", state)
     assert unknown.returncode == 2
     assert "Device profile no-such-dp could not be found." in unknown.stderr

@@ -4,7 +4,8 @@ Why a device profile can or cannot get an accelerator: Placement's allocation
 candidates for each request group beside acceld's own view of every provider, with
 every reason that keeps one from serving, and a one-line verdict first
 (acceld.explain; docs/explain.md). ``?hostname=`` narrows both views to one host;
-``?member_of=`` adds the aggregates Nova's prefilters would ask for. Placement being
+``?member_of=`` adds the aggregates Nova's prefilters would ask for; ``?project_id=``
+also asks whether that project may create the profile's ARQs now ([quota]). Placement being
 unreachable is part of the answer (200), never a failure of the request.
 """
 
@@ -16,7 +17,7 @@ import uuid as uuidlib
 import falcon
 
 from acceld import explain
-from acceld.api import errors, microversion, wire
+from acceld.api import arq_limits, errors, microversion, wire
 
 EXPLAIN_VERSION = "2.7"
 RULE = "acceld:device_profile:explain"
@@ -52,16 +53,25 @@ def _member_of(value: str | None) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _project(value: str | None) -> str | None:
+    if value is not None and not 0 < len(value) <= 255:
+        raise errors.BadRequest("Invalid project_id: 1 to 255 characters.")
+    return value
+
+
 def explain_profile(req: falcon.Request, resp: falcon.Response, ident: str) -> None:
     microversion.require(req.context.version, EXPLAIN_VERSION)
     api = req.context.api
     api.policy.authorize(RULE, req.context.ctx)
-    params = wire.query_params(req, ("hostname", "member_of"))
+    params = wire.query_params(req, ("hostname", "member_of", "project_id"))
     hostname = _hostname(params.get("hostname"))
     member_of = _member_of(params.get("member_of"))
+    project_id = _project(params.get("project_id"))
     try:
-        body = explain.explain(api.db, api.placement(), ident, hostname, member_of,
-                               api.conf.conductor.reserve_devices_of_down_agents)
+        body = explain.explain(
+            api.db, api.placement(), ident, hostname, member_of,
+            api.conf.conductor.reserve_devices_of_down_agents, project_id,
+            lambda conn, arqs: arq_limits.refusal(api.conf, conn, project_id, arqs))
     except explain.ProfileNotFound as exc:
         raise errors.NotFound(str(exc)) from None
     wire.respond(resp, body)
