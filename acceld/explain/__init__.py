@@ -70,14 +70,14 @@ def explain(db: Database, client: pl.PlacementClient | None, ident: str,
     by_rp = {p.rp_uuid: p for p in fleet.providers}
     detail_budget = [DETAIL_READS]
     out_groups = []
-    judged: list[dict[str, list[rs.Reason]]] = []  # per group: rp -> reasons
+    judged: list[dict[int, list[rs.Reason]]] = []  # per group: deployable id -> reasons
     for group, view in zip(groups, views):
-        per_rp: dict[str, list[rs.Reason]] = {}
+        per_rp: dict[int, list[rs.Reason]] = {}
         providers = []
         for provider in fleet.providers:
             reasons, offered = _judge(provider, group, view, fleet.now, client is not None,
                                       reserve_down_agents, client, detail_budget)
-            per_rp[provider.rp_uuid] = reasons
+            per_rp[provider.id] = reasons
             providers.append({
                 "rp_uuid": provider.rp_uuid, "deployable": provider.name,
                 "deployable_uuid": provider.uuid, "device_uuid": provider.device_uuid,
@@ -173,6 +173,8 @@ def _not_offered(view: pv.GroupView, provider: fleet_db.Provider, want: Any,
         inventories = client.get_inventories(provider.rp_uuid)
         traits = set(client.get_traits(provider.rp_uuid))
     except pl.PlacementError as exc:
+        if exc.status == 404:
+            return base + ": Placement has no such provider"
         return base + f" (reading the provider back failed: {exc})"
     inv = inventories.get(want.resource_class or "")
     if inv is None:
@@ -200,7 +202,7 @@ def _candidates(view: pv.GroupView, by_rp: dict[str, Any]) -> list[dict[str, Any
 
 
 def _hosts(providers: list[fleet_db.Provider],
-           judged: list[dict[str, list[rs.Reason]]]) -> list[dict[str, Any]]:
+           judged: list[dict[int, list[rs.Reason]]]) -> list[dict[str, Any]]:
     """Per host, per group: the providers that can serve it, else why none can (of the
     providers of the right kind; of all of them when none is)."""
     by_host: dict[str, list[fleet_db.Provider]] = {}
@@ -211,13 +213,13 @@ def _hosts(providers: list[fleet_db.Provider],
         on_host = by_host[host]
         per_group = []
         for index, per_rp in enumerate(judged):
-            usable = [p.rp_uuid for p in on_host if not per_rp[p.rp_uuid]]
+            usable = [p.rp_uuid for p in on_host if not per_rp[p.id]]
             why: list[str] = []
             if not usable:
                 kind = [p for p in on_host
-                        if not any(r.code in rs.MISMATCH for r in per_rp[p.rp_uuid])]
+                        if not any(r.code in rs.MISMATCH for r in per_rp[p.id])]
                 why = [f"{p.name}: {r.message}" for p in (kind or on_host)
-                       for r in per_rp[p.rp_uuid]]
+                       for r in per_rp[p.id]]
             per_group.append({"group_id": index, "usable": usable, "reasons": why})
         out.append({"hostname": host, "satisfiable": all(g["usable"] for g in per_group),
                     "groups": per_group})
@@ -230,23 +232,23 @@ def _names(hosts: list[str]) -> str:
 
 
 def _group_summary(group: groups_mod.RequestGroup, providers: list[fleet_db.Provider],
-                   per_rp: dict[str, list[rs.Reason]]) -> str:
+                   per_rp: dict[int, list[rs.Reason]]) -> str:
     """Why no provider serves the group: counted by reason."""
-    matching = [p for p in providers if not any(r.code in rs.MISMATCH for r in per_rp[p.rp_uuid])]
+    matching = [p for p in providers if not any(r.code in rs.MISMATCH for r in per_rp[p.id])]
     head = f"group {group.index} ({group.describe()})"
     if not matching:
-        counts = Counter(r.summary() for p in providers for r in set(per_rp[p.rp_uuid]))
+        counts = Counter(r.summary() for p in providers for r in set(per_rp[p.id]))
         detail = ", ".join(f"{n} {label}" for label, n in counts.most_common())
         return f"{head}: no provider is of that kind ({len(providers)} known: {detail})"
     counts = Counter(label for p in matching
-                     for label in {r.summary() for r in per_rp[p.rp_uuid]})
+                     for label in {r.summary() for r in per_rp[p.id]})
     detail = ", ".join(f"{n} {label}" for label, n in counts.most_common())
     return (f"{head}: {len(matching)} matching provider{'s' if len(matching) != 1 else ''}, "
             f"none usable ({detail})")
 
 
 def _verdict(groups: list[groups_mod.RequestGroup], providers: list[fleet_db.Provider],
-             judged: list[dict[str, list[rs.Reason]]], hosts: list[dict[str, Any]],
+             judged: list[dict[int, list[rs.Reason]]], hosts: list[dict[str, Any]],
              views: list[pv.GroupView], hostname: str | None) -> tuple[str, bool]:
     where = f" on host {hostname}" if hostname else ""
     caveat = ""

@@ -150,7 +150,7 @@ def availability(provider: Provider, now: dt.datetime) -> list[Reason]:
 
 def sync_drift(provider: Provider, want: DesiredProvider) -> list[Reason]:
     """What acceld's own records say about Placement: written, and still what it wants?"""
-    if provider.sync_rp is None:
+    if provider.sync_rp is None or provider.sync_digest is None:
         return [Reason(PLACEMENT_DRIFT, "acceld has not written this provider to Placement yet "
                                   "(the conductor's sync has not reached it, or its "
                                   "compute node is not in Placement)")]

@@ -225,3 +225,31 @@ def test_placement_unreachable_is_said_not_failed(placement, pconf, tmp_path, db
     assert provider(body, accs[0]["rp"])["placement"] == "unknown"
     assert body["verdict"] == (f"satisfiable on 1 host: {hosts[0]} (Placement unreachable: "
                                "acceld's view alone)")
+
+
+def test_provider_deleted_from_placement_by_hand(placement, pconf, db, api, tag):
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag, hosts=1)
+    assert placement.delete(f"/resource_providers/{accs[0]['rp']}").status_code == 204
+    profile(api, rc, trait)
+    entry = provider(explain(api), accs[0]["rp"])
+    assert entry["reasons"] == [{"code": "placement_drift", "message": (
+        "acceld would bind it but Placement offers no candidate on it for this group: "
+        "Placement has no such provider")}]
+
+
+def test_host_without_a_compute_node_in_placement(placement, pconf, db, api, tag):
+    """Nova never registered the host: the sync cannot write it, and Placement has no tree
+    to look in."""
+    host = f"ex-{tag.lower()}-nocn"
+    acc = add_accelerator(db, host, f"CUSTOM_EXPLAIN_{tag}", f"CUSTOM_T_{tag}")
+    result = PlacementSync(pconf, db).sync_once()
+    assert host in result.waiting_hosts
+    profile(api, f"CUSTOM_EXPLAIN_{tag}", f"CUSTOM_T_{tag}")
+    body = explain(api, hostname=host)
+    assert body["placement"]["status"] == "no_compute_node"
+    assert f"host {host} has no compute-node resource provider in Placement" in \
+        body["placement"]["message"]
+    codes = [r["code"] for r in provider(body, acc["rp"])["reasons"]]
+    assert codes == ["placement_drift"]
+    assert provider(body, acc["rp"])["reasons"][0]["message"].startswith(
+        "acceld has not written this provider to Placement yet")
