@@ -12,7 +12,7 @@ import datetime as dt
 from typing import Iterable, NamedTuple
 
 from acceld.conductor.bind_target import IMPLICIT_TRAITS
-from acceld.conductor.placement_sync import DesiredProvider, _desired
+from acceld.conductor.placement_sync import DesiredProvider, desired_provider
 from acceld.db import deployables as dep_db
 from acceld.db.explain import Provider
 from acceld.explain.groups import RequestGroup
@@ -67,7 +67,7 @@ def desired(provider: Provider, reserve_down_agents: bool) -> DesiredProvider:
     attrs = {f"trait{n}": t for n, t in enumerate(sorted(provider.traits))}
     if provider.resource_class is not None:
         attrs["rc"] = provider.resource_class
-    return _desired(provider.row, attrs, reserve_down_agents)
+    return desired_provider(provider.row, attrs, reserve_down_agents)
 
 
 def mismatch(provider: Provider, group: RequestGroup) -> list[Reason]:
