@@ -247,6 +247,36 @@ def test_programming_in_progress(client, db):
     assert codes(body, "node-b") == []
 
 
+def test_too_few_accelerators_on_one_provider(client, db):
+    make_profile(client, group={"resources:FPGA": "2"})
+    inventory.add_fpga(db, hostname="node-a")  # one accelerator, one handle
+    inventory.add_fpga(db, hostname="node-b", handles=2)
+    body = explain(client).json
+    assert codes(body, "node-a") == ["capacity"]
+    assert "has 1 FPGA; the group asks for 2 from one provider" in messages(body, "node-a")
+    assert codes(body, "node-b") == []
+    with db.write() as conn:  # one of node-b's two handles taken: two are needed
+        conn.execute(update(attach_handles).where(attach_handles.c.id == select(
+            attach_handles.c.id).join(deployables).where(
+            deployables.c.name == "node-b_FakeDevice").limit(1).scalar_subquery())
+            .values(in_use=True))
+    body = explain(client).json
+    assert codes(body, "node-b") == ["no_free_handle"]
+    assert "1 of 2 attach handles free, the group needs 2" in messages(body, "node-b")
+
+
+def test_vanished_device_held_while_in_use(client, db):
+    make_profile(client)
+    fpga = inventory.add_fpga(db, hostname="node-a")
+    with db.write() as conn:
+        conn.execute(update(devices).values(vanished=True, status="maintaining",
+                                            status_reason="gone while in use"))
+    body = explain(client).json
+    assert codes(body, "node-a") == ["vanished"]
+    assert f"device {fpga['device']['uuid']} is no longer reported by host node-a" in \
+        messages(body, "node-a")
+
+
 def test_every_reason_that_holds_is_given(client, db):
     """Not the first only: an operator fixing one should see the next at once."""
     make_profile(client)
