@@ -69,6 +69,16 @@ def test_pick_a_profile_see_the_verdict_and_reasons(served, sqlite_db):
         assert "is disabled by an operator: fan swap" in row_b.text
         # Placement is not configured in-process: the page says so under the verdict.
         assert "Placement is not configured" in driver.find_element(By.ID, "explain-note").text
+        # The page's host filter narrows explain to that host.
+        Select(driver.find_element(By.ID, "filter-host")).select_by_value("node-b")
+        wait.until(lambda d: verdict.text.startswith("not satisfiable on host node-b"))
+        assert verdict.text == ("not satisfiable on host node-b: group 0 (FPGA:1): 1 matching "
+                                "provider, none usable (1 disabled)")
+        assert "bad" in verdict.get_attribute("class")
+        assert [r.get_attribute("data-host") for r in
+                driver.find_elements(By.CSS_SELECTOR, "#explain tbody tr")] == ["node-b"]
+        Select(driver.find_element(By.ID, "filter-host")).select_by_value("")
+        wait.until(lambda d: verdict.text == "satisfiable on 1 host: node-a")
         driver.save_screenshot(browser.artefact("dashboard-explain.png"))
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == [], errors

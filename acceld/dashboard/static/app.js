@@ -291,8 +291,10 @@
     }
     $("explain-verdict").textContent = "";
     note("explain-note", "Asking…");
-    const got = await call(`${API}/device_profiles/${encodeURIComponent(profile)}/explain`, EXPLAIN);
-    if (profile !== $("explain-profile").value) return;
+    const host = $("filter-host").value;  // the page's host filter narrows explain too
+    const got = await call(`${API}/device_profiles/${encodeURIComponent(profile)}/explain` +
+      (host ? `?hostname=${encodeURIComponent(host)}` : ""), EXPLAIN);
+    if (profile !== $("explain-profile").value || host !== $("filter-host").value) return;
     if (!got.ok) {
       note("explain-note", `Explain unavailable: ${got.message} (${got.status}).`);
       fill("explain", [], 3, "–");
@@ -379,7 +381,7 @@
       state.version = null;
       refresh();
     });
-    $("filter-host").addEventListener("change", draw);
+    $("filter-host").addEventListener("change", () => { draw(); explain(); });
     $("filter-type").addEventListener("change", draw);
     $("refresh").addEventListener("change", schedule);
     $("explain-form").addEventListener("submit", (event) => { event.preventDefault(); explain(); });
