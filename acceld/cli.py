@@ -221,6 +221,15 @@ def _node_key_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
 EXTRA_COMMANDS.append(_node_key_commands)
 
 
+def _explain_command(sub, common) -> None:  # type: ignore[no-untyped-def]
+    from acceld.services import explain_cli  # explain PROFILE [--host H]
+
+    explain_cli.register(sub, common)
+
+
+EXTRA_COMMANDS.append(_explain_command)
+
+
 def main(argv: list[str] | None = None) -> int:
     from acceld.services.lifecycle import die_with_parent
 

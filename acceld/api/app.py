@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import falcon
 from oslo_config import cfg
@@ -25,6 +26,16 @@ class ApiServices:
     db: Database
     policy: Policy
     conductor: object | None = None  # acceld.clients.conductor.ConductorClient, when running
+    _placement: list = field(default_factory=list)  # the client, once made (explain)
+
+    def placement(self) -> Any:
+        """acceld's Placement client from ``[placement]`` (None when not configured), made
+        at the first request that needs it: only explain asks Placement from the API."""
+        if not self._placement:
+            from acceld.clients import placement
+
+            self._placement.append(placement.from_conf(self.conf))
+        return self._placement[0]
 
 
 def build_app(conf: cfg.ConfigOpts, db: Database, conductor: object | None = None) -> falcon.App:

@@ -61,9 +61,13 @@ def write(api, project_id: str | None) -> Iterator[Connection]:  # type: ignore[
 
 def check(api, conn: Connection, project_id: str | None, delta: int) -> None:  # type: ignore[no-untyped-def]
     """403 unless ``project_id`` may hold ``delta`` more ARQs; call inside :func:`write`."""
+    _check(api.conf, conn, project_id, delta)
+
+
+def _check(conf, conn: Connection, project_id: str | None, delta: int) -> None:  # type: ignore[no-untyped-def]
     if delta <= 0:
         return
-    unified, local_limit = _settings(api.conf)
+    unified, local_limit = _settings(conf)
     if unified:
         _check_unified(conn, project_id, delta)
         return
@@ -122,3 +126,13 @@ def _check_unified(conn: Connection, project_id: str | None, delta: int) -> None
             "retry later.") from None
     finally:
         _CONN.reset(token)
+
+
+def refusal(conf, conn: Connection, project_id: str, delta: int) -> str | None:  # type: ignore[no-untyped-def]
+    """Why ``project_id`` could not create ``delta`` more ARQs now (the create's own check,
+    in its words), or None when it could: for explain, which asks without creating."""
+    try:
+        _check(conf, conn, project_id, delta)
+    except (errors.Forbidden, errors.ServiceUnavailable) as exc:
+        return exc.message
+    return None

@@ -30,6 +30,8 @@ VERSIONS: list[tuple[str, str]] = [
             "health_since and quarantined, lists filter by ?health= and ?quarantined=, a "
             "device shows its bound instances; GET /devices/{uuid}/events; PATCH "
             "/devices/{uuid} returns a quarantined device to service."),
+    ("2.7", "acceld: GET /device_profiles/{name_or_uuid}/explain (admin): why a profile can "
+            "or cannot get an accelerator, Placement's view beside acceld's."),
 ]
 
 

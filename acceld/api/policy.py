@@ -187,6 +187,10 @@ API_RULES = [
         "List a device's events (health, quarantine, operator, programs, vanish)."),
     _op("acceld:device:return_to_service", _ADMIN, [("PATCH", "/v2/devices/{uuid}")],
         "Return a device quarantined for its health to service."),
+    # acceld 2.7: the reasons name hosts, devices, ARQs and instances of every project.
+    _op("acceld:device_profile:explain", _ADMIN,
+        [("GET", DP + "/{device_profiles_uuid}/explain")],
+        "Explain why a device profile can or cannot get an accelerator, per host."),
 ]
 
 RULES = BASE_RULES + LEGACY_RULES + API_RULES

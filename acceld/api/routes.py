@@ -11,7 +11,8 @@ from typing import Callable
 import falcon
 
 from acceld.api.handlers import accelerator_requests as arqs
-from acceld.api.handlers import attributes, deployables, device_profiles, devices, hosts, root
+from acceld.api.handlers import (attributes, deployables, device_profiles, devices, explain,
+                                 hosts, root)
 
 Handler = Callable[..., None]
 
@@ -27,6 +28,8 @@ ROUTES: dict[str, dict[str, Handler]] = {
         "GET": device_profiles.show_profile,
         "DELETE": device_profiles.delete_profiles,
     },
+    # acceld 2.7: why the profile can or cannot get an accelerator (admin).
+    "/v2/device_profiles/{ident}/explain": {"GET": explain.explain_profile},
     "/v2/accelerator_requests": {
         "GET": arqs.list_arqs,
         "POST": arqs.create_arqs,

@@ -291,3 +291,10 @@ class PlacementClient:
         """An instance's allocations: provider uuid -> {resource class: amount}."""
         resp = self._request("GET", f"/allocations/{consumer_uuid}")
         return {rp: alloc["resources"] for rp, alloc in resp.json()["allocations"].items()}
+
+    # -- allocation candidates (explain) ---------------------------------------------------
+
+    def allocation_candidates(self, query: str) -> dict[str, Any]:
+        """``GET /allocation_candidates?<query>`` as Nova asks it; the answer's body
+        (``allocation_requests`` and ``provider_summaries``). ``query`` is encoded already."""
+        return self._request("GET", f"/allocation_candidates?{query}").json()

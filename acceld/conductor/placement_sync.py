@@ -117,12 +117,14 @@ def desired_providers(conn: Connection, hostnames: Iterable[str] | None,
         attrs.setdefault(dep_id, {})[key] = value
     out: dict[str, DesiredProvider] = {}
     for row in rows:
-        out_row = _desired(row, attrs.get(row.id, {}), reserve_down_agents)
+        out_row = desired_provider(row, attrs.get(row.id, {}), reserve_down_agents)
         out[out_row.rp_uuid] = out_row
     return out
 
 
-def _desired(row: Any, attrs: dict[str, str], reserve_down_agents: bool) -> DesiredProvider:
+def desired_provider(row: Any, attrs: dict[str, str], reserve_down_agents: bool
+                     ) -> DesiredProvider:
+    """What Placement should hold for one deployable row (also explain's yardstick)."""
     rc = attrs.get("rc")
     if rc is not None and not _NAME_RE.match(rc):
         LOG.warning("Deployable %s: resource class %r is not a valid Placement name; "

@@ -125,6 +125,10 @@ CASES: list[Case] = [
          200, lambda w: f"/{w.profile}", headers={"OpenStack-API-Version": "accelerator 2.2"}),
     Case("/v2/device_profiles/{ident}", "DELETE", "cyborg:device_profile:delete", ADMIN_ONLY,
          204, lambda w: "/spare-dp"),
+    # 2.7: why a profile can or cannot get an accelerator (names every project's ARQs).
+    Case("/v2/device_profiles/{ident}/explain", "GET", "acceld:device_profile:explain",
+         ADMIN_ONLY, 200, lambda w: f"/{w.profile}/explain",
+         headers={"OpenStack-API-Version": "accelerator 2.7"}),
     # Hardware inventory: managers read, admins change.
     Case("/v2/devices", "GET", "cyborg:device:get_all", MANAGER_OR_ADMIN, 200),
     Case("/v2/devices/{uuid}", "GET", "cyborg:device:get_one", MANAGER_OR_ADMIN, 200,

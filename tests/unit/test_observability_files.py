@@ -154,7 +154,8 @@ def test_dashboard_reads_only_the_public_api_with_the_callers_token():
     assert "X-Auth-Token" in js and "sessionStorage" in js and "localStorage" not in js
     assert "innerHTML" not in js  # data reaches the page as text only
     paths = set(re.findall(r"API \+ \"(/[a-z_]+)", js))
-    assert paths <= {"/hosts", "/devices", "/deployables", "/accelerator_requests"}, paths
+    assert paths <= {"/hosts", "/devices", "/deployables", "/accelerator_requests",
+                     "/device_profiles"}, paths
 
 
 def test_dashboard_paths_skip_auth_token_only_for_the_page():

@@ -3,7 +3,8 @@
 (() => {
   "use strict";
 
-  const WANTED = [2, 6];  // newest microversion the page knows (health, device events)
+  const WANTED = [2, 6];  // the microversion of every list the page draws (health, events)
+  const EXPLAIN = [2, 7];  // explain: asked at 2.7 where the API offers it
   const prefix = location.pathname.replace(/\/dashboard\/?$/, "");
   const API = prefix + "/v2";
   const query = new URLSearchParams(location.search);
@@ -11,6 +12,7 @@
   const state = {
     token: sessionStorage.getItem("acceld.token") || "",
     version: null,     // [major, minor] used for every request
+    max: null,         // the API's newest microversion
     selected: null,    // device uuid whose events are shown
     timer: null,
     busy: false,
@@ -49,6 +51,7 @@
     const doc = await call(API, null);
     if (!doc.ok || !doc.body || !doc.body.max_version) return [2, 0];
     const max = doc.body.max_version.split(".").map(Number);
+    state.max = max;
     $("version").textContent = `API ${doc.body.min_version} – ${doc.body.max_version}`;
     return atLeast(max, WANTED[0], WANTED[1]) ? WANTED : max;
   }
@@ -123,6 +126,7 @@
     up: "ok", down: "bad", enabled: "ok", maintaining: "warn", healthy: "ok", degraded: "warn",
     unhealthy: "bad", unknown: "", Bound: "ok", BindFailed: "bad", BindStarted: "busy",
     Initial: "", Deleting: "warn", Unbound: "", UnbindFailed: "bad",
+    satisfiable: "ok", "not satisfiable": "bad",
     disabled: "warn", quarantined: "bad", recovered: "ok", vanished: "warn", reappeared: "ok",
     health_changed: "busy", program_succeeded: "ok", program_failed: "bad",
   };
@@ -276,6 +280,39 @@
       3, "No events.");
   }
 
+  // -- explain: why a profile can or cannot get an accelerator ----------------------------
+
+  async function explain() {
+    const profile = $("explain-profile").value;
+    if (!profile) return;
+    if (!state.max || !atLeast(state.max, EXPLAIN[0], EXPLAIN[1])) {
+      note("explain-note", "Explain needs API microversion 2.7, which this API does not offer.");
+      return;
+    }
+    $("explain-verdict").textContent = "";
+    note("explain-note", "Asking…");
+    const host = $("filter-host").value;  // the page's host filter narrows explain too
+    const got = await call(`${API}/device_profiles/${encodeURIComponent(profile)}/explain` +
+      (host ? `?hostname=${encodeURIComponent(host)}` : ""), EXPLAIN);
+    if (profile !== $("explain-profile").value || host !== $("filter-host").value) return;
+    if (!got.ok) {
+      note("explain-note", `Explain unavailable: ${got.message} (${got.status}).`);
+      fill("explain", [], 3, "–");
+      return;
+    }
+    const doc = got.body;
+    $("explain-verdict").textContent = doc.verdict;
+    $("explain-verdict").className = "verdict " + (doc.satisfiable ? "ok" : "bad");
+    const p = doc.placement;
+    note("explain-note", p.status === "ok" ? "" : `Placement: ${p.message || p.status}`);
+    fill("explain", doc.hosts.map((h) => el("tr", { "data-host": h.hostname },
+      el("td", {}, h.hostname),
+      el("td", {}, badge(h.satisfiable ? "satisfiable" : "not satisfiable", "verdict")),
+      el("td", {}, ...h.groups.filter((g) => !g.usable.length).flatMap((g) =>
+        g.reasons.map((r) => el("span", { class: "reason", "data-group": String(g.group_id) },
+          `group ${g.group_id}: ${r}`)))))), 3, "acceld knows no accelerator.");
+  }
+
   // -- the refresh loop ------------------------------------------------------------------
 
   function banner(text) {
@@ -289,9 +326,14 @@
     try {
       if (!state.version) state.version = await negotiate();
       const v = state.version;
-      const [hosts, devices, deployables, arqs] = await Promise.all([
+      const [hosts, devices, deployables, arqs, profiles] = await Promise.all([
         atLeast(v, 2, 4) ? call(API + "/hosts", v) : Promise.resolve(null),
-        call(API + "/devices", v), call(API + "/deployables", v), listArqs(v)]);
+        call(API + "/devices", v), call(API + "/deployables", v), listArqs(v),
+        call(API + "/device_profiles", v)]);
+      if (profiles.ok) {
+        syncOptions($("explain-profile"),
+          (profiles.body.device_profiles || []).map((d) => d.name).sort(), "choose a profile");
+      }
       const failures = [hosts, devices, deployables, arqs].filter((r) => r && !r.ok);
       if (failures.some((r) => r.status === 401)) {
         banner("The API wants a token: paste a Keystone token above (it stays in this tab only).");
@@ -339,9 +381,11 @@
       state.version = null;
       refresh();
     });
-    $("filter-host").addEventListener("change", draw);
+    $("filter-host").addEventListener("change", () => { draw(); explain(); });
     $("filter-type").addEventListener("change", draw);
     $("refresh").addEventListener("change", schedule);
+    $("explain-form").addEventListener("submit", (event) => { event.preventDefault(); explain(); });
+    $("explain-profile").addEventListener("change", explain);
     refresh().finally(schedule);
   }
 

@@ -1,0 +1,161 @@
+"""acceld's view: every reason that keeps one provider from serving one request group.
+
+The checks are the bind's (acceld.conductor.bind_target) and the Placement sync's
+(acceld.conductor.placement_sync), asked all at once instead of stopping at the first:
+an operator fixing one reason should not discover the next only on the next boot.
+Each reason is ``(code, message)``; the codes are part of the API (docs/explain.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Iterable, NamedTuple
+
+from acceld.conductor.bind_target import IMPLICIT_TRAITS
+from acceld.conductor.placement_sync import DesiredProvider, desired_provider
+from acceld.db import deployables as dep_db
+from acceld.db.explain import Provider
+from acceld.explain.groups import RequestGroup
+
+
+
+class Reason(NamedTuple):
+    code: str
+    message: str
+    label: str = ""  # short, for one-line summaries ("missing trait CUSTOM_X")
+
+    def summary(self) -> str:
+        return self.label or LABELS.get(self.code, self.code)
+
+    def to_wire(self) -> dict:
+        return {"code": self.code, "message": self.message}
+
+
+RESOURCE_CLASS = "resource_class"
+CAPACITY = "capacity"
+TRAIT_MISSING = "trait_missing"
+TRAIT_FORBIDDEN = "trait_forbidden"
+NO_FREE_HANDLE = "no_free_handle"
+VANISHED = "vanished"
+DISABLED = "disabled"
+QUARANTINED = "quarantined"
+AGENT_DOWN = "agent_down"
+NOT_READY = "not_ready"
+PROGRAMMING = "programming"
+PLACEMENT_DRIFT = "placement_drift"
+
+# The short label of each code, for one-line summaries ("2 lack trait CUSTOM_X").
+LABELS = {
+    RESOURCE_CLASS: "wrong resource class", CAPACITY: "too few accelerators",
+    TRAIT_MISSING: "missing trait", TRAIT_FORBIDDEN: "forbidden trait",
+    NO_FREE_HANDLE: "no free handle", VANISHED: "vanished", DISABLED: "disabled",
+    QUARANTINED: "quarantined", AGENT_DOWN: "agent down", NOT_READY: "not ready",
+    PROGRAMMING: "being programmed", PLACEMENT_DRIFT: "Placement differs from acceld",
+}
+# Reasons that say the provider is another kind of accelerator, not that it is unavailable.
+MISMATCH = frozenset({RESOURCE_CLASS, CAPACITY, TRAIT_MISSING, TRAIT_FORBIDDEN})
+# How many holders of a provider's handles a reason names before "and N more".
+HOLDERS_SHOWN = 5
+
+
+def _stamp(value: dt.datetime | None) -> str:
+    return value.isoformat(timespec="seconds") + "Z" if value is not None else "never"
+
+
+def desired(provider: Provider, reserve_down_agents: bool) -> DesiredProvider:
+    """What the Placement sync writes for this provider (the same function decides)."""
+    attrs = {f"trait{n}": t for n, t in enumerate(sorted(provider.traits))}
+    if provider.resource_class is not None:
+        attrs["rc"] = provider.resource_class
+    return desired_provider(provider.row, attrs, reserve_down_agents)
+
+
+def mismatch(provider: Provider, group: RequestGroup) -> list[Reason]:
+    """Is it the kind of accelerator the group asks for (class, amount, traits)?"""
+    out: list[Reason] = []
+    rc = provider.resource_class
+    if rc not in group.resources:
+        out.append(Reason(RESOURCE_CLASS, f"offers {rc or 'no resource class'}; the group asks "
+                                          f"for {', '.join(sorted(group.resources))}",
+                          f"offering {rc or 'no resource class'}"))
+    elif group.resources[rc] > int(provider.num_accelerators or 0):
+        out.append(Reason(CAPACITY, f"has {provider.num_accelerators} {rc}; the group asks for "
+                              f"{group.resources[rc]} from one provider"))
+    present = provider.traits | IMPLICIT_TRAITS
+    for trait in group.required:
+        if trait not in present:
+            out.append(Reason(TRAIT_MISSING, f"lacks trait {trait}, which the group requires",
+                              f"missing trait {trait}"))
+    for trait in group.forbidden:
+        if trait in present:
+            out.append(Reason(TRAIT_FORBIDDEN, f"has trait {trait}, which the group forbids",
+                              f"forbidden trait {trait}"))
+    return out
+
+
+def _holders(provider: Provider) -> Iterable[str]:
+    for handle in provider.handles:
+        if not handle.in_use:
+            continue
+        if handle.arq_uuid is not None:
+            instance = f", instance {handle.instance_uuid}" if handle.instance_uuid else ""
+            yield f"ARQ {handle.arq_uuid} ({handle.arq_state}{instance})"
+        elif handle.release_queued:
+            yield f"handle {handle.uuid} (released, its host step still queued)"
+        else:
+            yield f"handle {handle.uuid} (in use, no ARQ holds it)"
+
+
+def handles(provider: Provider, group: RequestGroup) -> list[Reason]:
+    free = sum(1 for h in provider.handles if not h.in_use)
+    if free >= max(1, group.amount):
+        return []
+    holders = list(_holders(provider))
+    named = "; ".join(holders[:HOLDERS_SHOWN])
+    if len(holders) > HOLDERS_SHOWN:
+        named += f"; and {len(holders) - HOLDERS_SHOWN} more"
+    if not provider.handles:
+        return [Reason(NO_FREE_HANDLE, "has no attach handle at all")]
+    return [Reason(NO_FREE_HANDLE, f"{free} of {len(provider.handles)} attach handles free, the "
+                             f"group needs {max(1, group.amount)}: held by {named}")]
+
+
+def availability(provider: Provider, now: dt.datetime) -> list[Reason]:
+    """Device, agent and programming state: why a bind would be refused (or wait) now."""
+    out: list[Reason] = []
+    p = provider
+    if p.vanished:
+        out.append(Reason(VANISHED, f"device {p.device_uuid} is no longer reported by host "
+                              f"{p.hostname} (held while in use)"))
+    elif p.status != "enabled":
+        out.append(Reason(DISABLED, f"device {p.device_uuid} is disabled by an operator: "
+                              f"{p.status_reason or 'no reason given'}"))
+    if p.quarantined:
+        out.append(Reason(QUARANTINED, f"device {p.device_uuid} is quarantined since "
+                                 f"{_stamp(p.quarantined_at)} for its health (health {p.health}"
+                                 f"{': ' + p.health_reason if p.health_reason else ''})"))
+    if p.agent_state is not None and p.agent_state != "up":  # never reported: not down
+        out.append(Reason(AGENT_DOWN, f"the agent of host {p.hostname} is down, last heard from "
+                                f"{_stamp(p.agent_last_seen)}"))
+    if p.acc_status != "ready":
+        out.append(Reason(NOT_READY, f"device {p.device_uuid} is {p.acc_status}: "
+                               f"{p.status_reason or 'the driver gave no reason'}",
+                          p.acc_status))
+    if dep_db.programming_now(p.row, now):
+        out.append(Reason(PROGRAMMING, f"deployable {p.name} is being programmed "
+                                 f"({p.programming_owner}, until "
+                                 f"{_stamp(p.programming_until)})"))
+    return out
+
+
+def sync_drift(provider: Provider, want: DesiredProvider) -> list[Reason]:
+    """What acceld's own records say about Placement: written, and still what it wants?"""
+    if provider.sync_rp is None or provider.sync_digest is None:
+        return [Reason(PLACEMENT_DRIFT, "acceld has not written this provider to Placement yet "
+                                  "(the conductor's sync has not reached it, or its "
+                                  "compute node is not in Placement)")]
+    if provider.sync_dirty or provider.sync_digest != want.digest:
+        return [Reason(PLACEMENT_DRIFT, "Placement holds an older inventory or traits for this "
+                                  "provider than acceld's (the conductor's next sync "
+                                  "writes it)")]
+    return []

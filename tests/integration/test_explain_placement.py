@@ -1,0 +1,255 @@
+"""Explain against a real Placement (openstack-placement 16.0.0): Placement's candidates for
+each group beside acceld's view, drift both ways, and Placement away.
+
+The conductor's own sync (acceld.conductor.placement_sync) writes the providers, as in a
+deployment; each test names its own compute nodes and gives its resource class and
+traits a per-test suffix, so the shared Placement's other providers never answer.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+
+import pytest
+from falcon import testing
+from sqlalchemy import insert, select, update
+
+from acceld.api.app import build_app
+from acceld.conductor.placement_sync import PlacementSync
+from acceld.db.engine import Database
+from acceld.db.models import accelerator_requests, attach_handles, device_profiles, utcnow
+from acceld.db.placement_flags import provider_uuid
+from tests.conftest import make_conf
+from tests.helpers import ADMIN, version
+from tests.support import inventory
+from tests.support.net import free_port
+from tests.support.placement import PlacementServer
+
+pytestmark = pytest.mark.integration
+
+URL = "/accelerator/v2/device_profiles"
+V27 = version("2.7")
+
+
+@pytest.fixture
+def tag() -> str:
+    return uuidlib.uuid4().hex[:8].upper()
+
+
+@pytest.fixture
+def pconf(tmp_path, placement: PlacementServer):
+    conf = make_conf(str(tmp_path))
+    placement.configure(conf)
+    return conf
+
+
+@pytest.fixture
+def api(pconf, db) -> testing.TestClient:
+    return testing.TestClient(build_app(pconf, db))
+
+
+def add_accelerator(db: Database, host: str, rc: str, trait: str,
+                    handles: int = 1) -> dict[str, Any]:
+    name = f"{host}_fpga"
+    with db.write() as conn:
+        dev = inventory.add_device(conn, hostname=host)
+        dep = inventory.add_deployable(conn, dev["id"], name=name, num_accelerators=handles,
+                                       rp_uuid=provider_uuid(name),
+                                       attrs={"rc": rc, "trait0": trait})
+        found = inventory.add_attach_handles(conn, dep["id"], handles)
+    return {"device": dev, "deployable": dep, "rp": dep["rp_uuid"], "handles": found}
+
+
+def fleet(placement: PlacementServer, pconf, db: Database, tag: str,
+          hosts: int = 2) -> tuple[list[str], list[dict[str, Any]], str, str]:
+    """``hosts`` compute nodes in Placement, one accelerator each, synced by the conductor."""
+    rc, trait = f"CUSTOM_EXPLAIN_{tag}", f"CUSTOM_T_{tag}"
+    names = [f"ex-{tag.lower()}-{n}" for n in range(hosts)]
+    accs = []
+    for host in names:
+        placement.create_compute_node(host)
+        accs.append(add_accelerator(db, host, rc, trait))
+    result = PlacementSync(pconf, db).sync_once()
+    assert not result.failed and not result.waiting_hosts, result
+    return names, accs, rc, trait
+
+
+def profile(api: testing.TestClient, rc: str, trait: str, name: str = "dp", **more: str) -> None:
+    group = {f"resources:{rc}": "1", f"trait:{trait}": "required", **more}
+    result = api.simulate_post(URL, headers=ADMIN, json=[{"name": name, "groups": [group]}])
+    assert result.status_code == 201, result.text
+
+
+def explain(api: testing.TestClient, name: str = "dp", **params: str) -> dict[str, Any]:
+    result = api.simulate_get(f"{URL}/{name}/explain", params=params or None,
+                              headers={**ADMIN, **V27})
+    assert result.status_code == 200, result.text
+    return result.json
+
+
+def provider(body: dict, rp: str) -> dict:
+    [found] = [p for p in body["groups"][0]["acceld"]["providers"] if p["rp_uuid"] == rp]
+    return found
+
+
+def test_satisfiable_in_both_views(placement, pconf, db, api, tag):
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag)
+    profile(api, rc, trait)
+    body = explain(api)
+    assert body["verdict"] == f"satisfiable on 2 hosts: {hosts[0]}, {hosts[1]}"
+    assert body["placement"] == {"status": "ok", "message": None}
+    view = body["groups"][0]["placement"]
+    assert view["query"] == f"resources_ACCEL0={rc}:1&required_ACCEL0={trait}"
+    assert sorted(c["rp_uuid"] for c in view["candidates"]) == sorted(a["rp"] for a in accs)
+    assert all(c["known_to_acceld"] and c["capacity"] == 1 and c["used"] == 0
+               for c in view["candidates"])
+    assert all(provider(body, a["rp"])["placement"] == "offered" for a in accs)
+    # One host: Placement is asked within that host's tree (in_tree), as Nova would.
+    one = explain(api, hostname=hosts[1])
+    assert one["verdict"] == f"satisfiable on 1 host: {hosts[1]}"
+    assert "in_tree_ACCEL0=" in one["groups"][0]["placement"]["query"]
+    assert [c["rp_uuid"] for c in one["groups"][0]["placement"]["candidates"]] == [accs[1]["rp"]]
+
+
+def test_forbidden_trait_and_member_of_reach_placement(placement, pconf, db, api, tag):
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag, hosts=1)
+    profile(api, rc, trait, **{"trait:CUSTOM_NEVER_" + tag: "forbidden"})
+    # Placement refuses a query naming a trait it does not know, forbidden ones too: Nova's
+    # would fail the same way, so the profile cannot be scheduled until the trait exists.
+    body = explain(api)
+    assert body["groups"][0]["placement"]["status"] == "refused"
+    assert body["satisfiable"] is False
+    assert [r["code"] for r in provider(body, accs[0]["rp"])["reasons"]] == ["placement_drift"]
+    assert placement.put(f"/traits/CUSTOM_NEVER_{tag}", None).status_code == 201
+    body = explain(api)
+    assert body["satisfiable"] is True, (body["verdict"], body["groups"][0]["placement"])
+    assert f"required_ACCEL0={trait},!CUSTOM_NEVER_{tag}" in body["groups"][0]["placement"][
+        "query"]
+    aggregate = str(uuidlib.uuid4())  # the host is in no aggregate: Placement offers nothing
+    body = explain(api, member_of=f"in:{aggregate}")
+    assert f"member_of_ACCEL0=in:{aggregate}" in body["groups"][0]["placement"]["query"]
+    assert body["groups"][0]["placement"]["candidates"] == []
+    reasons = provider(body, accs[0]["rp"])["reasons"]
+    assert [r["code"] for r in reasons] == ["placement_drift"]
+    assert reasons[0]["message"].startswith("acceld would bind it but Placement offers no "
+                                            "candidate on it for this group")
+
+
+def test_a_trait_placement_has_never_seen(placement, pconf, db, api, tag):
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag, hosts=1)
+    profile(api, rc, f"CUSTOM_UNKNOWN_{tag}")
+    body = explain(api)
+    view = body["groups"][0]["placement"]
+    assert view["status"] == "refused" and f"CUSTOM_UNKNOWN_{tag}" in view["message"]
+    assert [r["code"] for r in provider(body, accs[0]["rp"])["reasons"]] == ["trait_missing"]
+    assert body["verdict"].startswith("not satisfiable: group 0")
+
+
+def test_inventory_changed_in_placement_by_hand(placement, pconf, db, api, tag):
+    """Drift: an operator reserved the provider in Placement; acceld would still bind it."""
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag)
+    rp = accs[0]["rp"]
+    current = placement.get(f"/resource_providers/{rp}/inventories").json()
+    resp = placement.put(f"/resource_providers/{rp}/inventories", {
+        "resource_provider_generation": current["resource_provider_generation"],
+        "inventories": {rc: {"total": 1, "reserved": 1, "max_unit": 1}}})
+    assert resp.status_code == 200, resp.text
+    profile(api, rc, trait)
+    body = explain(api)
+    assert body["verdict"] == f"satisfiable on 1 host: {hosts[1]}"
+    entry = provider(body, rp)
+    assert entry["placement"] == "not_offered"
+    assert entry["reasons"] == [{"code": "placement_drift", "message": (
+        "acceld would bind it but Placement offers no candidate on it for this group: "
+        f"Placement holds {rc} total=1 reserved=1; acceld's is total=1 reserved=0")}]
+    host = next(h for h in body["hosts"] if h["hostname"] == hosts[0])
+    assert host["satisfiable"] is False and "Placement holds" in host["groups"][0]["reasons"][0]
+
+
+def test_disabled_device_not_yet_synced(placement, pconf, db, api, tag):
+    """acceld's own records show Placement behind: the disable is not written yet, so
+    Placement still offers a device acceld refuses."""
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag, hosts=1)
+    result = api.simulate_post(f"/accelerator/v2/devices/{accs[0]['device']['uuid']}/disable",
+                               headers=ADMIN)
+    assert result.status_code == 200
+    profile(api, rc, trait)
+    body = explain(api)
+    entry = provider(body, accs[0]["rp"])
+    assert entry["placement"] == "offered"
+    assert [r["code"] for r in entry["reasons"]] == ["disabled", "placement_drift"]
+    assert entry["reasons"][1]["message"] == (
+        f"Placement offers a capacity of 1 {rc}; acceld's is 0 (the conductor's sync has not "
+        "written acceld's change yet)")
+    PlacementSync(pconf, db).sync_once()
+    entry = provider(explain(api), accs[0]["rp"])
+    assert entry["placement"] == "not_offered"
+    assert [r["code"] for r in entry["reasons"]] == ["disabled"]
+
+
+def test_handles_exhausted_in_both_views(placement, pconf, db, api, tag):
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag, hosts=1)
+    profile(api, rc, trait)
+    instance, arq = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    resp = placement.put(f"/allocations/{instance}", {
+        "allocations": {accs[0]["rp"]: {"resources": {rc: 1}}}, "project_id": "p1",
+        "user_id": "u1", "consumer_generation": None, "consumer_type": "INSTANCE"})
+    assert resp.status_code == 204, resp.text
+    with db.write() as conn:
+        profile_id = conn.scalar(select(device_profiles.c.id))
+        conn.execute(update(attach_handles).values(in_use=True))
+        conn.execute(insert(accelerator_requests).values(
+            uuid=arq, state="Bound", device_profile_id=profile_id, device_profile_group_id=0,
+            project_id="p1", hostname=hosts[0], instance_uuid=instance,
+            attach_handle_id=accs[0]["handles"][0]["id"], created_at=utcnow()))
+    body = explain(api)
+    entry = provider(body, accs[0]["rp"])
+    assert entry["placement"] == "not_offered"
+    assert [r["code"] for r in entry["reasons"]] == ["no_free_handle"]
+    assert f"ARQ {arq} (Bound, instance {instance})" in entry["reasons"][0]["message"]
+    assert body["groups"][0]["placement"]["candidates"] == []
+
+
+def test_placement_unreachable_is_said_not_failed(placement, pconf, tmp_path, db, tag):
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag, hosts=1)
+    conf = make_conf(str(tmp_path / "away"))
+    placement.configure(conf)
+    conf.set_override("endpoint", f"http://127.0.0.1:{free_port()}", group="placement")
+    api = testing.TestClient(build_app(conf, db))
+    profile(api, rc, trait)
+    body = explain(api)
+    assert body["placement"]["status"] == "unavailable"
+    assert body["placement"]["message"].startswith("Placement unreachable")
+    assert body["groups"][0]["placement"]["candidates"] == []
+    assert provider(body, accs[0]["rp"])["placement"] == "unknown"
+    assert body["verdict"] == (f"satisfiable on 1 host: {hosts[0]} (Placement unreachable: "
+                               "acceld's view alone)")
+
+
+def test_provider_deleted_from_placement_by_hand(placement, pconf, db, api, tag):
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag, hosts=1)
+    assert placement.delete(f"/resource_providers/{accs[0]['rp']}").status_code == 204
+    profile(api, rc, trait)
+    entry = provider(explain(api), accs[0]["rp"])
+    assert entry["reasons"] == [{"code": "placement_drift", "message": (
+        "acceld would bind it but Placement offers no candidate on it for this group: "
+        "Placement has no such provider")}]
+
+
+def test_host_without_a_compute_node_in_placement(placement, pconf, db, api, tag):
+    """Nova never registered the host: the sync cannot write it, and Placement has no tree
+    to look in."""
+    host = f"ex-{tag.lower()}-nocn"
+    acc = add_accelerator(db, host, f"CUSTOM_EXPLAIN_{tag}", f"CUSTOM_T_{tag}")
+    result = PlacementSync(pconf, db).sync_once()
+    assert host in result.waiting_hosts
+    profile(api, f"CUSTOM_EXPLAIN_{tag}", f"CUSTOM_T_{tag}")
+    body = explain(api, hostname=host)
+    assert body["placement"]["status"] == "no_compute_node"
+    assert f"host {host} has no compute-node resource provider in Placement" in \
+        body["placement"]["message"]
+    codes = [r["code"] for r in provider(body, acc["rp"])["reasons"]]
+    assert codes == ["placement_drift"]
+    assert provider(body, acc["rp"])["reasons"][0]["message"].startswith(
+        "acceld has not written this provider to Placement yet")
