@@ -49,6 +49,9 @@ def wsgi_app(conf: cfg.ConfigOpts, db: Database, conductor: object | None = None
 
     from acceld.api import edge
 
+    from acceld.db import call_log
+
+    call_log.install(db.engine)  # a DEBUG line per database call (debug = true)
     app = build_app(conf, db, conductor)
     if conf.auth_strategy == "keystone":
         from acceld.api.auth import keystone_pipeline
