@@ -158,6 +158,10 @@ def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = 
             LOG.info("acceld %s started (pid %d)", service.name, proc.pid)
         if not ready():
             return 1
+        from acceld import dashboard
+
+        lifecycle.announce(dashboard.announcement(
+            f"http://{conf.api.host_ip}:{conf.api.port}", conf.api.port))
         while not stopping:
             if lifecycle.take_hup():  # logrotate: every service reopens its log too
                 _forward_hup(procs)
