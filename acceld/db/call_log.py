@@ -2,8 +2,9 @@
 first words and how long the call took, so a slow request can be traced to its query.
 
 The statement is logged without its parameters (they hold tenants' values) and cut to
-one short line; nothing is measured or written unless the logger is enabled for DEBUG,
-which follows ``debug`` (set again on SIGHUP)."""
+one short line. The API installs it when ``debug`` is on (acceld.api.app.wsgi_app: `acceld
+api`'s workers are started again by a SIGHUP, and build their app with the new value);
+nothing is measured or written while the logger is not enabled for DEBUG."""
 
 from __future__ import annotations
 
