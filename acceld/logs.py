@@ -241,13 +241,14 @@ def setup(conf: cfg.ConfigOpts, service: str) -> None:
     _service = service
     root = logging.getLogger()
     previous = root.handlers[:]
-    # oslo.log names the file under log_dir, the journal's SYSLOG_IDENTIFIER and syslog's
-    # ident after the running script (`acceld` for every service); each service is a
-    # program of its own, as nova-api and nova-conductor are.
     if conf.use_journal and not conf.log_config_append and oslo_handlers.journal is None:
+        # One line, not oslo.log's RuntimeError traceback.
         raise SystemExit(f"{program_name(service)}: use_journal = true needs the systemd "
                          "Python bindings (Debian/Ubuntu: apt-get install python3-systemd; "
                          "in a virtualenv: pip install systemd-python)")
+    # oslo.log names the file under log_dir, the journal's SYSLOG_IDENTIFIER and syslog's
+    # ident after the running script (`acceld` for every service); each service is a
+    # program of its own, as nova-api and nova-conductor are.
     name_binary = oslo_handlers._get_binary_name
     oslo_handlers._get_binary_name = lambda: program_name(service)
     try:

@@ -109,6 +109,16 @@ def test_use_journal_sends_redacted_lines_with_the_request_id(tmp_path, monkeypa
         str(f.get("EXCEPTION_TEXT", "")) for _, f in sent))
 
 
+def test_use_syslog_names_the_service_as_the_program(tmp_path, monkeypatch):
+    from oslo_log import handlers
+
+    opened: list[str] = []
+    monkeypatch.setattr(handlers.syslog, "openlog", lambda ident, *args: opened.append(ident))
+    monkeypatch.setattr(handlers.syslog, "syslog", lambda *args: None)
+    logs.setup(make_conf(str(tmp_path), use_syslog=True), "conductor")
+    assert opened == ["acceld-conductor"]
+
+
 def test_use_journal_without_the_systemd_bindings_is_one_line(tmp_path, monkeypatch):
     """Not oslo.log's RuntimeError traceback: what to install."""
     from oslo_log import handlers
