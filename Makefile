@@ -2,7 +2,7 @@
 
 PYTHON ?= python3
 VENV ?= .venv
-PORT ?= 6666
+PORT ?= 6680
 STATE_PATH ?= ./.acceld
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist): most integration tests wait on real processes, so two

@@ -15,8 +15,14 @@ strings ...) and formats every line with the thread's request context
 - standard error, not standard output, when no destination is configured: a service's
   standard output carries its announcements (``acceld api: <url>``, a driver's URL),
   which the all-in-one and driver launchers read;
-- the service's name after the level in the default formats (``%(service)s``), since
-  ``acceld all`` writes every service to one stream;
+- each service its own program name, ``acceld-<service>`` (``acceld-api``,
+  ``acceld-conductor``, ``acceld-agent``, ``acceld-driver-NAME``), as other OpenStack
+  services name theirs: the file under ``log_dir`` (``acceld-api.log``), the journal's
+  ``SYSLOG_IDENTIFIER`` and syslog's ident. oslo.log's default formats are kept as they
+  are, so that parsers written for them (kolla's fluentd, OpenStack-Ansible's) read
+  every line;
+- the web server's own lines (gunicorn's ``gunicorn.error``: start, workers, errors)
+  go to these handlers too (acceld.services.gunicorn_log);
 - keystoneauth's per-retry WARNINGs become DEBUG lines: an outage is logged once when it
   starts and once when it ends (acceld.outages);
 - SIGHUP (what logrotate sends) sets logging up again (:func:`reopen`). The file
@@ -35,10 +41,11 @@ from typing import Any
 from oslo_config import cfg
 from oslo_log import _options as _oslo_log_options
 from oslo_log import formatters
+from oslo_log import handlers as oslo_handlers
 from oslo_log import log as oslo_log
 
 PRODUCT = "acceld"
-# The service this process runs (`conductor`, `api`, ...): in every line, and for reopen().
+# The service this process runs (`conductor`, `api`, ...): its program name, for reopen().
 _service = PRODUCT
 
 # Values that must never reach a log: tokens, passwords, internal credentials.
@@ -207,30 +214,13 @@ def quiet_retries() -> None:
 
 quiet_retries()
 # acceld's defaults, set on import so that every process and the sample config
-# (oslo-config-generator imports this module through acceld.config.list_opts) agree:
-# oslo.log's formats with the service's name after the level (``conductor``, ``api``,
-# ``agent``, ``driver-NAME``): `acceld all` writes every service to one stream.
-_PREFIX = "%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(service)s %(name)s "
-oslo_log.set_defaults(
-    default_log_levels=oslo_log.get_default_log_levels() + list(_QUIET),
-    logging_context_format_string=_PREFIX + "[%(global_request_id)s %(request_id)s "
-                                            "%(user_identity)s] %(instance)s%(message)s")
-cfg.set_defaults(_oslo_log_options.log_opts,
-                 logging_default_format_string=_PREFIX + "[-] %(instance)s%(message)s",
-                 logging_exception_prefix="%(asctime)s.%(msecs)03d %(process)d ERROR "
-                                          "%(service)s %(name)s %(instance)s")
-
-_record_factory = logging.getLogRecordFactory()
+# (oslo-config-generator imports this module through acceld.config.list_opts) agree.
+oslo_log.set_defaults(default_log_levels=oslo_log.get_default_log_levels() + list(_QUIET))
 
 
-def _service_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
-    """Every record names this process's service (``%(service)s`` in the formats)."""
-    record = _record_factory(*args, **kwargs)
-    record.service = _service
-    return record
-
-
-logging.setLogRecordFactory(_service_record)
+def program_name(service: str) -> str:
+    """The program a service's lines come from: ``acceld-api``, ``acceld-driver-fpga``."""
+    return f"{PRODUCT}-{service}"
 
 
 def register_options(conf: cfg.ConfigOpts) -> None:
@@ -251,7 +241,20 @@ def setup(conf: cfg.ConfigOpts, service: str) -> None:
     _service = service
     root = logging.getLogger()
     previous = root.handlers[:]
-    oslo_log.setup(conf, PRODUCT)
+    if conf.use_journal and not conf.log_config_append and oslo_handlers.journal is None:
+        # One line, not oslo.log's RuntimeError traceback.
+        raise SystemExit(f"{program_name(service)}: use_journal = true needs the systemd "
+                         "Python bindings (Debian/Ubuntu: apt-get install python3-systemd; "
+                         "in a virtualenv: pip install systemd-python)")
+    # oslo.log names the file under log_dir, the journal's SYSLOG_IDENTIFIER and syslog's
+    # ident after the running script (`acceld` for every service); each service is a
+    # program of its own, as nova-api and nova-conductor are.
+    name_binary = oslo_handlers._get_binary_name
+    oslo_handlers._get_binary_name = lambda: program_name(service)
+    try:
+        oslo_log.setup(conf, PRODUCT)
+    finally:
+        oslo_handlers._get_binary_name = name_binary
     for handler in root.handlers:
         if type(handler) is logging.StreamHandler and handler.stream is sys.stdout:
             handler.setStream(sys.stderr)

@@ -60,6 +60,11 @@ def wsgi_app(conf: cfg.ConfigOpts, db: Database, conductor: object | None = None
 
     from acceld.api import edge
 
+    if conf.debug:  # a DEBUG line per database call; no listener on the engine otherwise
+        # (a worker builds its app again after a SIGHUP that switches debug on)
+        from acceld.db import call_log
+
+        call_log.install(db.engine)
     app = build_app(conf, db, conductor)
     if conf.auth_strategy == "keystone":
         from acceld.api.auth import keystone_pipeline

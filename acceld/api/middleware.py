@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import re
 
 import falcon
@@ -10,6 +11,7 @@ import falcon
 from acceld import request_ids
 from acceld.api import context, errors, microversion
 
+LOG = logging.getLogger(__name__)
 REQUEST_ID_HEADER = request_ids.HEADER
 _PADDED_SEGMENT = re.compile(r"(?:^|/)\s|\s(?:/|\Z)")
 _V2_PREFIXES = ("/v2", "/accelerator/v2")
@@ -47,14 +49,18 @@ class RequestPlumbing:
             if is_version_document(path):
                 resp.set_headers(_DEFAULT_VERSION_HEADERS)
             else:
+                requested = req.get_header(microversion.HEADER)
                 try:
-                    version = microversion.from_header(req.get_header(microversion.HEADER))
+                    version = microversion.from_header(requested)
                 except Exception:
                     # Even a 406 tells the client the supported range.
                     resp.set_headers(_DEFAULT_VERSION_HEADERS)
                     raise
                 req_context.version = version
                 resp.set_headers(_version_headers(version))
+                if LOG.isEnabledFor(logging.DEBUG):
+                    LOG.debug("microversion %s for %s %s (requested: %s)", version,
+                              req.method, path, requested or "none, the default")
         if "\x00" in path:
             # Path segments reach queries as text (names, hostnames); PostgreSQL refuses NUL.
             raise errors.BadRequest("The request path holds a NUL character.")

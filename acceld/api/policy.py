@@ -16,6 +16,7 @@ found next to the config files).
 
 from __future__ import annotations
 
+import logging
 import time
 
 from oslo_config import cfg
@@ -23,6 +24,8 @@ from oslo_policy import policy
 
 from acceld.api import errors
 from acceld.api.context import RequestContext
+
+LOG = logging.getLogger(__name__)
 
 # Release names, as oslo.log's versionutils spells them (not imported: oslo.log is not a
 # dependency of acceld).
@@ -264,6 +267,7 @@ class Policy:
 
     def _require_scope(self, rule: str, ctx: RequestContext) -> None:
         if not self._scope_allows(rule, ctx):
+            LOG.debug("policy %s: denied, a %s-scoped token", rule, ctx.scope)
             raise errors.Forbidden(
                 f"Policy doesn't allow {rule} to be performed with a {ctx.scope}-scoped token; "
                 "use a token scoped to a project.")
@@ -285,4 +289,10 @@ class Policy:
             except policy.InvalidScope:
                 allowed = False
             self._decisions[key] = allowed
+            cached = ""
+        else:
+            cached = " (cached)"
+        if LOG.isEnabledFor(logging.DEBUG):
+            LOG.debug("policy %s: %s for roles %s on %s%s", rule,
+                      "allowed" if allowed else "denied", sorted(ctx.roles), target, cached)
         return allowed

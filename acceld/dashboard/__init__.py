@@ -35,6 +35,29 @@ HEADERS = {
 }
 
 
+# Ports Chromium refuses to open (ERR_UNSAFE_PORT; Firefox: "This address is restricted"),
+# each checked against a real Chromium (tests/integration/test_observability.py). The API's
+# customary 6666 is among them, so the dashboard needs another port (or a proxy).
+BROWSER_REFUSED_PORTS = frozenset({
+    1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95,
+    101, 102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161,
+    179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563,
+    587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 5060,
+    5061, 6000, 6566, 6665, 6666, 6667, 6668, 6669, 6697, 10080})
+# What `make run` uses (API, then conductor and agent on the next two): none refused.
+BROWSER_PORT = 6680
+
+
+def announcement(root: str, port: int) -> str:
+    """The all-in-one's ``acceld dashboard: <url>`` line, saying so when browsers will
+    refuse the port rather than leaving the operator to an ERR_UNSAFE_PORT page."""
+    line = f"acceld dashboard: {root}/dashboard"
+    if port in BROWSER_REFUSED_PORTS:
+        line += (f" (browsers refuse port {port}, ERR_UNSAFE_PORT: `acceld all --port "
+                 f"{BROWSER_PORT}` or `make run` serve it where they open it)")
+    return line
+
+
 def is_dashboard_path(path: str) -> bool:
     """GETs of these paths need no token (acceld.api.auth lets them past auth_token)."""
     return any(path == p or path.startswith(p + "/") for p in PATHS)

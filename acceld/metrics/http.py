@@ -22,10 +22,39 @@ PATH = "/metrics"
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """No access line per scrape on standard error."""
+    """No access line per scrape on standard error; a scrape that failed is logged
+    (wsgiref would print its traceback to standard error, outside the service's log)."""
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         pass
+
+    def get_stderr(self) -> Any:
+        return _ErrorsToLog()
+
+
+class _ErrorsToLog:
+    """wsgiref's error stream (where it writes a failed request's traceback), as one
+    ERROR line of this service's log."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> None:
+        self.parts.append(text)
+
+    def flush(self) -> None:
+        text = "".join(self.parts).strip()
+        self.parts.clear()
+        if text:
+            LOG.error("A metrics scrape failed: %s", text)
+
+
+class _Server(ThreadingWSGIServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A scraper that went away mid-answer, or a broken request: logged, not printed
+        to standard error by socketserver."""
+        LOG.debug("Metrics request from %s ended with an error", client_address[0],
+                  exc_info=True)
 
 
 def metrics_app(registry: CollectorRegistry) -> Callable:
@@ -48,7 +77,7 @@ class MetricsServer:
     """Serves ``registry`` on ``host:port`` until :meth:`stop`."""
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        self.server = make_server(host, port, metrics_app(registry), ThreadingWSGIServer,
+        self.server = make_server(host, port, metrics_app(registry), _Server,
                                   handler_class=_QuietHandler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name="metrics",

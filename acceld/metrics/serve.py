@@ -63,8 +63,10 @@ def api_master_hooks(conf: cfg.ConfigOpts) -> dict[str, Any]:
     return {"when_ready": when_ready, "child_exit": child_exit, "post_fork": post_fork}
 
 
-def start_api_listener(conf: cfg.ConfigOpts, guard: threading.Lock | None = None) -> Any:
-    """The API's ``/metrics``: the workers' counters (multiprocess) and the inventory."""
+def start_api_listener(conf: cfg.ConfigOpts, guard: threading.Lock | None = None,
+                       db: Any = None) -> Any:
+    """The API's ``/metrics``: the workers' counters (multiprocess) and the inventory (read
+    through ``db``, by default an engine of its own)."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -79,7 +81,7 @@ def start_api_listener(conf: cfg.ConfigOpts, guard: threading.Lock | None = None
 
         for family in SERVICES["api"]:
             registry.register(family)
-    registry.register(InventoryCollector(from_config(conf), guard))
+    registry.register(InventoryCollector(db or from_config(conf), guard))
     return _start(registry, conf.metrics.api_host_ip, conf.metrics.api_port, "api")
 
 

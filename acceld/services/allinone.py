@@ -10,6 +10,7 @@ and re-reads its config files) and handled by `all` itself the same way. Every p
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -26,6 +27,8 @@ from acceld.db import migrate
 from acceld.db.engine import from_config
 from acceld.services import lifecycle, ports
 from acceld.services.secrets import ensure_secret_file, ensure_state_dir
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -139,6 +142,7 @@ def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = 
                     print(f"acceld {service.name} failed to start", file=sys.stderr, flush=True)
                 return False
             lifecycle.announce(f"acceld {service.name}: {service.url}")
+            LOG.info("acceld %s (pid %d) ready at %s", service.name, proc.pid, service.url)
         starting.clear()
         return True
 
@@ -151,8 +155,13 @@ def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = 
                                     env=_child_environment(conf))
             procs.append(proc)
             starting.append((service, proc))
+            LOG.info("acceld %s started (pid %d)", service.name, proc.pid)
         if not ready():
             return 1
+        from acceld import dashboard
+
+        lifecycle.announce(dashboard.announcement(
+            f"http://{conf.api.host_ip}:{conf.api.port}", conf.api.port))
         while not stopping:
             if lifecycle.take_hup():  # logrotate: every service reopens its log too
                 _forward_hup(procs)
@@ -163,6 +172,7 @@ def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = 
                           " stopping", file=sys.stderr, flush=True)
                     return 1
             time.sleep(0.2)
+        LOG.info("stopping every service")
         return 0
     finally:
         _stop_all(procs)

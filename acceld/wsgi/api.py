@@ -12,7 +12,9 @@ known here, so loopback cannot be told apart) and refuses an old database schema
 (so the server fails to start, as `acceld api` does); each worker process builds
 its own database pool and app on its first request, which keeps servers that
 import before forking (uwsgi without lazy-apps, gunicorn --preload) from sharing
-connections across processes.
+connections across processes. With ``[metrics] api_enabled`` a uwsgi master serves the
+API's ``/metrics`` (acceld.metrics.wsgi_server); any other server logs at start why the
+listener is off.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ def init_application(environ: dict[str, str] | None = None,
     logs.setup(conf, "api")
     noauth_guard.check_wsgi(conf)  # before the database: the cheaper refusal first
     schema_gate.check_schema(conf)
+    from acceld.metrics import wsgi_server
+
+    wsgi_server.start(conf)  # in a uwsgi master; elsewhere a WARNING says why not
     return LazyApplication(conf)
 
 

@@ -35,11 +35,14 @@ def test_all_in_one_starts_announces_and_stops(tmp_path, stop_signal):
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         lines = []
-        while len(lines) < 3:
+        while len(lines) < 4:
             line = proc.stdout.readline()
             assert line, f"acceld all exited early: {lines}"
             lines.append(line.strip())
             assert time.monotonic() - started < 60
+        # Once every service is up: where the dashboard is (a free port: none of the
+        # ports browsers refuse, so no word of it).
+        assert lines[3] == f"acceld dashboard: http://127.0.0.1:{api}/dashboard"
         assert f"acceld api: http://127.0.0.1:{api}/accelerator/v2" in lines
         assert f"acceld conductor: http://127.0.0.1:{conductor}" in lines
         assert f"acceld agent: http://127.0.0.1:{agent}" in lines

@@ -9,6 +9,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
+import socket
 import time
 import uuid
 from typing import Any, Callable
@@ -35,6 +37,33 @@ DEVICES = [
 ]
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def documented_dashboard() -> tuple[str, int]:
+    """The README's dashboard URL of `make run`, and the port `make run` starts the
+    all-in-one on (the Makefile's PORT): the test opens exactly that URL."""
+    with open(os.path.join(ROOT, "README.md")) as readme:
+        urls = set(re.findall(r"<(http://127\.0\.0\.1:\d+/dashboard)>", readme.read()))
+    assert len(urls) == 1, f"the README names more than one all-in-one dashboard: {urls}"
+    with open(os.path.join(ROOT, "Makefile")) as makefile:
+        (port,) = re.findall(r"^PORT \?= (\d+)$", makefile.read(), re.M)
+    (url,) = urls
+    assert url == f"http://127.0.0.1:{port}/dashboard", (url, port)
+    return url, int(port)
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        # As a server binds (a previous run's connections in TIME_WAIT do not hold it).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Any:
     tmp = tmp_path_factory.mktemp("observability")
@@ -51,7 +80,11 @@ def stack(tmp_path_factory) -> Any:
         f"[metrics]\napi_enabled = true\napi_port = {ports['m_api']}\n"
         f"conductor_enabled = true\nconductor_port = {ports['m_conductor']}\n"
         f"agent_enabled = true\nagent_port = {ports['m_agent']}\n")
-    launched = allinone.launch(str(tmp / "state"), str(conf))
+    # As `make run` starts it (acceld all --port PORT), where that port is free (another
+    # all-in-one on this machine may hold it: the browser test then skips, saying so).
+    _url, port = documented_dashboard()
+    launched = allinone.launch(str(tmp / "state"), str(conf),
+                               port=port if _is_free(port) else None)
     try:
         api = launched.url  # .../accelerator/v2
         found = wait_for(lambda: len(devices := requests.get(
@@ -170,11 +203,18 @@ def test_dashboard_in_headless_chromium(stack):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
+    url, port = documented_dashboard()
+    if stack["root"] != f"http://127.0.0.1:{port}":
+        pytest.skip(f"port {port} (make run's) was taken by another process: the all-in-one "
+                    f"runs on {stack['root']}, not at the README's {url}")
     driver = browser.chrome()
     api, device = stack["api"], stack["device"]["uuid"]
     try:
-        driver.get(f"{stack['root']}/dashboard?refresh={REFRESH}")
+        driver.get(url)  # exactly the README's URL
         wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+        # Refreshing every REFRESH seconds, chosen as a user would.
+        wait.until(lambda d: d.find_elements(By.ID, "refresh"))
+        Select(driver.find_element(By.ID, "refresh")).select_by_value(str(REFRESH))
 
         def cell(selector: str) -> str:
             found = driver.find_elements(By.CSS_SELECTOR, selector)
@@ -237,3 +277,31 @@ def test_dashboard_in_headless_chromium(stack):
     finally:
         driver.quit()
         requests.post(f"{api}/devices/{device}/enable", timeout=10)
+
+
+def test_chromium_refuses_the_ports_acceld_warns_of():
+    """Why `make run` is not on 6666: Chromium refuses it before connecting (nothing needs
+    to listen there), as it does every port of acceld.dashboard.BROWSER_REFUSED_PORTS; the
+    documented port it opens (the test above), and a port off the list it tries."""
+    from selenium.common.exceptions import WebDriverException
+
+    from acceld.dashboard import BROWSER_PORT, BROWSER_REFUSED_PORTS, announcement
+
+    _url, port = documented_dashboard()
+    assert port == BROWSER_PORT and port not in BROWSER_REFUSED_PORTS
+    assert "refuse" not in announcement(f"http://127.0.0.1:{port}", port)
+    assert "browsers refuse port 6666" in announcement("http://127.0.0.1:6666", 6666)
+    driver = browser.chrome()
+    try:
+        assert {6665, 6666, 6667, 6668, 6669} <= BROWSER_REFUSED_PORTS
+        for refused in sorted(BROWSER_REFUSED_PORTS):
+            driver.get(f"http://127.0.0.1:{refused}/dashboard")
+            assert "ERR_UNSAFE_PORT" in driver.page_source, refused
+        with socket.socket() as closed:  # a port nothing listens on, off the list: tried
+            closed.bind(("127.0.0.1", 0))
+            free = closed.getsockname()[1]
+        assert free not in BROWSER_REFUSED_PORTS
+        with pytest.raises(WebDriverException, match="ERR_CONNECTION_REFUSED"):
+            driver.get(f"http://127.0.0.1:{free}/dashboard")
+    finally:
+        driver.quit()

@@ -140,3 +140,33 @@ def test_wsgi_application_with_keystone_needs_no_insecure_option(tmp_path: Path)
         assert resp.status_code == 401, resp.text
     finally:
         _stop(proc)
+
+
+def test_metrics_under_another_wsgi_server_say_why_they_are_off(tmp_path: Path) -> None:
+    """A plain gunicorn command line has no process that sums the workers' counters: the
+    application says so at start, naming the listener (before: no listener, no word)."""
+    metrics_port = free_port()
+    conf = _config(tmp_path, extra=f"[metrics]\napi_enabled = true\napi_port = {metrics_port}\n")
+    subprocess.run([str(BIN / "acceld"), "db", "upgrade", "--config-file", str(conf)],
+                   check=True, capture_output=True, timeout=60)
+    port = free_port()
+    proc = _gunicorn(tmp_path, conf, port)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "gunicorn.log").read_text()[-3000:]
+            try:
+                requests.get(f"http://127.0.0.1:{port}/healthcheck", timeout=30)
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.1)
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+    finally:
+        _stop(proc)
+    warnings = [line for line in (tmp_path / "gunicorn.log").read_text().splitlines()
+                if " WARNING acceld.metrics.wsgi_server " in line]
+    assert len(warnings) == 1, warnings
+    assert (f"[metrics] api_enabled = true, but the API's metrics listener "
+            f"(127.0.0.1:{metrics_port}) is off: this WSGI server is not uwsgi") in warnings[0]

@@ -35,11 +35,13 @@ def _pump(stream, lines: list[str], announced: "queue.Queue[tuple[str, str]]") -
     announced.put(("", ""))  # the process closed its output: it is gone
 
 
-def launch(state_path: str, config_file: str, *, timeout: float = 60.0) -> Launched:
-    """`acceld all` on a free API port, returned once every service has announced itself;
-    RuntimeError with its last output if that does not happen within ``timeout`` seconds."""
+def launch(state_path: str, config_file: str, *, timeout: float = 60.0,
+           port: int | None = None) -> Launched:
+    """`acceld all` on ``port`` (default a free one), returned once every service has
+    announced itself; RuntimeError with its last output if that does not happen within
+    ``timeout`` seconds."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "acceld.cli", "all", "--port", str(free_port()),
+        [sys.executable, "-m", "acceld.cli", "all", "--port", str(port or free_port()),
          "--state-path", str(state_path), "--config-file", str(config_file)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []

@@ -34,9 +34,9 @@ from tests.conftest import make_conf
 
 # What a forger sends: a line break, then a well-formed line of its own; a terminal escape
 # (clear screen), a NUL, and a backslash that must not read as the start of an escape.
-FORGED = ('\r\n2026-12-04 12:00:00.000 1 INFO api acceld.api.access [-] 10.0.0.9 '
+FORGED = ('\r\n2026-12-04 12:00:00.000 1 INFO acceld.api.access [-] 10.0.0.9 '
           '"DELETE /accelerator/v2/accelerator_requests/x" status: 204\x1b[2J\x00\\')
-ESCAPED = ('\\r\\n2026-12-04 12:00:00.000 1 INFO api acceld.api.access [-] 10.0.0.9 '
+ESCAPED = ('\\r\\n2026-12-04 12:00:00.000 1 INFO acceld.api.access [-] 10.0.0.9 '
            '"DELETE /accelerator/v2/accelerator_requests/x" status: 204\\x1b[2J\\x00\\\\')
 RAW = ("\r", "\n", "\x1b", "\x00")
 

@@ -64,10 +64,10 @@ def test_lines_carry_both_request_ids_user_and_project(tmp_path):
     (calling,) = [line for line in lines if "calling with" in line]
     ctx = request_ids.current()
     assert ctx is None  # the request's context ended with it
-    assert f" INFO test acceld.test.logging [{GLOBAL_ID} req-" in calling
+    assert f" INFO acceld.test.logging [{GLOBAL_ID} req-" in calling
     assert " nova-user tenant-1 " in calling
     (outside,) = [line for line in lines if "outside any request" in line]
-    assert " INFO test acceld.test.logging [-] outside" in outside
+    assert " INFO acceld.test.logging [-] outside" in outside
     _no_secret(path.read_text())
 
 
@@ -102,9 +102,81 @@ def test_use_journal_sends_redacted_lines_with_the_request_id(tmp_path, monkeypa
     _log_secrets()
     messages = [m for m, _ in sent if "acceld.test.logging" in m]
     assert len(messages) == 4
+    # The program name each service's lines carry in the journal: acceld-<service>.
+    assert {f["SYSLOG_IDENTIFIER"] for _, f in sent} == {"acceld-test"}
     assert any(GLOBAL_ID in m for m in messages)
     _no_secret("\n".join(messages) + "\n".join(
         str(f.get("EXCEPTION_TEXT", "")) for _, f in sent))
+
+
+def test_use_syslog_names_the_service_as_the_program(tmp_path, monkeypatch):
+    from oslo_log import handlers
+
+    opened: list[str] = []
+    monkeypatch.setattr(handlers.syslog, "openlog", lambda ident, *args: opened.append(ident))
+    monkeypatch.setattr(handlers.syslog, "syslog", lambda *args: None)
+    logs.setup(make_conf(str(tmp_path), use_syslog=True), "conductor")
+    assert opened == ["acceld-conductor"]
+
+
+def test_use_journal_without_the_systemd_bindings_is_one_line(tmp_path, monkeypatch):
+    """Not oslo.log's RuntimeError traceback: what to install."""
+    from oslo_log import handlers
+
+    monkeypatch.setattr(handlers, "journal", None)
+    with pytest.raises(SystemExit) as exited:
+        logs.setup(make_conf(str(tmp_path), use_journal=True), "conductor")
+    assert str(exited.value).startswith("acceld-conductor: use_journal = true needs the "
+                                        "systemd Python bindings")
+    assert "python3-systemd" in str(exited.value)
+
+
+# oslo.log's own defaults, as parsers of its lines (kolla's fluentd, OpenStack-Ansible's)
+# expect them: acceld adds no field.
+OSLO_CONTEXT_FORMAT = ("%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(name)s "
+                       "[%(global_request_id)s %(request_id)s %(user_identity)s] "
+                       "%(instance)s%(message)s")
+OSLO_DEFAULT_FORMAT = ("%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(name)s [-] "
+                       "%(instance)s%(message)s")
+OSLO_EXCEPTION_PREFIX = "%(asctime)s.%(msecs)03d %(process)d ERROR %(name)s %(instance)s"
+
+
+def test_the_formats_are_oslo_logs_defaults(tmp_path):
+    conf = make_conf(str(tmp_path))
+    assert conf.logging_context_format_string == OSLO_CONTEXT_FORMAT
+    assert conf.logging_default_format_string == OSLO_DEFAULT_FORMAT
+    assert conf.logging_exception_prefix == OSLO_EXCEPTION_PREFIX
+    from acceld.sample import config_sample
+
+    assert f"#logging_context_format_string = {OSLO_CONTEXT_FORMAT}\n" in config_sample()
+
+
+@pytest.mark.parametrize("service", ["api", "conductor", "agent", "driver-fpga"])
+def test_log_dir_gives_each_service_its_own_file(tmp_path, service):
+    logs.setup(make_conf(str(tmp_path), log_dir=str(tmp_path)), service)
+    logging.getLogger("acceld.test.logging").info("written by %s", service)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    assert [p.name for p in tmp_path.glob("*.log")] == [f"acceld-{service}.log"]
+    (line,) = (tmp_path / f"acceld-{service}.log").read_text().splitlines()
+    assert line.endswith(f" INFO acceld.test.logging [-] written by {service}"), line
+
+
+def test_log_file_under_log_dir_is_the_operators_choice(tmp_path):
+    logs.setup(make_conf(str(tmp_path), log_dir=str(tmp_path), log_file="mine.log"), "api")
+    logging.getLogger("acceld.test.logging").info("mine")
+    assert "mine" in (tmp_path / "mine.log").read_text()
+    assert not (tmp_path / "acceld-api.log").exists()
+
+
+def test_use_json_under_log_dir(tmp_path):
+    logs.setup(make_conf(str(tmp_path), log_dir=str(tmp_path), use_json=True), "agent")
+    logging.getLogger("acceld.test.logging").info("as json")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    (record,) = [json.loads(line) for line in
+                 (tmp_path / "acceld-agent.log").read_text().splitlines()]
+    assert record["message"] == "as json" and record["name"] == "acceld.test.logging"
 
 
 def test_log_config_append_handlers_are_redacted_too(tmp_path):
@@ -199,8 +271,8 @@ def test_keystoneauth_retry_warnings_are_debug_lines(tmp_path):
         session_log.warning("Something else %s", debug)
     text = path.read_text()
     assert "refused False" not in text
-    assert " DEBUG test keystoneauth.session [-] Failure: refused True" in text
-    assert " WARNING test keystoneauth.session [-] Something else False" in text
+    assert " DEBUG keystoneauth.session [-] Failure: refused True" in text
+    assert " WARNING keystoneauth.session [-] Something else False" in text
 
 
 def test_oslo_log_options_are_registered_once(tmp_path):

@@ -355,3 +355,27 @@ def test_programs_and_reconciles_are_timed_with_their_outcome():
              get("acceld_reconciles_total", outcome="ok"),
              get("acceld_reconciles_total", outcome="refused_records"))
     assert [a - b for a, b in zip(after, before)] == [1, 1, 1, 1, 1]
+
+
+def test_a_failed_scrape_is_a_log_line_not_a_traceback_on_stderr(caplog, capfd):
+    """wsgiref prints a failed request's traceback to standard error, outside the
+    service's log (oslo.log's file, journal or JSON): the listener logs it instead."""
+    import logging
+
+    class Broken:
+        def collect(self):
+            raise RuntimeError("collector broke")
+
+    registry = CollectorRegistry()
+    registry.register(Broken())
+    server = MetricsServer(registry, "127.0.0.1", 0).start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="acceld.metrics.http"):
+            with pytest.raises(urllib.error.HTTPError) as failed:
+                urllib.request.urlopen(server.url, timeout=10)
+            assert failed.value.code == 500
+    finally:
+        server.stop()
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "acceld.metrics.http"]
+    assert line.startswith("A metrics scrape failed: Traceback") and "collector broke" in line
+    assert "collector broke" not in capfd.readouterr().err

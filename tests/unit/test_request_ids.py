@@ -169,4 +169,4 @@ def test_internal_calls_carry_the_global_id(log_file):
     assert seen.global_ids == [GLOBAL_ID, None, None]
     calls = [line for line in log_file().splitlines() if "Internal call POST /seen" in line]
     # Calls made for a request are INFO lines naming it; the others are DEBUG (not shown).
-    assert len(calls) == 1 and f" INFO test acceld.internal.server [{GLOBAL_ID} req-" in calls[0]
+    assert len(calls) == 1 and f" INFO acceld.internal.server [{GLOBAL_ID} req-" in calls[0]
