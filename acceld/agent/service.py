@@ -129,7 +129,7 @@ class Agent:
         self.hello: HelloLoop | None = None
         self.host_step_audit: Any = None  # acceld.agent.host_steps.HostStepAudit, once started
         # Discoveries run since start: each hello carries it, and the conductor counts a new
-        # one as one more health report of the node's devices (acceld.conductor.health).
+        # one as one more health report of the node's devices (acceld.quarantine).
         self.discoveries = 0
 
     # What the routes and other components use

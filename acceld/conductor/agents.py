@@ -42,7 +42,8 @@ from sqlalchemy.exc import IntegrityError
 from acceld import fastcheck
 from acceld.db import node_keys
 from acceld.clients.internal import internal_url
-from acceld.conductor import endpoints, health
+from acceld import quarantine
+from acceld.conductor import endpoints
 from acceld.conductor.membership import EVERYTHING, Ownership, dead_after
 from acceld.conductor.liveness import Liveness
 from acceld.conductor.pulls import PullFailed, Pulls
@@ -105,7 +106,7 @@ class AgentsComponent:
                                  trust_intervals=2 * conf.conductor.agent_down_intervals)
         self.ownership: Ownership = EVERYTHING
         self._behind: str | None = None  # the conductor the sweep waits for, while it does
-        self.health_policy = health.HealthPolicy.from_conf(conf)
+        self.health_policy = quarantine.HealthPolicy.from_conf(conf)
 
     # Component protocol
 
@@ -214,7 +215,7 @@ class AgentsComponent:
                                                       discovery=discovery)
                     if (not beat.new and beat.new_discovery and digest is not None
                             and digest == beat.stored_digest):
-                        health.count_unchanged_report(conn, hostname, self.health_policy)
+                        quarantine.count_unchanged_report(conn, hostname, self.health_policy)
                     return beat
             except IntegrityError:  # two first hellos of one host raced; the row exists now
                 if attempt == 2:

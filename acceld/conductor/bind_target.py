@@ -22,12 +22,9 @@ from sqlalchemy import Connection, Row, false, select, update
 from acceld.db import deployables as dep_db
 from acceld.db.clock import db_now
 from acceld.db.models import attach_handles, attributes, deployables, devices, utcnow
+from acceld.placement_model import IMPLICIT_TRAITS
 
 LOG = logging.getLogger(__name__)
-
-# Traits Placement gives every acceld provider although no driver reports them: a profile
-# may require them, and a profile that forbids them can never be satisfied.
-IMPLICIT_TRAITS = frozenset({"OWNER_CYBORG"})
 
 # How many free handles to try per round, and rounds, when binds race for the same ones.
 _CANDIDATES = 16

@@ -39,7 +39,8 @@ from acceld.db.models import deployables, placement_sync
 from acceld.db.placement_flags import mark_dirty
 
 if TYPE_CHECKING:
-    from acceld.conductor.placement_sync import DesiredProvider, PlacementSync
+    from acceld.conductor.placement_sync import PlacementSync
+    from acceld.placement_model import DesiredProvider
 
 LOG = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def audit_host(sync: PlacementSync, hostname: str, result: AuditResult) -> None:
     Raises PlacementUnavailable (the caller backs off). A refusal by Placement is logged
     and that provider is left to the next full sync pass; the host's other providers go on.
     """
-    from acceld.conductor.placement_sync import desired_providers
+    from acceld.placement_model import desired_providers
 
     client = sync.client
     assert client is not None

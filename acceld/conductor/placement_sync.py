@@ -40,17 +40,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
-import re
 import socket
 import time
 import uuid
 from typing import Any, Iterable
 
 from oslo_config import cfg
-from sqlalchemy import Connection, or_, select, update
+from sqlalchemy import select, update
 
 from acceld.clients import placement as pl
 from acceld.conductor.placement_audit import AuditResult, AuditWalk, audit_host
@@ -58,8 +56,9 @@ from acceld.conductor.membership import EVERYTHING, Ownership
 from acceld.conductor.service import PeriodicTask
 from acceld.db import leases
 from acceld.db.engine import Database
-from acceld.db.models import agents, attributes, deployables, devices, placement_sync, utcnow
-from acceld.db.placement_flags import provider_uuid, upsert
+from acceld.db.models import agents, deployables, devices, placement_sync, utcnow
+from acceld.db.placement_flags import upsert
+from acceld.placement_model import DesiredProvider, desired_providers
 from acceld.metrics import record as metrics
 from acceld.outages import PLACEMENT, process_log
 
@@ -72,79 +71,6 @@ TASK_NAME = "placement-sync"
 HOST_LEASE_SECONDS = 60.0
 # Digest of a provider whose deployable is gone but which still has allocations.
 HELD = "held"
-_NAME_RE = re.compile(r"^[A-Z0-9_]{1,255}$")
-
-
-@dataclasses.dataclass(frozen=True)
-class DesiredProvider:
-    """What Placement should hold for one deployable."""
-
-    rp_uuid: str
-    name: str
-    hostname: str
-    resource_class: str | None
-    total: int
-    reserved: int
-    traits: tuple[str, ...]
-
-    @property
-    def digest(self) -> str:
-        payload = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
-        return hashlib.sha256(payload).hexdigest()
-
-
-# -- reading the desired state --------------------------------------------------------------
-
-def desired_providers(conn: Connection, hostnames: Iterable[str] | None,
-                      reserve_down_agents: bool) -> dict[str, DesiredProvider]:
-    """The providers the database asks for (all hosts when ``hostnames`` is None); 2 queries."""
-    host_filter = [] if hostnames is None else [devices.c.hostname.in_(list(hostnames))]
-    rows = conn.execute(
-        select(deployables.c.id, deployables.c.name, deployables.c.rp_uuid,
-               deployables.c.num_accelerators, devices.c.hostname, devices.c.status,
-               devices.c.acc_status, devices.c.vanished, devices.c.quarantined,
-               agents.c.state.label("agent_state"))
-        .join(devices, deployables.c.device_id == devices.c.id)
-        .outerjoin(agents, agents.c.hostname == devices.c.hostname)
-        .where(*host_filter)).all()
-    attrs: dict[int, dict[str, str]] = {}
-    for dep_id, key, value in conn.execute(
-            select(attributes.c.deployable_id, attributes.c.key, attributes.c.value)
-            .join(deployables, attributes.c.deployable_id == deployables.c.id)
-            .join(devices, deployables.c.device_id == devices.c.id)
-            .where(*host_filter,
-                   or_(attributes.c.key == "rc", attributes.c.key.like("trait%")))):
-        attrs.setdefault(dep_id, {})[key] = value
-    out: dict[str, DesiredProvider] = {}
-    for row in rows:
-        out_row = desired_provider(row, attrs.get(row.id, {}), reserve_down_agents)
-        out[out_row.rp_uuid] = out_row
-    return out
-
-
-def desired_provider(row: Any, attrs: dict[str, str], reserve_down_agents: bool
-                     ) -> DesiredProvider:
-    """What Placement should hold for one deployable row (also explain's yardstick)."""
-    rc = attrs.get("rc")
-    if rc is not None and not _NAME_RE.match(rc):
-        LOG.warning("Deployable %s: resource class %r is not a valid Placement name; "
-                    "no inventory is offered", row.name, rc)
-        rc = None
-    traits = []
-    for key in sorted(k for k in attrs if k.startswith("trait")):
-        if _NAME_RE.match(attrs[key]):
-            traits.append(attrs[key])
-        else:
-            LOG.warning("Deployable %s: trait %r is not a valid Placement name; skipped",
-                        row.name, attrs[key])
-    total = max(0, int(row.num_accelerators or 0))
-    unavailable = (row.status == "maintaining" or row.acc_status != "ready"
-                   or bool(row.vanished) or bool(row.quarantined)
-                   or (reserve_down_agents and row.agent_state == "down"))
-    return DesiredProvider(
-        rp_uuid=row.rp_uuid or provider_uuid(row.name), name=row.name, hostname=row.hostname,
-        resource_class=rc, total=total, reserved=total if unavailable else 0,
-        traits=tuple(sorted(set(traits) | {pl.OWNER_TRAIT})))
 
 
 # -- the component ----------------------------------------------------------------------------

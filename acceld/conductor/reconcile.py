@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from acceld.conductor import health
+from acceld import quarantine
 from acceld.db import agents as agents_db
 from acceld.db import inventory, placement_flags
 from acceld.db.engine import Database
@@ -39,11 +39,11 @@ class Outcome:
 
 @metrics.reconcile
 def apply_report(db: Database, hostname: str, report: Any,
-                 policy: health.HealthPolicy | None = None, counted: bool = True) -> Outcome:
+                 policy: quarantine.HealthPolicy | None = None, counted: bool = True) -> Outcome:
     """Check and apply one report of ``hostname``; returns what changed and what was refused.
 
     Each device's health is applied after the diff, in the same transaction
-    (acceld.conductor.health); ``counted`` says whether the report is a new discovery of
+    (acceld.quarantine); ``counted`` says whether the report is a new discovery of
     the node's agent (one more healthy report for a quarantined device's recovery).
     """
     hardware = report.get("hardware") if isinstance(report, dict) else None
@@ -59,10 +59,10 @@ def apply_report(db: Database, hostname: str, report: Any,
         agent = agents_db.lock_agent(conn, hostname)
         changes = inventory.reconcile_node(conn, hostname, checked.records,
                                            keep_drivers=keep_drivers, keep_all=keep_all)
-        dirty = health.apply_reported(
+        dirty = quarantine.apply_reported(
             conn, hostname, [(row, device_id, Health.from_dict(record.health))
                              for row, device_id, record in changes.reported],
-            counted, policy or health.HealthPolicy(), inserted=changes.inserted)
+            counted, policy or quarantine.HealthPolicy(), inserted=changes.inserted)
         if dirty:
             placement_flags.flag_providers(conn, hostname, dirty)
         # Held devices wait for a release that no hardware change announces: forget the

@@ -25,7 +25,7 @@ class Heartbeat:
     previous_seen: dt.datetime | None
     stored_digest: str | None
     # The hello announced a discovery not counted before (or carried no count): one more
-    # health report of the node's devices (acceld.conductor.health).
+    # health report of the node's devices (acceld.quarantine).
     new_discovery: bool = True
 
 

@@ -81,7 +81,7 @@ class Changes:
     skipped: list[str] = field(default_factory=list)
     dirty_rps: set[str] = field(default_factory=set)
     # (row as the diff read it, or None if added; device id; record) per reported device,
-    # for the health rules applied after the diff (acceld.conductor.health).
+    # for the health rules applied after the diff (acceld.quarantine).
     reported: list[tuple[Any, int, HardwareRecord]] = field(default_factory=list)
     # Device id -> the row as inserted by this transaction (its columns as written, the
     # models' defaults for the rest): the health rules need not lock or read it again.

@@ -283,7 +283,7 @@ class Agent(TimestampMixin, Base):
     hardware_digest: Mapped[str | None] = mapped_column(String(64))
     heartbeat_interval: Mapped[int] = mapped_column(Integer, nullable=False, default=10)
     # The agent's discovery count its last hello carried: a hello with a new one is one
-    # more health report of the node's devices (acceld.conductor.health).
+    # more health report of the node's devices (acceld.quarantine).
     last_discovery: Mapped[int | None] = mapped_column(BigInteger)
     last_seen_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False, default=utcnow)
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Iterable, NamedTuple
 
-from acceld.conductor.bind_target import IMPLICIT_TRAITS
-from acceld.conductor.placement_sync import DesiredProvider, desired_provider
+from acceld.placement_model import IMPLICIT_TRAITS, DesiredProvider, desired_provider
 from acceld.db import deployables as dep_db
 from acceld.db.explain import Provider
 from acceld.explain.groups import RequestGroup

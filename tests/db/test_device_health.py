@@ -17,9 +17,10 @@ from falcon import testing
 
 from acceld.agent.hardware import digest
 from acceld.api.app import build_app
-from acceld.conductor import bind_target, device_event_purge, health
+from acceld import quarantine
+from acceld.conductor import bind_target, device_event_purge
 from acceld.conductor.agents import AgentsComponent
-from acceld.conductor.placement_sync import desired_providers
+from acceld.placement_model import desired_providers
 from acceld.conductor.reconcile import apply_report
 from acceld.db import agents as agents_db
 from acceld.db import device_events
@@ -70,8 +71,8 @@ class HealthRig(Rig):
         self.spec.write_text(json.dumps([entry]))
 
     @property
-    def policy(self) -> health.HealthPolicy:
-        return health.HealthPolicy.from_conf(self.conf)
+    def policy(self) -> quarantine.HealthPolicy:
+        return quarantine.HealthPolicy.from_conf(self.conf)
 
     def report(self, value: dict | None, counted: bool = True):  # type: ignore[no-untyped-def]
         """The node reports its device with this health (a pull and reconcile)."""
@@ -104,7 +105,7 @@ def rig(db, tmp_path, nova) -> HealthRig:
 def test_unhealthy_report_quarantines_once_with_warning_events_and_placement(rig, caplog):
     rig.report(GOOD)
     assert rig.reserved() == 0
-    with caplog.at_level(logging.WARNING, logger="acceld.conductor.health"):
+    with caplog.at_level(logging.WARNING, logger="acceld.quarantine"):
         rig.report(FAULT)
         rig.report(FAULT)  # still unhealthy: nothing new
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -184,18 +185,18 @@ def test_operator_disable_and_health_never_undo_each_other(rig):
 def test_manual_recovery_waits_for_the_operator(rig):
     rig.conf.set_override("health_recovery", "manual", group="conductor")
     rig.report(FAULT)
-    with rig.db.write() as conn, pytest.raises(health.StillUnhealthy):
-        health.release_by_operator(conn, rig.device().id, "ops", None)
+    with rig.db.write() as conn, pytest.raises(quarantine.StillUnhealthy):
+        quarantine.release_by_operator(conn, rig.device().id, "ops", None)
     for _ in range(5):
         rig.report(GOOD)
     device = rig.device()
     assert (device.quarantined, device.health_ok_reports) == (True, 3)
     with rig.db.write() as conn:
-        health.release_by_operator(conn, device.id, "ops-user", "replaced the riser")
+        quarantine.release_by_operator(conn, device.id, "ops-user", "replaced the riser")
     assert not rig.device().quarantined
     assert rig.events()[-1] == ("recovered", "ops-user")
-    with rig.db.write() as conn, pytest.raises(health.NotQuarantined):
-        health.release_by_operator(conn, device.id, "ops", None)
+    with rig.db.write() as conn, pytest.raises(quarantine.NotQuarantined):
+        quarantine.release_by_operator(conn, device.id, "ops", None)
     assert rig.reserved() == 0
 
 
@@ -289,12 +290,12 @@ def test_operator_return_and_unhealthy_report_serialise(rig, monkeypatch, first)
     rig.report(FAULT)
     rig.report(GOOD)
     device_id = rig.device().id
-    real_lock = health.lock_device_row
+    real_lock = quarantine.lock_device_row
     seen: dict[str, object] = {}
 
     def release() -> None:
         with rig.db.write() as conn:
-            health.release_by_operator(conn, device_id, "ops", None)
+            quarantine.release_by_operator(conn, device_id, "ops", None)
 
     second = (lambda: rig.report(FAULT)) if first == "operator" else release
 
@@ -307,12 +308,12 @@ def test_operator_return_and_unhealthy_report_serialise(rig, monkeypatch, first)
             seen["thread"] = other
         return row
 
-    monkeypatch.setattr(health, "lock_device_row", lock_then_other)
+    monkeypatch.setattr(quarantine, "lock_device_row", lock_then_other)
     if first == "operator":
         release()
     else:
         rig.report(FAULT)
-    monkeypatch.setattr(health, "lock_device_row", real_lock)
+    monkeypatch.setattr(quarantine, "lock_device_row", real_lock)
     thread = seen["thread"]
     assert seen["other"] == "blocked"
     if first == "operator":
@@ -320,7 +321,7 @@ def test_operator_return_and_unhealthy_report_serialise(rig, monkeypatch, first)
         kinds = [k for k, _ in rig.events()]
         assert kinds[-3:] == ["recovered", "health_changed", "quarantined"]
     else:
-        with pytest.raises(health.StillUnhealthy):
+        with pytest.raises(quarantine.StillUnhealthy):
             thread.join()  # type: ignore[attr-defined]
     device = rig.device()
     assert (device.quarantined, device.health) == (True, "unhealthy")
@@ -351,7 +352,7 @@ def test_disable_racing_a_recovery_stays_disabled(rig, monkeypatch):
     rig.report(FAULT)
     rig.report(GOOD)
     rig.report(GOOD)
-    real_lock = health.lock_device_row
+    real_lock = quarantine.lock_device_row
     seen: dict[str, object] = {}
 
     def lock_then_disable(conn, dev_id):  # type: ignore[no-untyped-def]
@@ -362,9 +363,9 @@ def test_disable_racing_a_recovery_stays_disabled(rig, monkeypatch):
             seen["thread"] = disabler
         return row
 
-    monkeypatch.setattr(health, "lock_device_row", lock_then_disable)
+    monkeypatch.setattr(quarantine, "lock_device_row", lock_then_disable)
     rig.report(GOOD)
-    monkeypatch.setattr(health, "lock_device_row", real_lock)
+    monkeypatch.setattr(quarantine, "lock_device_row", real_lock)
     seen["thread"].join()  # type: ignore[attr-defined]
     assert seen["disable"] == "blocked"
     device = rig.device()

@@ -27,7 +27,7 @@ from acceld.agent.attach import AttachSteps
 from acceld.api.app import build_app
 from acceld.conductor import bind_target
 from acceld.conductor.handle_release import ReleaseWorker
-from acceld.conductor.placement_sync import desired_providers
+from acceld.placement_model import desired_providers
 from acceld.conductor.reconcile import apply_report
 from acceld.db import handle_releases
 from acceld.db.models import accelerator_requests, agents, attach_handles

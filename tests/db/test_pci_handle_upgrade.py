@@ -22,7 +22,7 @@ from falcon import testing
 from sqlalchemy import insert, select
 
 from acceld.api.app import build_app
-from acceld.conductor.placement_sync import desired_providers
+from acceld.placement_model import desired_providers
 from acceld.conductor.reconcile import apply_report
 from acceld.db.models import accelerator_requests, agents, attach_handles
 from acceld.drivers.base import HardwareRecord

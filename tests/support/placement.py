@@ -168,7 +168,7 @@ class PlacementServer:
 def assert_placement_matches_db(server: PlacementServer, db: Any, host: str,
                                 reserve_down_agents: bool = True) -> None:
     """Placement holds exactly the providers, inventories and traits acceld's DB asks for."""
-    from acceld.conductor.placement_sync import desired_providers
+    from acceld.placement_model import desired_providers
 
     with db.read() as conn:
         wanted = desired_providers(conn, [host], reserve_down_agents)

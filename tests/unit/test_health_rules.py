@@ -1,4 +1,4 @@
-"""The health rules on their own (acceld.conductor.health.next_state) and the agent's digest,
+"""The health rules on their own (acceld.quarantine.next_state) and the agent's digest,
 which a health counter must not change (issue 13)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from acceld.agent.hardware import digest
-from acceld.conductor.health import DeviceHealth, HealthPolicy, next_state
+from acceld.quarantine import DeviceHealth, HealthPolicy, next_state
 from acceld.drivers.health import Health
 
 AUTO3 = HealthPolicy("auto", 3)

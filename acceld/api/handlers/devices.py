@@ -11,7 +11,7 @@ a device event naming the user and the reason given (acceld.db.device_events).
 
 From 2.6, to callers the ``acceld:device:get_health`` rule allows (administrators by
 default), devices show ``health``, ``health_reason``, ``health_since`` and ``quarantined``
-(acceld.conductor.health), lists filter by ``?health=`` and ``?quarantined=``, and a shown
+(acceld.quarantine), lists filter by ``?health=`` and ``?quarantined=``, and a shown
 device lists the ARQs and instances bound to it (``bound_arqs``) so they can be moved off a
 failing device. ``GET /v2/devices/{uuid}/events`` is the device's history, newest first,
 paginated like ARQ lists; ``PATCH /v2/devices/{uuid}`` with ``/quarantined`` ``false``
@@ -26,7 +26,7 @@ import falcon
 from acceld.api import errors, pagination, wire
 from acceld.api.microversion import Version
 from acceld.api.schemas import devices as schemas
-from acceld.conductor import health
+from acceld import quarantine
 from acceld.db import device_events
 from acceld.db import devices as db
 from acceld.db import placement_flags
@@ -219,10 +219,10 @@ def _return_to_service(req: falcon.Request, uuid: str, reason: str | None) -> No
         if row is None:
             raise _not_found(uuid)
         try:
-            health.release_by_operator(conn, row.id, req.context.ctx.user_id, reason)
-        except health.NotQuarantined:
+            quarantine.release_by_operator(conn, row.id, req.context.ctx.user_id, reason)
+        except quarantine.NotQuarantined:
             raise errors.Conflict(f"Device {uuid} is not quarantined.") from None
-        except health.StillUnhealthy as still:
+        except quarantine.StillUnhealthy as still:
             raise errors.Conflict(
                 f"Device {uuid} still reports unhealthy ({still.args[0] or 'no reason given'});"
                 " it is returned to service once its node reports it healthy.") from None

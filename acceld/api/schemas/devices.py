@@ -31,7 +31,7 @@ list_query_v2_0 = {
 
 LIST_QUERY = Draft202012Validator(list_query_v2_0)
 
-# 2.6: an operator returns a quarantined device to service (acceld.conductor.health), with
+# 2.6: an operator returns a quarantined device to service (acceld.quarantine), with
 # an optional reason kept in the device's events. Only "false": quarantine is the health
 # rules' to set.
 quarantine_op_v2_6 = {

@@ -1,7 +1,9 @@
-"""Device health on the conductor: quarantine an unhealthy device, return it with hysteresis.
+"""Device health: quarantine an unhealthy device, return it with hysteresis.
 
-Each reconciled report carries every device's health (acceld.drivers.health). Applied here,
-in the report's transaction:
+The conductor applies these rules to each reconciled report, and the API to an operator's
+return of a device; they live below both (the API never imports the conductor). Each
+reconciled report carries every device's health (acceld.drivers.health). Applied here, in
+the report's transaction:
 
 * ``unhealthy`` quarantines the device: no new bind (acceld.conductor.bind_target), its
   Placement providers ``reserved = total`` (acceld.conductor.placement_sync), one WARNING

@@ -1,0 +1,86 @@
+"""The layers' import rules (docs/architecture.md, "Import rules"), checked on the source:
+the API (and explain, which it serves) never imports the conductor or the agent, the agent
+never imports the conductor, and drivers import neither, directly or through any module
+they import (every ``import`` statement counts, those inside functions included).
+
+Not held yet, so not asserted: "the agent and drivers never import acceld.db" (they reach
+it through acceld.services.secrets, acceld.healthcheck, acceld.metrics and
+acceld.internal.server: docs/architecture.md names the edges)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "acceld"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str) -> set[str]:
+    """The acceld modules (and packages) ``path`` imports."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {n for n in found if n == "acceld" or n.startswith("acceld.")}
+
+
+GRAPH: dict[str, set[str]] = {_module_name(p): _imports(p, _module_name(p))
+                              for p in PACKAGE.rglob("*.py")}
+
+
+def _reachable(start: str) -> dict[str, str]:
+    """Every module ``start`` imports, directly or not, with the module that imports it."""
+    seen: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        current = todo.pop()
+        for target in GRAPH.get(current, ()):
+            # ``from acceld.x import y``: y may be a module of package x, or a name in it.
+            if target not in GRAPH or target in seen:
+                continue
+            seen[target] = current
+            todo.append(target)
+    return seen
+
+
+def _violations(layer: str, forbidden: tuple[str, ...]) -> list[str]:
+    out = []
+    for module in sorted(m for m in GRAPH if m == layer or m.startswith(layer + ".")):
+        for target, via in _reachable(module).items():
+            if target.startswith(forbidden):
+                out.append(f"{module} reaches {target} (imported by {via})")
+    return out
+
+
+@pytest.mark.parametrize("layer, forbidden", [
+    ("acceld.api", ("acceld.conductor", "acceld.agent")),
+    ("acceld.explain", ("acceld.conductor", "acceld.agent")),
+    ("acceld.agent", ("acceld.conductor",)),
+    ("acceld.drivers", ("acceld.conductor", "acceld.agent")),
+])
+def test_layers_keep_their_import_rules(layer: str, forbidden: tuple[str, ...]) -> None:
+    assert _violations(layer, forbidden) == []
+
+
+def test_the_graph_is_read() -> None:
+    """The rules above would pass on an empty graph: it holds known edges, and a
+    violation is found where one exists."""
+    assert "acceld.quarantine" in GRAPH["acceld.api.handlers.devices"]
+    assert "acceld.db.models" in _reachable("acceld.quarantine")
+    assert _violations("acceld.conductor", ("acceld.db",))
