@@ -23,6 +23,10 @@ from typing import Callable
 PLACEMENT = "Placement"  # the name of a Placement outage, whichever component meets it
 
 
+# Seconds a 503 for an unreachable backend (the database) tells clients to wait: the
+# public API's and the internal servers' alike.
+RETRY_AFTER_SECONDS = 5
+
 class OutageLog:
     """The outages in progress, by name (``"Placement"``, ``"the agent of host n1"``)."""
 

@@ -21,6 +21,7 @@ import orjson
 
 from acceld.db import outage as db_outage
 from acceld.db.retry import is_deadlock
+from acceld.outages import RETRY_AFTER_SECONDS
 
 LOG = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def handle_unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception,
     if watcher is not None and watcher.is_outage(ex):
         watcher.down(ex, "the API answers 503 until it is back")
         _respond(resp, 503, "The database cannot be reached; try again later.",
-                 {"Retry-After": str(db_outage.RETRY_AFTER_SECONDS)})
+                 {"Retry-After": str(RETRY_AFTER_SECONDS)})
         return
     if is_deadlock(ex):
         LOG.warning("%s %s: the database rolled the request's transaction back (deadlock "

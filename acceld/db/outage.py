@@ -22,7 +22,6 @@ from acceld.outages import OutageLog
 LOG = logging.getLogger(__name__)
 
 NAME = "The database"
-RETRY_AFTER_SECONDS = 5  # what the API's 503 tells clients
 _MARK = "acceld_database_unavailable"
 # Transient errors of a connection that is up: SQLite's busy timeout ran out.
 _TRANSIENT = ("database is locked",)

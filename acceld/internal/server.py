@@ -23,8 +23,8 @@ import orjson
 
 from acceld import request_ids
 from acceld.addresses import is_loopback
-from acceld.db.outage import RETRY_AFTER_SECONDS
 from acceld.internal import auth
+from acceld.outages import RETRY_AFTER_SECONDS
 from acceld.connection_loop import ConnectionLoop
 from acceld.internal.pool_server import Admit, Limits, PoolServer
 

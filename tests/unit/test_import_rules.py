@@ -3,13 +3,19 @@ the API (and explain, which it serves) never imports the conductor or the agent,
 never imports the conductor, and drivers import neither, directly or through any module
 they import (every ``import`` statement counts, those inside functions included).
 
-Not held yet, so not asserted: "the agent and drivers never import acceld.db" (they reach
-it through acceld.services.secrets, acceld.healthcheck, acceld.metrics and
-acceld.internal.server: docs/architecture.md names the edges)."""
+The agent and drivers also never load the database layer: importing every module of
+``acceld.agent`` and ``acceld.drivers`` (in a fresh interpreter) loads no ``acceld.db``,
+``acceld.conductor``, ``acceld.api`` nor SQLAlchemy. That one is checked by loading, not on
+the source: shared modules (the health check, metrics, the conductor's keyring in
+acceld.services.secrets) import the database inside functions only the API and the
+conductor call."""
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +90,23 @@ def test_the_graph_is_read() -> None:
     assert "acceld.quarantine" in GRAPH["acceld.api.handlers.devices"]
     assert "acceld.db.models" in _reachable("acceld.quarantine")
     assert _violations("acceld.conductor", ("acceld.db",))
+
+
+_LOAD = """
+import importlib, json, pkgutil, sys
+import acceld.agent, acceld.drivers
+names = [f"{package.__name__}.{m.name}" for package in (acceld.agent, acceld.drivers)
+         for m in pkgutil.iter_modules(package.__path__)]
+for name in names:
+    importlib.import_module(name)
+print(json.dumps([len(names), sorted(m for m in sys.modules if m.split(".")[0] == "sqlalchemy"
+                  or m.startswith(("acceld.db", "acceld.conductor", "acceld.api")))]))
+"""
+
+
+def test_loading_the_agent_and_every_driver_loads_no_database_code() -> None:
+    done = subprocess.run([sys.executable, "-c", _LOAD], capture_output=True, text=True,
+                          cwd=PACKAGE.parent, timeout=60, check=True)
+    count, loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert count > 20  # every agent module and driver was imported
+    assert loaded == []
