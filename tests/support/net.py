@@ -46,3 +46,16 @@ def free_port() -> int:
                 _handed_out.add(port)
                 return port
     raise RuntimeError(f"no free port left in {ports.start}-{ports.stop - 1}")
+
+
+def read_until_closed(sock: socket.socket, timeout: float = 5.0) -> bytes:
+    """Everything the server sends on ``sock`` until it closes it (a reset ends it too);
+    socket.timeout if it stays open past ``timeout`` seconds."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data

@@ -16,6 +16,7 @@ import pytest
 from acceld.connection_loop import (HEAD_END, BodyBuffering, Conn, ConnectionLoop, Outcome,
                                     send_refusal)
 from acceld.request_framing import chunked_end, framing
+from tests.support.net import read_until_closed
 
 MAX_BODY = 1024
 BODY_TIMEOUT = 1.0
@@ -86,17 +87,6 @@ def _answer(sock: socket.socket) -> bytes:
     return head + HEAD_END + body
 
 
-def _to_close(sock: socket.socket, seconds: float = 5.0) -> bytes:
-    sock.settimeout(seconds)
-    data = b""
-    try:
-        while chunk := sock.recv(4096):
-            data += chunk
-    except ConnectionResetError:
-        pass
-    return data
-
-
 def _in_pieces(sock: socket.socket, data: bytes, pieces: int = 4) -> None:
     """``data`` in ``pieces`` writes with a pause between: the loop sees several reads."""
     step = max(1, len(data) // pieces)
@@ -160,7 +150,7 @@ def test_ambiguous_framing_is_served_at_once_for_the_owner_to_refuse(
 def test_a_chunked_body_over_the_limit_is_refused_413_and_closed(server) -> None:
     with server.connect() as sock:
         sock.sendall(_chunked_head() + b"%x\r\n" % (MAX_BODY + 1))
-        answer = _to_close(sock)
+        answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 413 "), answer
     assert server.served == []
 
@@ -169,7 +159,7 @@ def test_a_late_body_is_refused_408_at_its_deadline_and_closed(server) -> None:
     with server.connect() as sock:
         sock.sendall(_post(100) + b"a" * 10)
         started = time.monotonic()
-        answer = _to_close(sock)
+        answer = read_until_closed(sock)
         assert BODY_TIMEOUT - 0.2 < time.monotonic() - started < BODY_TIMEOUT + 2
     assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
     assert server.served == []
