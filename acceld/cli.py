@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Callable
 
@@ -228,12 +229,39 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except Exception as exc:  # noqa: BLE001 - only the operator's errors below are caught
-        line = _operator_error(args, exc)
-        if line is None:
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
             raise
-        print(f"acceld {args.command}: {line}", file=sys.stderr)
-        return 2
+        refusal = exc.code  # a service refusing to start (a missing node key, ...)
+    except Exception as exc:  # noqa: BLE001 - every failure ends in one line on stderr
+        line = _operator_error(args, exc)
+        if line is not None:
+            print(f"acceld {args.command}: {line}", file=sys.stderr)
+            return 2
+        return _failed(args.command, exc)
+    # (outside the handler, so that the log line carries no exception of its own)
+    if logs.log_files():
+        logging.getLogger("acceld.cli").error("acceld %s: %s", args.command, refusal)
+    print(f"acceld {args.command}: {refusal}", file=sys.stderr)
+    return 1
+
+
+def _failed(command: str, exc: Exception) -> int:
+    """An unexpected failure (a service that cannot start, a bug): the traceback to the
+    log (oslo.log's file where log_file or log_dir is set, stderr otherwise) and one line
+    naming it to stderr, so that an operator starting a service by hand, whose log goes to
+    a file, still sees why it stopped. Exit status 1."""
+    import traceback
+
+    summary = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    files = logs.log_files()
+    if logging.getLogger().handlers:
+        logging.getLogger("acceld.cli").error("acceld %s failed", command, exc_info=exc)
+    else:  # logging not set up yet (the configuration did not load)
+        traceback.print_exception(exc, file=sys.stderr)
+    where = f" (traceback in {', '.join(files)})" if files else ""
+    print(f"acceld {command}: failed: {summary}{where}", file=sys.stderr)
+    return 1
 
 
 def _operator_error(args: argparse.Namespace, exc: Exception) -> str | None:
@@ -246,6 +274,8 @@ def _operator_error(args: argparse.Namespace, exc: Exception) -> str | None:
 
     if isinstance(exc, (MissingDatabaseDriver, ports.PortProblem)):
         return str(exc)
+    if isinstance(exc, cfg.Error):  # an option's bad value, a file that does not parse
+        return str(exc).splitlines()[0]
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
         return ports.describe_in_use(config.CONF, args.command, exc)
     return None
