@@ -88,6 +88,24 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db_import_cyborg(args: argparse.Namespace) -> int:
+    from acceld.db import cyborg_import
+    from acceld.db.engine import from_config
+
+    conf = _load(args)
+    logs.setup(conf, "db")
+    db = from_config(conf)
+    try:
+        lines = cyborg_import.run(args.source, db, dry_run=args.dry_run)
+    except cyborg_import.ImportRefused as exc:
+        print(f"acceld db import-cyborg: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        db.dispose()
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_db_version(args: argparse.Namespace) -> int:
     from acceld.services import db_version
 
@@ -138,6 +156,16 @@ def build_parser() -> argparse.ArgumentParser:
     q = dbsub.add_parser("upgrade", help="Migrate the schema to the latest version (idempotent).")
     _common(q)
     q.set_defaults(func=cmd_db_upgrade)
+    q = dbsub.add_parser("import-cyborg", help="Import a stopped upstream Cyborg 17's database "
+                                               "into acceld's [database] (empty), keeping every "
+                                               "uuid; upstream's is only read.")
+    _common(q)
+    q.add_argument("--from", dest="source", required=True, metavar="URL",
+                   help="SQLAlchemy URL of upstream's database (its [database] connection).")
+    q.add_argument("--dry-run", action="store_true",
+                   help="Print what would be imported and what cannot be carried over; "
+                        "change nothing.")
+    q.set_defaults(func=cmd_db_import_cyborg)
     q = dbsub.add_parser("version", help="Print the database's schema revision and this "
                                          "release's (head); exit status 0: up to date, 3: "
                                          "`acceld db upgrade` needed, 4: a revision this "
@@ -238,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         if line is not None:
             print(f"acceld {args.command}: {line}", file=sys.stderr)
             return 2
-        return _failed(args.command, exc)
+        return _failed(" ".join(filter(None, (args.command, getattr(args, "db_command", None)))),
+                       exc)
     # (outside the handler, so that the log line carries no exception of its own)
     if logs.log_files():
         logging.getLogger("acceld.cli").error("acceld %s: %s", args.command, refusal)
@@ -272,7 +301,9 @@ def _operator_error(args: argparse.Namespace, exc: Exception) -> str | None:
     from acceld.db.engine import MissingDatabaseDriver
     from acceld.services import ports
 
-    if isinstance(exc, (MissingDatabaseDriver, ports.PortProblem)):
+    from acceld.db.migrate import UpstreamCyborgDatabase
+
+    if isinstance(exc, (MissingDatabaseDriver, ports.PortProblem, UpstreamCyborgDatabase)):
         return str(exc)
     if isinstance(exc, cfg.Error):  # an option's bad value, a file that does not parse
         return str(exc).splitlines()[0]
