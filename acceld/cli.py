@@ -89,19 +89,27 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_db_import_cyborg(args: argparse.Namespace) -> int:
+    import os
+
+    from sqlalchemy.engine import make_url
+
     from acceld.db import cyborg_import
     from acceld.db.engine import from_config
 
     conf = _load(args)
     logs.setup(conf, "db")
-    db = from_config(conf)
+    url = make_url(config.database_url(conf))
+    absent = url.get_backend_name() == "sqlite" and not os.path.exists(url.database or "")
+    # A dry run creates nothing, not even the SQLite file's directory.
+    db = None if args.dry_run and absent else from_config(conf)
     try:
         lines = cyborg_import.run(args.source, db, dry_run=args.dry_run)
     except cyborg_import.ImportRefused as exc:
         print(f"acceld db import-cyborg: {exc}", file=sys.stderr)
         return 1
     finally:
-        db.dispose()
+        if db is not None:
+            db.dispose()
     print("\n".join(lines))
     return 0
 

@@ -30,9 +30,12 @@ LOG = logging.getLogger(__name__)
 DYNAMIC_SECTIONS = ("keystone_authtoken", "nova", "placement", "glance", "oslo_limit")
 DYNAMIC_PREFIXES = ("privsep",)
 
+# oslo.messaging's [DEFAULT] options, which upstream's RPC reads and acceld has no use for.
+_BROKER = ("transport_url", "control_exchange", "rpc_response_timeout",
+           "executor_thread_pool_size", "rpc_conn_pool_size", "rpc_ping_enabled")
 # What acceld does instead, for the upstream options an operator most likely relied on.
 HINTS = {
-    ("DEFAULT", "transport_url"): "acceld uses no message broker",
+    **{("DEFAULT", name): "acceld uses no message broker" for name in _BROKER},
     ("api", "api_paste_config"): "acceld builds its own pipeline; [DEFAULT] auth_strategy",
     ("api", "enable_ssl_api"): "use [api] tls_cert_file and tls_key_file",
     ("agent", "resource_provider_name"):

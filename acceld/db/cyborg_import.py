@@ -36,8 +36,9 @@ from acceld.db.engine import Database, driver_message
 from acceld.db.models import (accelerator_requests, attach_handles, attributes,
                               controlpath_ids, deployables, device_profiles, devices, utcnow)
 
-# Upstream schema revisions this import reads: Cyborg 17 (2026.1), whose head is
-# b47c8f2d1e3a (devices.device_state). 2026.2's Cyborg keeps the same schema revision.
+# Upstream schema revisions this import reads: Cyborg 17's head, b47c8f2d1e3a
+# (devices.device_state), as openstack-cyborg 17.0.0 creates it. A later release's new
+# revision is refused by name until its schema has been checked here.
 SUPPORTED = {"b47c8f2d1e3a": "Cyborg 17"}
 # Older upstream revisions, newest first: a database at one of them is upgraded with
 # upstream's own `cyborg-dbsync upgrade` before it is imported.
@@ -445,12 +446,13 @@ def summary(plan: Plan) -> list[str]:
     return lines
 
 
-def run(url: str, db: Database, *, dry_run: bool) -> list[str]:
-    """Read upstream at ``url``; unless ``dry_run``, write acceld's ``db``. The report."""
+def run(url: str, db: Database | None, *, dry_run: bool) -> list[str]:
+    """Read upstream at ``url``; unless ``dry_run``, write acceld's ``db``. The report.
+    ``db`` None (a dry run only): acceld's database does not exist yet."""
     plan = read(url)
     lines = summary(plan)
     if dry_run:
-        if db.is_sqlite and not os.path.exists(db.url.database or ""):
+        if db is None or (db.is_sqlite and not os.path.exists(db.url.database or "")):
             lines += ["acceld's database does not exist yet: the import creates it",
                       "dry run: nothing was changed"]
             return lines
@@ -471,6 +473,7 @@ def run(url: str, db: Database, *, dry_run: bool) -> list[str]:
     if plan.conflicts:
         raise ImportRefused("the upstream database has rows acceld cannot hold (nothing was "
                             "changed): " + "; ".join(plan.conflicts))
+    assert db is not None
     migrate.upgrade(db)
     written = write(db, plan)
     target = dict(LABELS, accelerator_requests="accelerator requests")

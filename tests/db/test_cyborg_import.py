@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -294,6 +295,7 @@ def test_the_command(tmp_path, capsys) -> None:
         assert cli.main(["db", "import-cyborg", "--from", url, "--dry-run",
                          "--state-path", state]) == 0
         assert "dry run: nothing was changed" in capsys.readouterr().out
+        assert not os.path.exists(state)  # not even the state directory
         assert cli.main(["db", "import-cyborg", "--from", url, "--state-path", state]) == 0
         assert "imported into acceld's database: device profiles 3, devices 4" in \
             capsys.readouterr().out
