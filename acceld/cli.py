@@ -277,9 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(" ".join(filter(None, (args.command, getattr(args, "db_command", None)))),
                        exc)
     # (outside the handler, so that the log line carries no exception of its own)
+    prefix = f"acceld {args.command}: "
+    line = refusal if refusal.startswith(prefix) else prefix + refusal
     if logs.log_files():
-        logging.getLogger("acceld.cli").error("acceld %s: %s", args.command, refusal)
-    print(f"acceld {args.command}: {refusal}", file=sys.stderr)
+        logging.getLogger("acceld.cli").error("%s", line)
+    print(line, file=sys.stderr)
     return 1
 
 
