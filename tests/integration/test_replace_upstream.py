@@ -261,8 +261,9 @@ def test_upstream_then_acceld(placement, acceld_url, tmp_path, monkeypatch) -> N
         assert bound_view(nova.arqs(vm2)) == before[vm2]
         handles = {a["attach_handle_uuid"] for a in after_boot}
         assert not handles & {v[5] for v in before[vm2].values()}
-        assert any(e["server_uuid"] == vm3 and e["status"] == "completed"
-                   for e in nova_api.events)
+        # Nova is told after the bind commits (the job's notify phase): wait for it.
+        wait_for(lambda: any(e["server_uuid"] == vm3 and e["status"] == "completed"
+                             for e in nova_api.events), 30, "Nova's event for the new bind")
 
         now = placement_view(placement, host, [vm1, vm2, vm3])
         assert now["providers"] == placement_before["providers"]  # none added, none gone
