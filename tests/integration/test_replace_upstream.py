@@ -11,8 +11,9 @@ the same ARQs are bound to the same instances with the same attach handles; one 
 is torn down (delete by instance) and a new one bound; Placement has exactly the providers
 it had and the allocations, less the deleted instance's, plus the new one's.
 
-Nova's own client module (nova.accelerator.cyborg) is not installed here: the requests are
-the ones it sends (tests/compat/test_nova_sequence.py follows the same shapes).
+Nova's calls here are the HTTP requests its client module sends (the same shapes as
+tests/compat/test_nova_sequence.py); the module itself, nova.accelerator.cyborg, is driven
+against acceld in tests/integration/test_nova_client.py.
 """
 
 from __future__ import annotations
