@@ -18,7 +18,7 @@ STAMP_KEYSTONE := .keystone/template-30.0.0/template.json
 PLACEMENT_VENV := .placement/venv
 STAMP_PLACEMENT := $(PLACEMENT_VENV)/.installed
 
-.PHONY: run test test-tools bench bench-scale venv clean gpu-wheelhouse samples
+.PHONY: run test test-tools upstream nova bench bench-scale venv clean gpu-wheelhouse samples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,29 @@ $(STAMP_PLACEMENT): tests/support/placement-requirements.txt
 	$(PLACEMENT_VENV)/bin/python -m pip install --quiet -r tests/support/placement-requirements.txt
 	touch $@
 
+# Upstream Cyborg 17.0.0 in .upstream/venv (bench/upstream.py), with the MariaDB and
+# PostgreSQL drivers: the bench runs it, and the import tests (tests/db/test_cyborg_import.py)
+# make and fill upstream's databases with its own code. About 30 s and 220 MB, once.
+STAMP_UPSTREAM := .upstream/venv/.drivers-installed
+$(STAMP_UPSTREAM): | $(STAMP_TEST)
+	$(BIN)/python -c 'from bench import upstream; upstream.ensure_venv()'
+	.upstream/venv/bin/python -m pip install --quiet --disable-pip-version-check \
+		pymysql 'psycopg[binary]'
+	touch $@
+
+upstream: $(STAMP_UPSTREAM)
+
+# Nova 34.0.0 in .nova/venv, for its own Cyborg client module (nova.accelerator.cyborg) in
+# tests/integration/test_nova_client.py. About 40 s and 400 MB, once.
+STAMP_NOVA := .nova/venv/.installed-34.0.0
+$(STAMP_NOVA):
+	rm -rf .nova/venv
+	$(PYTHON) -m venv .nova/venv
+	.nova/venv/bin/python -m pip install --quiet --disable-pip-version-check 'nova==34.0.0'
+	touch $@
+
+nova: $(STAMP_NOVA)
+
 # Debian's headless Chromium + chromedriver (the dashboard test) and promtool (the alert
 # rules' checks), installed once where this runs as root with apt-get; elsewhere those
 # tests skip with the reason. Marked done even when it could not install (no retry each run).
@@ -63,7 +86,7 @@ $(STAMP_TOOLS): | $(BIN)/python
 
 test-tools: $(STAMP_TOOLS)
 
-test: $(STAMP_TEST) $(STAMP_KEYSTONE) $(STAMP_PLACEMENT) $(STAMP_TOOLS)
+test: $(STAMP_TEST) $(STAMP_KEYSTONE) $(STAMP_PLACEMENT) $(STAMP_TOOLS) $(STAMP_UPSTREAM) $(STAMP_NOVA)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # acceld against upstream Cyborg 17.0.0 (installed into .upstream/venv on first use), then the

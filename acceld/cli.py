@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Callable
 
@@ -87,6 +88,32 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db_import_cyborg(args: argparse.Namespace) -> int:
+    import os
+
+    from sqlalchemy.engine import make_url
+
+    from acceld.db import cyborg_import
+    from acceld.db.engine import from_config
+
+    conf = _load(args)
+    logs.setup(conf, "db")
+    url = make_url(config.database_url(conf))
+    absent = url.get_backend_name() == "sqlite" and not os.path.exists(url.database or "")
+    # A dry run creates nothing, not even the SQLite file's directory.
+    db = None if args.dry_run and absent else from_config(conf)
+    try:
+        lines = cyborg_import.run(args.source, db, dry_run=args.dry_run)
+    except cyborg_import.ImportRefused as exc:
+        print(f"acceld db import-cyborg: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if db is not None:
+            db.dispose()
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_db_version(args: argparse.Namespace) -> int:
     from acceld.services import db_version
 
@@ -137,6 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     q = dbsub.add_parser("upgrade", help="Migrate the schema to the latest version (idempotent).")
     _common(q)
     q.set_defaults(func=cmd_db_upgrade)
+    q = dbsub.add_parser("import-cyborg", help="Import a stopped upstream Cyborg 17's database "
+                                               "into acceld's [database] (empty), keeping every "
+                                               "uuid; upstream's is only read.")
+    _common(q)
+    q.add_argument("--from", dest="source", required=True, metavar="URL",
+                   help="SQLAlchemy URL of upstream's database (its [database] connection).")
+    q.add_argument("--dry-run", action="store_true",
+                   help="Print what would be imported and what cannot be carried over; "
+                        "change nothing.")
+    q.set_defaults(func=cmd_db_import_cyborg)
     q = dbsub.add_parser("version", help="Print the database's schema revision and this "
                                          "release's (head); exit status 0: up to date, 3: "
                                          "`acceld db upgrade` needed, 4: a revision this "
@@ -237,12 +274,42 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except Exception as exc:  # noqa: BLE001 - only the operator's errors below are caught
-        line = _operator_error(args, exc)
-        if line is None:
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
             raise
-        print(f"acceld {args.command}: {line}", file=sys.stderr)
-        return 2
+        refusal = exc.code  # a service refusing to start (a missing node key, ...)
+    except Exception as exc:  # noqa: BLE001 - every failure ends in one line on stderr
+        line = _operator_error(args, exc)
+        if line is not None:
+            print(f"acceld {args.command}: {line}", file=sys.stderr)
+            return 2
+        return _failed(" ".join(filter(None, (args.command, getattr(args, "db_command", None)))),
+                       exc)
+    # (outside the handler, so that the log line carries no exception of its own)
+    prefix = f"acceld {args.command}: "
+    line = refusal if refusal.startswith(prefix) else prefix + refusal
+    if logs.log_files():
+        logging.getLogger("acceld.cli").error("%s", line)
+    print(line, file=sys.stderr)
+    return 1
+
+
+def _failed(command: str, exc: Exception) -> int:
+    """An unexpected failure (a service that cannot start, a bug): the traceback to the
+    log (oslo.log's file where log_file or log_dir is set, stderr otherwise) and one line
+    naming it to stderr, so that an operator starting a service by hand, whose log goes to
+    a file, still sees why it stopped. Exit status 1."""
+    import traceback
+
+    summary = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    files = logs.log_files()
+    if logging.getLogger().handlers:
+        logging.getLogger("acceld.cli").error("acceld %s failed", command, exc_info=exc)
+    else:  # logging not set up yet (the configuration did not load)
+        traceback.print_exception(exc, file=sys.stderr)
+    where = f" (traceback in {', '.join(files)})" if files else ""
+    print(f"acceld {command}: failed: {summary}{where}", file=sys.stderr)
+    return 1
 
 
 def _operator_error(args: argparse.Namespace, exc: Exception) -> str | None:
@@ -253,8 +320,12 @@ def _operator_error(args: argparse.Namespace, exc: Exception) -> str | None:
     from acceld.db.engine import MissingDatabaseDriver
     from acceld.services import ports
 
-    if isinstance(exc, (MissingDatabaseDriver, ports.PortProblem)):
+    from acceld.db.migrate import UpstreamCyborgDatabase
+
+    if isinstance(exc, (MissingDatabaseDriver, ports.PortProblem, UpstreamCyborgDatabase)):
         return str(exc)
+    if isinstance(exc, cfg.Error):  # an option's bad value, a file that does not parse
+        return str(exc).splitlines()[0]
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
         return ports.describe_in_use(config.CONF, args.command, exc)
     return None

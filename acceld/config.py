@@ -35,7 +35,7 @@ default_opts = [
 api_opts = [
     cfg.HostAddressOpt("host_ip", default="127.0.0.1", help="Address the public API listens on."),
     cfg.PortOpt("port", default=6666, help="Port the public API listens on."),
-    cfg.IntOpt("workers", default=2, min=1,
+    cfg.IntOpt("workers", default=2, min=1, deprecated_name="api_workers",
                help="Number of API worker processes (gunicorn workers, each serving with "
                     "[api] threads threads; acceld.services.api_worker)."),
     cfg.IntOpt("threads", default=4, min=2,
@@ -116,7 +116,8 @@ database_opts = [
                     "MariaDB/MySQL: mysql+pymysql://user:pw@host/acceld."),
     cfg.IntOpt("sqlite_busy_timeout", default=30000, min=0,
                help="Milliseconds a SQLite writer waits for the write lock."),
-    cfg.IntOpt("pool_size", default=5, min=1, help="Connections kept per process (server databases)."),
+    cfg.IntOpt("pool_size", default=5, min=1, deprecated_name="max_pool_size",
+               help="Connections kept per process (server databases)."),
     cfg.IntOpt("max_overflow", default=10, min=0, help="Extra connections allowed beyond pool_size."),
     cfg.BoolOpt("echo", default=False, help="Log every SQL statement (debugging)."),
 ]
@@ -214,7 +215,7 @@ conductor_opts = [
     cfg.IntOpt("bind_workers", default=4, min=1, help="Threads that complete bind jobs."),
     cfg.IntOpt("bind_lease_seconds", default=60, min=5,
                help="A bind job claimed by a conductor that died is retried after this."),
-    cfg.IntOpt("bind_timeout", default=240, min=10,
+    cfg.IntOpt("bind_timeout", default=240, min=10, deprecated_group="DEFAULT",
                help="Seconds after a bind was asked for during which an outage (Placement, "
                     "the node's agent, the image service, the database unavailable) is "
                     "waited out with capped backoff; then the bind ends BindFailed naming "
@@ -316,6 +317,7 @@ pci_driver_opts = [
     cfg.StrOpt("sysfs_root", default="/sys",
                help="Root of the sysfs tree scanned (devices under bus/pci/devices)."),
     cfg.MultiStrOpt("device_spec",
+                    deprecated_opts=[cfg.DeprecatedOpt("passthrough_whitelist", group="pci")],
                     default=['[{"vendor_id": "10de"}, {"vendor_id": "1002"}, '
                              '{"vendor_id": "8086"}, {"vendor_id": "10ee"}, '
                              '{"vendor_id": "1172"}, {"vendor_id": "19e5"}, '
@@ -532,13 +534,13 @@ GROUPS.update({
     "nic": [
         _sysfs_root_opt(),
         _resource_class_opt("CUSTOM_NIC"),
-        cfg.ListOpt("physical_device_mappings", default=[],
+        cfg.ListOpt("physical_device_mappings", default=[], deprecated_group="x710_static",
                     help="physnet:PF pairs, e.g. physnet2:enp94s0f0 or "
                          "physnet2:0000:5e:00.0 (a netdev name or a PCI address). Only "
                          "these PFs are reported; their VFs carry CUSTOM_PHYSNET_<NAME> "
                          "and upstream's CUSTOM_<NAME>, and their attach handles the "
                          "physical_network."),
-        cfg.ListOpt("function_device_mappings", default=[],
+        cfg.ListOpt("function_device_mappings", default=[], deprecated_group="x710_static",
                     help="function:PF pairs as upstream's [x710_static] "
                          "function_device_mappings (e.g. GTPv1:enp94s0f0): the PF's VFs "
                          "carry the trait CUSTOM_<FUNCTION>."),
@@ -694,6 +696,9 @@ def load(argv: Sequence[str] = (), config_files: Sequence[str] | None = None,
         dirs = list(dict.fromkeys(cfg.find_config_dirs(project="acceld", prog="acceld")))
     conf(list(argv), project="acceld", prog="acceld", default_config_files=files,
          default_config_dirs=dirs, validate_default_values=True)
+    from acceld import upstream_conf
+
+    upstream_conf.adopt_defaults(conf)  # an upstream cyborg.conf means Keystone
     return conf
 
 

@@ -235,8 +235,10 @@ def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     return _oslo_log_options.list_opts()
 
 
-def setup(conf: cfg.ConfigOpts, service: str) -> None:
-    """Set up this process's logging from ``conf`` (again after a SIGHUP)."""
+def setup(conf: cfg.ConfigOpts, service: str, *, starting: bool = True) -> None:
+    """Set up this process's logging from ``conf`` (again after a SIGHUP, ``starting``
+    False). At start it names, in one WARNING, the options the files set that acceld does
+    not use (acceld.upstream_conf: an upstream cyborg.conf's transport_url, ...)."""
     global _service
     _service = service
     root = logging.getLogger()
@@ -262,6 +264,16 @@ def setup(conf: cfg.ConfigOpts, service: str) -> None:
     for old in previous:
         if old not in root.handlers and isinstance(old, logging.FileHandler):
             old.close()  # a file oslo.log replaced (SIGHUP): do not leak its descriptor
+    if starting:
+        from acceld import upstream_conf
+
+        upstream_conf.warn_unused(conf)
+
+
+def log_files() -> list[str]:
+    """The files this process's logging writes to (none: it logs to stderr or journald)."""
+    return [handler.baseFilename for handler in logging.getLogger().handlers
+            if isinstance(handler, logging.FileHandler)]
 
 
 def _redact_every_handler() -> None:
@@ -280,4 +292,4 @@ def reopen(conf: cfg.ConfigOpts) -> None:
     """After SIGHUP (and the configuration re-read): set logging up again, so that a
     file logrotate renamed is left behind and a new one is written at the configured
     path, and the level follows ``debug``."""
-    setup(conf, _service)
+    setup(conf, _service, starting=False)

@@ -114,7 +114,7 @@ class Agent:
         self.conf = conf
         self.hostname = hostname or conf.host
         self.drivers = drivers if drivers is not None else [
-            loader.load(name, conf, self.hostname) for name in conf.agent.enabled_drivers]
+            loader.load(name, conf, self.hostname) for name in loader.enabled(conf)]
         # The node's own key: its calls are signed with it, its server accepts only it.
         key = own_node_key(conf, self.hostname)
         self.signer = Signer(key.key, self.hostname, key.generation)

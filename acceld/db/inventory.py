@@ -404,12 +404,33 @@ def _sync_deployables(conn: Connection, hostname: str, device_id: int, record: H
             _remove_deployable(conn, row, node, changes)
 
 
+def _traits_by_value(wanted: dict[str, str], existing: dict[str, Any]) -> dict[str, str]:
+    """``wanted`` with each trait whose key no row has renamed to the key of a driver-owned
+    trait row holding that value, if one is otherwise unclaimed."""
+    spare = {row.value: key for key, row in existing.items()
+             if key.startswith("trait") and key not in wanted and not row.operator_owned}
+    if not spare:
+        return wanted
+    out: dict[str, str] = {}
+    for key, value in wanted.items():
+        if key.startswith("trait") and key not in existing and value in spare:
+            key = spare.pop(value)
+        out[key] = value
+    return out
+
+
 def _sync_attributes(conn: Connection, dep_id: int, wanted: dict[str, str],
                      existing: dict[str, Any], changes: Changes,
                      to_insert: list[dict[str, Any]]) -> bool:
     """Driver-owned attributes follow the report; operator-owned ones (created through the
     API) are never removed, and a key the driver reports takes the driver's value and
-    becomes driver-owned: what the hardware says wins over what an operator typed."""
+    becomes driver-owned: what the hardware says wins over what an operator typed.
+
+    A trait is matched by its value, not its key's number: a row that already holds a
+    reported trait under another ``trait*`` key (upstream Cyborg's fake driver writes
+    ``traits1``, and an imported database keeps it) stays as it is, so the same hardware
+    keeps the same rows."""
+    wanted = _traits_by_value(wanted, existing)
     new = [{"uuid": str(uuidlib.uuid4()), "deployable_id": dep_id, "key": k, "value": v,
             "operator_owned": False} for k, v in wanted.items() if k not in existing]
     if new:

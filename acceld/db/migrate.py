@@ -40,14 +40,30 @@ def upgrade(db: Database, revision: str = "head") -> None:
     cascades (``ON DELETE CASCADE``/``SET NULL``) through every row that refers to the
     table; PostgreSQL and MariaDB alter in place. Before the commit every foreign key is
     checked (:func:`check_foreign_keys`): a violation rolls the whole upgrade back."""
-    if revision == "head" and current_revision(db) == head_revision():
+    current = current_revision(db)
+    if revision == "head" and current == head_revision():
         return
+    _refuse_upstream(current)
     cfg = alembic_config()
     with db.write(foreign_keys=False) if db.is_sqlite else db.engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
         if db.is_sqlite:
             check_foreign_keys(conn)
+
+
+class UpstreamCyborgDatabase(RuntimeError):
+    """The database is upstream Cyborg's (its alembic revision): acceld never migrates it."""
+
+
+def _refuse_upstream(current: str | None) -> None:
+    from acceld.db import cyborg_import
+
+    if current in cyborg_import.SUPPORTED or current in cyborg_import.OLDER:
+        raise UpstreamCyborgDatabase(
+            f"this is upstream Cyborg's database (schema revision {current}), not acceld's: "
+            "acceld keeps its own; point [database] connection at a new, empty database and "
+            "carry this one over with `acceld db import-cyborg --from <this URL>`")
 
 
 class ForeignKeyViolation(RuntimeError):

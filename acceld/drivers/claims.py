@@ -54,7 +54,7 @@ def claimed_by_others(conf: cfg.ConfigOpts, me: str,
                       functions: list[PciFunction]) -> dict[str, str]:
     """Address -> name of the first other enabled driver that claims that function."""
     claimed: dict[str, str] = {}
-    for name in conf.agent.enabled_drivers:
+    for name in loader.enabled(conf):
         if name == me:
             continue
         claim = claim_of(name)

@@ -119,11 +119,13 @@ class FakeDriver(Driver):
         if spec.get("attach_type", self.conf.fake_driver.attach_type) == "MDEV":
             handles = [self._mdev_handle(bus, n) for n in range(count)]
         else:
+            # Functions 1..count, 8 to a PCI device, as upstream's: function 0 is the
+            # control path.
             handles = [AttachHandle(attach_type="TEST_PCI",
                                     attach_info={"domain": "0000", "bus": bus,
                                                  "device": str(n // 8),
                                                  "function": str(n % 8)})
-                       for n in range(count)]
+                       for n in range(1, count + 1)]
         acc_status = spec.get("acc_status", "ready")
         return HardwareRecord(
             uuid=hardware_uuid(self.hostname, self.name, name),

@@ -16,8 +16,45 @@ from acceld.drivers.base import Driver
 GROUP = "acceld.drivers"
 
 
+# Upstream Cyborg's driver names (its ``cyborg.accelerator.driver`` entry points) -> the
+# acceld driver for the same hardware, so that [agent] enabled_drivers from an upstream
+# cyborg.conf loads unchanged (docs/drivers.md lists what each reports).
+UPSTREAM_NAMES = {
+    "fake_driver": "fake",
+    "pci_driver": "pci",
+    "nvidia_gpu_driver": "nvidia_gpu",
+    "intel_fpga_driver": "intel_fpga",
+    "xilinx_fpga_driver": "xilinx_fpga",
+    "intel_qat_driver": "intel_qat",
+    "inspur_nvme_ssd_driver": "nvme",
+    "intel_nic_driver": "nic",
+    "huawei_ascend_driver": "ascend",
+}
+# Upstream drivers without an acceld counterpart of their own: what to enable instead.
+UPSTREAM_WITHOUT_EQUIVALENT = {
+    "inspur_fpga_driver": "acceld's pci driver reports Inspur FPGAs: enable pci with "
+                          "[pci_driver] device_spec = {\"vendor_id\": \"1bd4\", "
+                          "\"resource_class\": \"FPGA\", \"traits\": "
+                          "\"CUSTOM_FPGA_INSPUR\"}",
+    "nvmf_spdk_driver": "upstream's SPDK driver does not run under upstream's own agent "
+                        "either (it has no discover()); remove it",
+}
+
+
 class UnknownDriver(Exception):
     """No entry point of that name, or it does not load to a Driver subclass."""
+
+
+def canonical_name(name: str) -> str:
+    """acceld's name for driver ``name``: an upstream Cyborg name is translated, any other
+    name (acceld's own, another package's entry point) is kept."""
+    return UPSTREAM_NAMES.get(name.strip(), name.strip())
+
+
+def enabled(conf: cfg.ConfigOpts) -> list[str]:
+    """``[agent] enabled_drivers`` in acceld's names, each once (an upstream cyborg.conf's
+    ``fake_driver`` and acceld's ``fake`` are one driver)."""
+    return list(dict.fromkeys(canonical_name(name) for name in conf.agent.enabled_drivers))
 
 
 @lru_cache(maxsize=1)
@@ -35,6 +72,10 @@ def available() -> list[str]:
 
 
 def driver_class(name: str) -> type[Driver]:
+    if name in UPSTREAM_WITHOUT_EQUIVALENT:
+        raise UnknownDriver(f"Upstream Cyborg's driver {name!r} has no acceld equivalent: "
+                            f"{UPSTREAM_WITHOUT_EQUIVALENT[name]}")
+    name = canonical_name(name)
     matches = [ep for ep in _entry_points() if ep.name == name]
     if not matches:
         _entry_points.cache_clear()

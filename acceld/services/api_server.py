@@ -65,7 +65,7 @@ class _Gunicorn(BaseApplication):
         from acceld.clients.conductor import client_from_config
         from acceld.db.engine import from_config
 
-        logs.setup(self.conf, "api")
+        logs.setup(self.conf, "api", starting=False)  # the master warned at start
         return wsgi_app(self.conf, from_config(self.conf), client_from_config(self.conf))
 
     def reload(self) -> None:

@@ -30,8 +30,13 @@ def test_default_is_upstreams_fake_device(conf):
     assert dep.attributes == {"rc": "FPGA", "trait0": "CUSTOM_FAKE_DEVICE"}
     assert len(dep.attach_handles) == 16
     assert {h.attach_type for h in dep.attach_handles} == {"TEST_PCI"}
-    assert dep.attach_handles[9].attach_info == {"domain": "0000", "bus": "0c", "device": "1",
+    # Upstream's: functions 1..16 over device fn // 8, function fn % 8 (0 is the control path).
+    assert dep.attach_handles[0].attach_info == {"domain": "0000", "bus": "0c", "device": "0",
                                                  "function": "1"}
+    assert dep.attach_handles[9].attach_info == {"domain": "0000", "bus": "0c", "device": "1",
+                                                 "function": "2"}
+    assert dep.attach_handles[15].attach_info == {"domain": "0000", "bus": "0c", "device": "2",
+                                                  "function": "0"}
     assert not check_node([r.to_dict() for r in records]).problems
 
 
