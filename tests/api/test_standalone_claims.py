@@ -260,3 +260,15 @@ def test_a_consumer_that_is_a_nova_instance_is_refused(client, db, fpga, profile
         {"op": "add", "path": "/instance_uuid", "value": instance}]}).status_code == 202
     result = claim(client, {}, consumer_uuid=instance)
     assert result.status_code == 409 and "Nova instance" in fault(result)
+
+
+def test_a_forced_host_retire_fails_the_claim_and_frees_its_allocation(client, conf, db,
+                                                                       fpga, profile):
+    from acceld.db import host_retire
+    arq = claim(client, {"hostname": "claim-node"}).json["arqs"][0]
+    bind_all(conf, db)
+    host_retire.retire(db, "claim-node", force=True)
+    assert show(client, arq["uuid"]).json["state"] == "BindFailed"
+    with db.read() as conn:
+        assert conn.scalar(select(claim_consumers.c.due)) is True
+        assert claims_db.desired(conn, arq["consumer_uuid"]) == {}
