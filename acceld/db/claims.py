@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 
 from sqlalchemy import (Connection, Row, and_, delete, exists, func, insert, or_, select,
                         update)
+from sqlalchemy.exc import IntegrityError
 
 from acceld.db import device_events
 from acceld.db.clock import sql_now
@@ -73,9 +74,13 @@ def ensure_consumer(conn: Connection, consumer_uuid: str, project_id: str | None
     row = conn.execute(select(claim_consumers.c.project_id).where(
         claim_consumers.c.consumer_uuid == consumer_uuid).with_for_update()).first()
     if row is None:
-        conn.execute(insert(claim_consumers).values(
-            consumer_uuid=consumer_uuid, project_id=project_id, user_id=user_id, due=False,
-            attempts=0, created_at=utcnow()))
+        try:
+            conn.execute(insert(claim_consumers).values(
+                consumer_uuid=consumer_uuid, project_id=project_id, user_id=user_id,
+                due=False, attempts=0, created_at=utcnow()))
+        except IntegrityError:  # another project's claim made it first (its transaction ends)
+            raise ConsumerTaken(f"consumer {consumer_uuid} was just taken by another "
+                                "claim") from None
         return
     if row.project_id != project_id:
         raise ConsumerTaken(f"consumer {consumer_uuid} belongs to another project")

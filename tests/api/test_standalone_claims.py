@@ -272,3 +272,20 @@ def test_a_forced_host_retire_fails_the_claim_and_frees_its_allocation(client, c
     with db.read() as conn:
         assert conn.scalar(select(claim_consumers.c.due)) is True
         assert claims_db.desired(conn, arq["consumer_uuid"]) == {}
+
+
+def test_a_disable_after_the_claim_fails_its_bind(client, conf, db, fpga, profile):
+    """The bind checks again what the claim's choice saw: a device disabled in between is
+    not bound (BindFailed saying so), and the consumer is due for its allocation."""
+    arq = claim(client, {"hostname": "claim-node"}).json["arqs"][0]
+    assert client.simulate_post(f"/accelerator/v2/devices/{fpga['device']['uuid']}/disable",
+                                headers=ADMIN).status_code == 200
+    bind_all(conf, db)
+    failed = show(client, arq["uuid"], headers=ADMIN).json
+    assert failed["state"] == "BindFailed"
+    assert failed["bind_failure_reason"] == (f"device {fpga['device']['uuid']} is disabled "
+                                             "(status maintaining)")
+    with db.read() as conn:
+        assert conn.scalar(select(claim_consumers.c.due)) is True
+        assert conn.scalar(select(func.count()).select_from(attach_handles).where(
+            attach_handles.c.in_use.is_(True))) == 0
