@@ -204,3 +204,33 @@ def test_release_survives_a_conductor_dying_mid_write(placement, pconf, db, api,
         conn.execute(update(claim_consumers).values(lease_expires_at=None))
     assert ClaimAllocationWorker(pconf, db).run_once() == 1
     assert allocations(placement, consumer) == {}
+
+
+def test_a_bind_dying_after_its_allocation_is_taken_up_once(placement, pconf, db, api, tag,
+                                                           monkeypatch):
+    """The conductor dies between writing the claim's allocation and its bind transaction:
+    the job's lease lapses, the next try writes the same allocation again (not twice) and
+    binds."""
+    from acceld.conductor import bind_target
+    from acceld.db.models import bind_jobs
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=2)
+    profile(api, rc, tag)
+    [arq] = claim(api, claim={"hostname": hosts[0]}).json["arqs"]
+
+    class Died(BaseException):
+        pass
+
+    def die(conn, target):  # type: ignore[no-untyped-def]
+        raise Died
+
+    with monkeypatch.context() as patched:
+        patched.setattr(bind_target, "check_and_take", die)
+        with pytest.raises(Died):
+            BindWorker(pconf, db).run_once()
+    assert allocations(placement, arq["consumer_uuid"]) == {rps[0]: {rc: 1}}
+    assert show(api, arq["uuid"])["state"] == "BindStarted"
+    with db.write() as conn:
+        conn.execute(update(bind_jobs).values(lease_expires_at=None))  # the lease lapsed
+    bind(pconf, db)
+    assert show(api, arq["uuid"])["state"] == "Bound"
+    assert allocations(placement, arq["consumer_uuid"]) == {rps[0]: {rc: 1}}
