@@ -155,6 +155,10 @@ def test_no_capacity_is_409_and_creates_nothing(client, conf, db, fpga, profile)
     result = claim(client, {"hostname": "claim-node"})
     assert result.status_code == 409
     assert "0 of 2 attach handles free" in fault(result)
+    # The holders are named as explain names them: a claim by its consumer.
+    held = client.simulate_get(ARQS, headers={**member(PROJECT), **V28}).json["arqs"]
+    assert f"ARQ {held[0]['uuid']} (Bound, claimed for consumer {held[0]['uuid']})" in \
+        fault(result)
     assert "/explain" in fault(result)
     result = claim(client, {})
     assert result.status_code == 409 and "on any host" in fault(result)
