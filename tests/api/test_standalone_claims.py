@@ -293,3 +293,16 @@ def test_a_disable_after_the_claim_fails_its_bind(client, conf, db, fpga, profil
         assert conn.scalar(select(claim_consumers.c.due)) is True
         assert conn.scalar(select(func.count()).select_from(attach_handles).where(
             attach_handles.c.in_use.is_(True))) == 0
+
+
+def test_a_host_whose_agent_is_down_is_not_claimed(client, db, fpga, profile):
+    from sqlalchemy import insert
+    from acceld.db.models import agents, utcnow
+    with db.write() as conn:
+        conn.execute(insert(agents).values(hostname="claim-node", endpoint="http://x:1",
+                                           state="down", heartbeat_interval=10,
+                                           last_seen_at=utcnow(), created_at=utcnow()))
+    result = claim(client, {"hostname": "claim-node"})
+    assert result.status_code == 409
+    assert "the agent of host claim-node is down" in fault(result)
+    assert counts(db)["arqs"] == 0
