@@ -267,6 +267,15 @@ def _explain_command(sub, common) -> None:  # type: ignore[no-untyped-def]
 EXTRA_COMMANDS.append(_explain_command)
 
 
+def _claim_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
+    from acceld.services import claim_cli  # claim PROFILE [--host H]; release ARQ...
+
+    claim_cli.register(sub, common)
+
+
+EXTRA_COMMANDS.append(_claim_commands)
+
+
 def main(argv: list[str] | None = None) -> int:
     from acceld.services.lifecycle import die_with_parent
 

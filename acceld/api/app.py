@@ -26,11 +26,12 @@ class ApiServices:
     db: Database
     policy: Policy
     conductor: object | None = None  # acceld.clients.conductor.ConductorClient, when running
-    _placement: list = field(default_factory=list)  # the client, once made (explain)
+    _placement: list = field(default_factory=list)  # the client, once made (explain, claims)
 
     def placement(self) -> Any:
         """acceld's Placement client from ``[placement]`` (None when not configured), made
-        at the first request that needs it: only explain asks Placement from the API."""
+        at the first request that needs it: only explain and a standalone claim's choice of
+        host ask Placement from the API (reads; the conductor writes the claim's allocation)."""
         if not self._placement:
             from acceld.clients import placement
 

@@ -32,6 +32,9 @@ VERSIONS: list[tuple[str, str]] = [
             "/devices/{uuid} returns a quarantined device to service."),
     ("2.7", "acceld: GET /device_profiles/{name_or_uuid}/explain (admin): why a profile can "
             "or cannot get an accelerator, Placement's view beside acceld's."),
+    ("2.8", "acceld: standalone claims: POST /accelerator_requests with \"claim\" (and "
+            "optionally \"consumer_uuid\"): acceld chooses the host and provider, allocates "
+            "in Placement and binds, without Nova; ARQs show consumer_uuid."),
 ]
 
 

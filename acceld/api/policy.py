@@ -194,6 +194,14 @@ API_RULES = [
     _op("acceld:device_profile:explain", _ADMIN,
         [("GET", DP + "/{device_profiles_uuid}/explain")],
         "Explain why a device profile can or cannot get an accelerator, per host."),
+    # acceld 2.8: standalone claims, for workloads that are not Nova instances; a caller
+    # needs cyborg:arq:create (or cyborg:arq:delete) as well.
+    _op("acceld:arq:claim", "rule:project_member_api", [("POST", ARQ)],
+        "Claim accelerators without Nova: acceld picks the host and provider, writes the "
+        "Placement allocation and binds (POST with \"claim\")."),
+    _op("acceld:arq:release", "rule:project_member_api",
+        [("DELETE", ARQ), ("DELETE", ARQ + "/{arqs_uuid}")],
+        "Release a standalone claim: its attach handle and its Placement allocation."),
 ]
 
 RULES = BASE_RULES + LEGACY_RULES + API_RULES

@@ -56,6 +56,10 @@ class GenerationConflict(PlacementError):
     """The provider changed under us more often than :data:`CONFLICT_RETRIES` allows."""
 
 
+class ConsumerConflict(PlacementError):
+    """The consumer's allocations changed since they were read (its generation moved)."""
+
+
 class ProviderInUse(PlacementError):
     """The provider has allocations (or children), so it cannot be deleted or shrunk."""
 
@@ -291,6 +295,31 @@ class PlacementClient:
         """An instance's allocations: provider uuid -> {resource class: amount}."""
         resp = self._request("GET", f"/allocations/{consumer_uuid}")
         return {rp: alloc["resources"] for rp, alloc in resp.json()["allocations"].items()}
+
+    def consumer(self, consumer_uuid: str) -> tuple[dict[str, dict[str, int]], int | None]:
+        """A consumer's allocations (provider uuid -> {resource class: amount}) and its
+        generation (None: Placement has no such consumer yet)."""
+        body = self._request("GET", f"/allocations/{consumer_uuid}").json()
+        return ({rp: dict(alloc["resources"]) for rp, alloc in body["allocations"].items()},
+                body.get("consumer_generation"))
+
+    def put_allocations(self, consumer_uuid: str, allocations: dict[str, dict[str, int]],
+                        project_id: str, user_id: str, generation: int | None,
+                        consumer_type: str) -> None:
+        """Make the consumer's allocations exactly ``allocations`` (none: removed), if its
+        generation is still ``generation``; ConsumerConflict when it moved, PlacementError
+        when Placement refuses (not enough capacity, an unknown provider)."""
+        body = {"allocations": {rp: {"resources": res} for rp, res in allocations.items()},
+                "project_id": project_id, "user_id": user_id,
+                "consumer_generation": generation, "consumer_type": consumer_type}
+        resp = self._request("PUT", f"/allocations/{consumer_uuid}", body, ok=(204, 409))
+        if resp.status_code == 204:
+            return
+        message, code = _error_of(resp)
+        text = f"Placement PUT /allocations/{consumer_uuid}: 409 {message}"
+        if code == "placement.concurrent_update":
+            raise ConsumerConflict(text, 409, code)
+        raise PlacementError(text, 409, code)
 
     # -- allocation candidates (explain) ---------------------------------------------------
 

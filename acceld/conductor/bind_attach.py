@@ -54,7 +54,7 @@ from acceld.conductor.attach import AttachClient, AttachError, fence_fields, req
 from acceld.conductor.programming import local_name
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs as bind_jobs_db
-from acceld.db import fences, handle_releases
+from acceld.db import claims, fences, handle_releases
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
@@ -197,6 +197,7 @@ def settle(db: Database, ticket: Ticket, job_id: int, token: str,
             conn, ticket.handle_id, ticket.hostname)
         if refusal is not None:
             arq_db.release_handles(conn, [ticket.handle_id])  # prepared: undo on the host
+            claims.mark_due(conn, [arq.consumer_uuid])  # a standalone claim's allocation
             arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,
                               bind_failure_reason=refusal[:4000], attach_handle_id=None,
                               deployable_id=None)
@@ -205,6 +206,7 @@ def settle(db: Database, ticket: Ticket, job_id: int, token: str,
             return True
         if error is None:
             arq_db.transition(conn, [arq.id], arq_db.BOUND, bind_failure_reason=None)
+            claims.record_claimed(conn, arq, ticket.handle_id)
             LOG.info("Bound ARQ %s (instance %s) to handle %s of deployable %s on %s, "
                      "prepared on the host", arq.uuid, arq.instance_uuid, ticket.handle_uuid,
                      ticket.deployable_name, ticket.hostname)
@@ -216,6 +218,7 @@ def settle(db: Database, ticket: Ticket, job_id: int, token: str,
         else:
             # Unknown outcome, or an earlier try may have prepared it: undo on the host.
             arq_db.release_handles(conn, [ticket.handle_id])
+        claims.mark_due(conn, [arq.consumer_uuid])
         arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,
                           bind_failure_reason=reason[:4000], attach_handle_id=None,
                           deployable_id=None)

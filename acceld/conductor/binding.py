@@ -41,7 +41,7 @@ from acceld.conductor.attach import AttachClient, AttachError
 from acceld.conductor.bind_wakes import ResolvedWatch, WakeCalls
 from acceld.conductor.service import PeriodicTask
 from acceld.db import accelerator_requests as arq_db
-from acceld.db import bind_jobs
+from acceld.db import bind_jobs, claims
 from acceld.db.clock import db_now, sql_now
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
@@ -384,6 +384,7 @@ class BindWorker:
                                       attach_handle_id=target.handle.id,
                                       deployable_id=target.deployable.id,
                                       bind_failure_reason=None)
+            claims.record_claimed(conn, arq, target.handle.id)
             LOG.info("Bound ARQ %s (instance %s) to handle %s of deployable %s on %s", arq.uuid,
                      arq.instance_uuid, target.handle.uuid, target.deployable.name, arq.hostname)
         if moved != 1:
@@ -400,6 +401,8 @@ class BindWorker:
         """Inside the bind transaction: BindFailed with ``reason``, a held handle given back."""
         if arq.attach_handle_id:
             arq_db.release_handles(conn, [arq.attach_handle_id])
+        # A standalone claim's allocation may have been written: written again without it.
+        claims.mark_due(conn, [getattr(arq, "consumer_uuid", None)])
         moved = arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,
                                   bind_failure_reason=reason[:4000],
                                   attach_handle_id=None, deployable_id=None)

@@ -23,14 +23,16 @@ from oslo_config import cfg
 from sqlalchemy import select
 
 from acceld.clients import placement as pl
+from acceld.conductor import claim_allocations
 from acceld.conductor.bind_target import BindRefused, target_of
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests
 
 
 def check_bind(client: pl.PlacementClient | None, conf: cfg.ConfigOpts, hostname: str,
-               device_rp_uuid: str, instance_uuid: str) -> None:
-    """Refuse a bind whose provider is not the host's, or not allocated to the instance.
+               device_rp_uuid: str, instance_uuid: str | None) -> None:
+    """Refuse a bind whose provider is not the host's, or not allocated to the instance
+    (no instance: a standalone claim, whose allocation acceld writes itself).
 
     Does nothing when Placement is not configured (``client`` is None).
     """
@@ -46,7 +48,7 @@ def check_bind(client: pl.PlacementClient | None, conf: cfg.ConfigOpts, hostname
     if provider.root_uuid != compute.uuid:
         raise BindRefused(f"resource provider {device_rp_uuid} ({provider.name}) is not a "
                           f"provider of host {hostname} (compute node provider {compute.uuid})")
-    if not conf.placement.check_allocations:
+    if instance_uuid is None or not conf.placement.check_allocations:
         return
     allocations = client.consumer_allocations(instance_uuid)
     if device_rp_uuid not in allocations:
@@ -82,13 +84,19 @@ class BindPlacementCheck:
         with db.read() as conn:
             arq = conn.execute(select(
                 accelerator_requests.c.hostname, accelerator_requests.c.device_rp_uuid,
-                accelerator_requests.c.instance_uuid).where(
+                accelerator_requests.c.instance_uuid, accelerator_requests.c.consumer_uuid,
+                accelerator_requests.c.state).where(
                 accelerator_requests.c.id == arq_id)).first()
-        if arq is None or not (arq.hostname and arq.device_rp_uuid and arq.instance_uuid):
+        if arq is None or not (arq.hostname and arq.device_rp_uuid
+                               and (arq.instance_uuid or arq.consumer_uuid)):
             return None
         try:
             check_bind(self.client, self.conf, arq.hostname, arq.device_rp_uuid,
                        arq.instance_uuid)
+            if arq.consumer_uuid and arq.state == "BindStarted":
+                # A standalone claim: acceld allocates, as Nova's scheduler would have, so
+                # that Placement refuses a provider already full (claim_allocations).
+                claim_allocations.write(self.client, db, arq.consumer_uuid)
         except BindRefused as refused:
             return Verdict(arq.hostname, arq.device_rp_uuid, arq.instance_uuid, refused.reason)
         return Verdict(arq.hostname, arq.device_rp_uuid, arq.instance_uuid, None)

@@ -205,6 +205,7 @@ COMPONENTS: list[str] = [
     "acceld.conductor.programming:ProgrammingComponent",
     "acceld.conductor.agents:AgentsComponent",
     "acceld.conductor.handle_release:HandleReleaseComponent",
+    "acceld.conductor.claim_allocations:ClaimAllocationComponent",
     "acceld.conductor.device_event_purge:DeviceEventPurge",
 ]
 

@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 from sqlalchemy import (Connection, Row, Select, Update, bindparam, delete, func, insert, or_,
                         select, update)
 
-from acceld.db import bind_jobs, handle_releases
+from acceld.db import bind_jobs, claims, handle_releases
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import attach_handles as handles
 from acceld.db.models import device_profiles as dp
@@ -50,6 +50,7 @@ _WIRE_COLUMNS = (
     arqs.c.instance_uuid, arqs.c.project_id, arqs.c.bind_failure_reason,
     handles.c.uuid.label("attach_handle_uuid"), handles.c.attach_type.label("attach_handle_type"),
     handles.c.attach_info.label("attach_handle_info"), arqs.c.created_at, arqs.c.updated_at,
+    arqs.c.consumer_uuid,
 )
 WIRE_FIELDS = tuple(c.name for c in _WIRE_COLUMNS)
 _WIRE_FROM = arqs.join(dp, dp.c.id == arqs.c.device_profile_id).outerjoin(
@@ -57,7 +58,7 @@ _WIRE_FROM = arqs.join(dp, dp.c.id == arqs.c.device_profile_id).outerjoin(
 
 # What a writer needs to decide on an ARQ, read under a row lock.
 _LOCK_COLUMNS = (arqs.c.id, arqs.c.uuid, arqs.c.state, arqs.c.project_id,
-                 arqs.c.instance_uuid, arqs.c.attach_handle_id)
+                 arqs.c.instance_uuid, arqs.c.attach_handle_id, arqs.c.consumer_uuid)
 
 
 def _wire_query():  # type: ignore[no-untyped-def]
@@ -166,7 +167,7 @@ def lock_one_by_id(conn: Connection, arq_id: int) -> "_Bindable | None":
     arq = conn.execute(select(
         arqs.c.id, arqs.c.uuid, arqs.c.state, arqs.c.hostname, arqs.c.device_rp_uuid,
         arqs.c.instance_uuid, arqs.c.project_id, arqs.c.device_profile_id,
-        arqs.c.device_profile_group_id, arqs.c.attach_handle_id).where(
+        arqs.c.device_profile_group_id, arqs.c.attach_handle_id, arqs.c.consumer_uuid).where(
         arqs.c.id == arq_id).with_for_update()).first()
     if arq is None:
         return None
@@ -245,6 +246,7 @@ def unbind(conn: Connection, rows: Sequence[Row]) -> int:
     ids = [r.id for r in rows]
     release_handles(conn, (r.attach_handle_id for r in rows))
     conn.execute(bind_jobs.DELETE_OF_ARQS, {"arq_ids": ids})
+    claims.mark_due(conn, (r.consumer_uuid for r in rows))
     return transition(conn, ids, UNBOUND, hostname=None, device_rp_uuid=None,
                       instance_uuid=None, attach_handle_id=None, deployable_id=None,
                       bind_failure_reason=None)
@@ -259,6 +261,9 @@ def delete_locked(conn: Connection, rows: Sequence[Row]) -> int:
     transition(conn, ids, DELETING)
     release_handles(conn, (r.attach_handle_id for r in rows))
     conn.execute(bind_jobs.DELETE_OF_ARQS, {"arq_ids": ids})
+    # A standalone claim's allocation goes with it: its consumer is written again by a
+    # conductor (acceld.conductor.claim_allocations), however often one crashes first.
+    claims.mark_due(conn, (r.consumer_uuid for r in rows))
     return conn.execute(_DELETE_ARQS, {"ids": ids}).rowcount
 
 

@@ -1,4 +1,5 @@
-"""Device events: each device's history (health, quarantine, operator, programs, vanish).
+"""Device events: each device's history (health, quarantine, operator, programs, vanish,
+standalone claims).
 
 Written in the transaction that makes the change, so an event exists exactly when its change
 committed. Stamped by the database's clock (acceld.db.clock) so that events written by
@@ -26,8 +27,11 @@ PROGRAM_SUCCEEDED = "program_succeeded"
 PROGRAM_FAILED = "program_failed"
 VANISHED = "vanished"
 REAPPEARED = "reappeared"
+# A standalone claim (API 2.8) took one of the device's handles, or gave it back.
+CLAIMED = "claimed"
+RELEASED = "released"
 KINDS = (HEALTH_CHANGED, QUARANTINED, RECOVERED, ENABLED, DISABLED, PROGRAM_SUCCEEDED,
-         PROGRAM_FAILED, VANISHED, REAPPEARED)
+         PROGRAM_FAILED, VANISHED, REAPPEARED, CLAIMED, RELEASED)
 CONDUCTOR = "conductor"
 MAX_DETAIL = 4000
 

@@ -30,6 +30,7 @@ class Handle:
     arq_uuid: str | None = None
     arq_state: str | None = None
     instance_uuid: str | None = None
+    consumer_uuid: str | None = None  # a standalone claim's Placement consumer (API 2.8)
     release_queued: bool = False  # unbound, its host step (release) not yet run
 
 
@@ -94,7 +95,7 @@ def read_fleet(conn: Connection, hostname: str | None = None) -> Fleet:
             select(attach_handles.c.deployable_id, attach_handles.c.uuid,
                    attach_handles.c.in_use, accelerator_requests.c.uuid.label("arq_uuid"),
                    accelerator_requests.c.state.label("arq_state"),
-                   accelerator_requests.c.instance_uuid,
+                   accelerator_requests.c.instance_uuid, accelerator_requests.c.consumer_uuid,
                    handle_releases.c.id.label("release_id"))
             .join(deployables, attach_handles.c.deployable_id == deployables.c.id)
             .join(devices, deployables.c.device_id == devices.c.id)
@@ -108,5 +109,5 @@ def read_fleet(conn: Connection, hostname: str | None = None) -> Fleet:
             provider.handles.append(Handle(
                 uuid=handle.uuid, in_use=bool(handle.in_use), arq_uuid=handle.arq_uuid,
                 arq_state=handle.arq_state, instance_uuid=handle.instance_uuid,
-                release_queued=handle.release_id is not None))
+                consumer_uuid=handle.consumer_uuid, release_queued=handle.release_id is not None))
     return Fleet(providers=list(providers.values()), now=db_now(conn))

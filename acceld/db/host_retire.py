@@ -35,7 +35,7 @@ from sqlalchemy import Connection, delete, func, or_, select, update
 
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import agents as agents_db
-from acceld.db import bind_jobs
+from acceld.db import bind_jobs, claims
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import (agents, attach_handles, attributes, controlpath_ids, deployables,
@@ -201,6 +201,9 @@ def _fail_bound(conn: Connection, hostname: str, rows: Sequence[Any], out: Retir
     ids = [r.id for r in rows]
     arq_db.transition(conn, ids, arq_db.BIND_FAILED, bind_failure_reason=reason(hostname),
                       attach_handle_id=None, deployable_id=None)
+    # Standalone claims there: their Placement allocation is written again, without them.
+    claims.mark_due(conn, conn.execute(select(arqs.c.consumer_uuid).where(
+        arqs.c.id.in_(ids))).scalars())
     # A bind in flight finds its job no longer pending and rolls back; any conductor then
     # sends the 'failed' event (the state is read when the event is sent).
     conn.execute(update(jobs).where(jobs.c.arq_id.in_(ids),

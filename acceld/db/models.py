@@ -224,8 +224,12 @@ class AcceleratorRequest(TimestampMixin, Base):
     deployable_id: Mapped[int | None] = mapped_column(
         ForeignKey("deployables.id", ondelete="SET NULL"))
     bind_failure_reason: Mapped[str | None] = mapped_column(Text)
+    # A standalone claim (API 2.8, no Nova instance): the Placement consumer acceld writes
+    # the allocation for (claim_consumers); NULL for Nova's ARQs.
+    consumer_uuid: Mapped[str | None] = mapped_column(String(36))
     __table_args__ = (
         Index("ix_accelerator_requests_instance_uuid", "instance_uuid"),
+        Index("ix_accelerator_requests_consumer_uuid", "consumer_uuid"),
         Index("ix_accelerator_requests_project_id", "project_id"),
         Index("ix_accelerator_requests_device_profile_id", "device_profile_id"),
         Index("ix_accelerator_requests_attach_handle_id", "attach_handle_id"),
@@ -269,6 +273,28 @@ class HandleRelease(TimestampMixin, Base):
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
     __table_args__ = (Index("ix_handle_releases_lease", "lease_expires_at"),)
+
+
+class ClaimConsumer(TimestampMixin, Base):
+    """A Placement consumer whose allocation acceld writes for standalone claims (API 2.8).
+
+    Its allocation is always the sum of its claimed ARQs that are BindStarted or Bound
+    (acceld.db.claims.desired): ``due`` marks it to be written again (a claim refused, an ARQ
+    released), in the transaction that made the change; a conductor claims due rows with a
+    lease, writes Placement, and clears ``due`` (or deletes the row once no ARQ names it), so
+    an allocation removal survives a conductor crash (acceld.conductor.claim_allocations).
+    """
+
+    __tablename__ = "claim_consumers"
+    consumer_uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    project_id: Mapped[str | None] = mapped_column(String(255))
+    user_id: Mapped[str | None] = mapped_column(String(255))
+    due: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    __table_args__ = (Index("ix_claim_consumers_due_lease", "due", "lease_expires_at"),)
 
 
 class Agent(TimestampMixin, Base):
@@ -356,6 +382,7 @@ device_profiles = DeviceProfile.__table__
 accelerator_requests = AcceleratorRequest.__table__
 bind_jobs = BindJob.__table__
 handle_releases = HandleRelease.__table__
+claim_consumers = ClaimConsumer.__table__
 agents = Agent.__table__
 leases = Lease.__table__
 conductors = Conductor.__table__

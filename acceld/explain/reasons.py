@@ -97,7 +97,9 @@ def _holders(provider: Provider) -> Iterable[str]:
         if not handle.in_use:
             continue
         if handle.arq_uuid is not None:
-            instance = f", instance {handle.instance_uuid}" if handle.instance_uuid else ""
+            instance = f", instance {handle.instance_uuid}" if handle.instance_uuid else (
+                f", claimed for consumer {handle.consumer_uuid}" if handle.consumer_uuid
+                else "")
             yield f"ARQ {handle.arq_uuid} ({handle.arq_state}{instance})"
         elif handle.release_queued:
             yield f"handle {handle.uuid} (released, its host step still queued)"

@@ -18,10 +18,12 @@ from typing import Callable
 import falcon
 import orjson
 
-from acceld.api import arq_limits, errors, microversion, pagination, wire
+from acceld.api import arq_limits, claim_targets, errors, microversion, pagination, wire
+from acceld.api.handlers.explain import HOSTNAME_RE
 from acceld.api.schemas import accelerator_requests as schemas
 from acceld.db import accelerator_requests as db
 from acceld.db import bind_jobs
+from acceld.db import claims as claims_db
 from acceld.db import device_profiles as profiles_db
 from acceld.db.retry import retry_on_deadlock
 
@@ -31,6 +33,10 @@ SERVICE_TOKEN_REQUIRED = ("This operation requires a service token. Use the Comp
 _V2_1 = microversion.Version(2, 1)
 _V2_4 = microversion.Version(2, 4)  # bind_failure_reason appears
 _V2_5 = microversion.Version(2, 5)  # lists take limit and marker
+_V2_8 = microversion.Version(2, 8)  # standalone claims; ARQs show consumer_uuid
+CLAIM_VERSION = "2.8"
+CLAIM_RULE = "acceld:arq:claim"
+RELEASE_RULE = "acceld:arq:release"
 # ARQs an instance holds or is acquiring: deleting one needs the service role.
 _INSTANCE_STATES = frozenset({db.BOUND, db.BIND_STARTED})
 _EMPTY_INFO = orjson.Fragment(b"{}")
@@ -50,6 +56,7 @@ def serializer(req: falcon.Request) -> Callable:  # type: ignore[type-arg]
     """
     base = f"{wire.base_url(req)}/accelerator/v2/{COLLECTION}/"
     with_reason = req.context.version >= _V2_4
+    with_consumer = req.context.version >= _V2_8
     # Reasons name hosts and devices: only who may read the inventory reads them.
     full_reason = with_reason and req.context.api.policy.allows(INVENTORY_RULE, req.context.ctx)
     stamp = wire.timestamp
@@ -58,7 +65,8 @@ def serializer(req: falcon.Request) -> Callable:  # type: ignore[type-arg]
 
     def to_wire(row) -> dict:  # type: ignore[no-untyped-def]
         (_id, uuid, state, profile_name, group_id, hostname, rp_uuid, instance, project,
-         reason, handle_uuid, handle_type, handle_info, created_at, updated_at) = row
+         reason, handle_uuid, handle_type, handle_info, created_at, updated_at,
+         consumer) = row
         bound = state == bound_state and handle_uuid is not None
         body = {
             "uuid": uuid,
@@ -80,6 +88,8 @@ def serializer(req: falcon.Request) -> Callable:  # type: ignore[type-arg]
         if with_reason:
             body["bind_failure_reason"] = reason if full_reason or reason is None \
                 else WITHHELD_REASON
+        if with_consumer:
+            body["consumer_uuid"] = consumer
         return body
 
     return to_wire
@@ -147,11 +157,18 @@ def _count_per_group(profile_json: str) -> list[int]:
 
 @retry_on_deadlock
 def create_arqs(req: falcon.Request, resp: falcon.Response) -> None:
-    """POST {"device_profile_name": ...}: one Initial ARQ per accelerator the profile asks."""
+    """POST {"device_profile_name": ...}: one Initial ARQ per accelerator the profile asks;
+    from 2.8 with "claim": a standalone claim (:func:`_claim`)."""
     api = req.context.api
     api.policy.authorize("cyborg:arq:create", req.context.ctx)
     wire.query_params(req, ())
     body = wire.read_json(req)
+    if isinstance(body, dict) and ("claim" in body or "consumer_uuid" in body):
+        microversion.require(req.context.version, CLAIM_VERSION)
+        api.policy.authorize(CLAIM_RULE, req.context.ctx)
+        wire.validate(schemas.CREATE_V2_8, body)
+        _claim(req, resp, body)
+        return
     wire.validate(schemas.CREATE, body)
     name = body["device_profile_name"].strip()
     limit = api.conf.api.max_arqs_per_create
@@ -172,6 +189,70 @@ def create_arqs(req: falcon.Request, resp: falcon.Response) -> None:
     to_wire = serializer(req)
     wire.respond(resp, {"arqs": [to_wire(_created_row(v, profile.name)) for v in created]},
                  status=201)
+
+
+def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
+    """A standalone claim: the ARQs created BindStarted on the providers acceld chose (409
+    when none can take them now), with their bind jobs and their consumer, in one
+    transaction; the conductor then allocates in Placement and binds (docs/standalone-
+    claims.md). 201 with the ARQs (Bound already when ``[api] bind_wait`` sufficed)."""
+    api = req.context.api
+    ctx = req.context.ctx
+    if "claim" not in body:
+        raise errors.BadRequest("consumer_uuid is given only with a claim: {\"claim\": {}} "
+                                "or {\"claim\": {\"hostname\": ...}}.")
+    hostname = body["claim"].get("hostname")
+    if hostname is not None and not HOSTNAME_RE.match(hostname):
+        raise errors.BadRequest(f"Invalid claim hostname {hostname[:300]!r}: 1 to 255 letters, "
+                                "digits, dots, dashes or underscores, starting with a letter "
+                                "or digit.")
+    name = body["device_profile_name"].strip()
+    with api.db.read() as conn:
+        profile = profiles_db.get_by_name(conn, name) if name else None
+    if profile is None:
+        raise errors.NotFound(f"Device profile {name!r} could not be found.")
+    counts = _count_per_group(profile.profile_json)
+    limit = api.conf.api.max_arqs_per_create
+    if sum(counts) > limit:
+        raise errors.BadRequest(
+            f"Device profile {name} asks for {sum(counts)} accelerators; one request may "
+            f"create at most {limit} ARQs ([api] max_arqs_per_create).")
+    try:  # before any transaction: it may ask Placement
+        targets = claim_targets.choose(api.db, api.placement(), profile.name,
+                                       orjson.loads(profile.profile_json), hostname)
+    except claim_targets.UnknownHost as exc:
+        raise errors.BadRequest(str(exc)) from None
+    except claim_targets.NoCapacity as exc:
+        raise errors.Conflict(str(exc)) from None
+    shared = body.get("consumer_uuid")
+    project_id = ctx.project_id
+    with arq_limits.write(api, project_id) as conn:
+        again = profiles_db.get_by_name(conn, name)
+        if again is None or again.id != profile.id:
+            raise errors.NotFound(f"Device profile {name!r} could not be found.")
+        arq_limits.check(api, conn, project_id, len(targets))  # 403: all or nothing
+        consumer = str(uuidlib.UUID(shared)) if shared else None
+        created = []
+        # One consumer for all (the caller's), or each ARQ its own (its uuid).
+        for group, host, rp_uuid in targets:
+            arq_uuid = str(uuidlib.uuid4())
+            row_consumer = consumer or arq_uuid
+            try:
+                claims_db.ensure_consumer(conn, row_consumer, project_id, ctx.user_id)
+            except claims_db.ConsumerTaken as exc:
+                raise errors.Conflict(f"Invalid consumer_uuid: {exc}.") from None
+            created += claims_db.create_claimed(conn, profile_id=profile.id,
+                                                targets=[(group, host, rp_uuid)],
+                                                project_id=project_id,
+                                                consumer_uuid=row_consumer, uuid=arq_uuid)
+        bind_jobs.create(conn, [(row["id"], None) for row in created],
+                         global_request_id=ctx.global_id)
+    if api.conductor is not None:
+        _wake_for(api, [row["id"] for row in created])
+    with api.db.read() as conn:
+        rows = [db.get_by_uuid(conn, row["uuid"]) for row in created]
+    to_wire = serializer(req)
+    wire.respond(resp, {"arqs": [to_wire(r) for r in rows if r is not None]}, status=201)
 
 
 def list_arqs(req: falcon.Request, resp: falcon.Response) -> None:
@@ -290,12 +371,18 @@ def _delete_uuids(req: falcon.Request, resp: falcon.Response, uuids: set[str]) -
             raise _not_found(missing)
         if any(_held_by_instance(r) for r in rows):
             _require_service(req)  # bound ARQs are unbound first: that is Nova's to do
+        if any(r.consumer_uuid for r in rows):
+            api.policy.authorize(RELEASE_RULE, req.context.ctx)
+            claims_db.record_released(conn, rows, req.context.ctx.user_id)
         db.delete_locked(conn, rows)
     wire.no_content(resp)
 
 
 def _held_by_instance(row) -> bool:  # type: ignore[no-untyped-def]
-    """Bound, binding, or failed while still naming its instance (Nova cleans those up)."""
+    """Bound, binding, or failed while still naming its instance (Nova cleans those up);
+    never a standalone claim's (its owner releases it)."""
+    if row.consumer_uuid:
+        return False
     return row.state in _INSTANCE_STATES or (row.state == db.BIND_FAILED
                                              and row.instance_uuid is not None)
 
@@ -320,6 +407,10 @@ def _patch(req: falcon.Request, resp: falcon.Response, path_uuid: str | None) ->
             raise _not_found(missing)
         binds, unbinds = [], []
         for row in rows:
+            if row.consumer_uuid:
+                raise errors.Conflict(f"Accelerator request {row.uuid} is a standalone claim "
+                                      f"(consumer {row.consumer_uuid}); Nova neither binds nor "
+                                      "unbinds it: delete it to release it.")
             plan = plans[row.uuid]
             if plan is None:
                 if row.state not in db.SOURCES[db.UNBOUND] and row.state != db.UNBOUND:

@@ -11,6 +11,22 @@ create_v2_0 = {
     "additionalProperties": False,
 }
 
+# 2.8: a standalone claim (no Nova): acceld chooses the provider (on ``hostname`` when
+# given), allocates in Placement under ``consumer_uuid`` (default: each ARQ's own) and binds.
+create_v2_8 = {
+    "type": "object",
+    "properties": {
+        "device_profile_name": {"type": "string", "maxLength": 255},
+        "claim": {"type": "object",
+                  "properties": {"hostname": {"type": "string", "minLength": 1,
+                                              "maxLength": 255}},
+                  "additionalProperties": False},
+        "consumer_uuid": common.uuid,
+    },
+    "required": ["device_profile_name"],
+    "additionalProperties": False,
+}
+
 BIND_PATHS = ("/hostname", "/device_rp_uuid", "/instance_uuid")
 
 _add_value = {
@@ -45,6 +61,7 @@ patch_v2_0 = _patch(BIND_PATHS)
 patch_v2_1 = _patch(BIND_PATHS + ("/project_id",))
 
 CREATE = Draft202012Validator(create_v2_0)
+CREATE_V2_8 = Draft202012Validator(create_v2_8)
 PATCH_V2_0 = Draft202012Validator(patch_v2_0)
 PATCH_V2_1 = Draft202012Validator(patch_v2_1)
 ADD_VALUES = {path: Draft202012Validator(schema) for path, schema in _add_value.items()}

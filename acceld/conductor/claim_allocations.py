@@ -1,0 +1,140 @@
+"""Placement allocations of standalone claims (API 2.8): written by acceld, not by Nova.
+
+:func:`write` makes a consumer's allocation in Placement what the database says it is
+(acceld.db.claims.desired): the bind worker calls it before the bind transaction of a
+claimed ARQ (so that Placement refuses a provider already full, as it refuses Nova's
+scheduler), and :class:`ClaimAllocationWorker` calls it for every consumer marked ``due``
+(a bind refused, an ARQ released), until it succeeds: the removal of a released claim's
+allocation is a queued row, retried by any conductor, never a best-effort call.
+
+Each write reads the consumer's generation before reading the database and writes with
+it: two writers of one consumer (two binds of one workload, a bind and a release) cannot
+lose each other's change, the later one re-reads and writes again. A consumer holding
+allocations on providers that are not acceld's (a Nova instance's uuid given as the
+consumer) is never written: the bind is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+
+from oslo_config import cfg
+
+from acceld.clients import placement as pl
+from acceld.conductor.bind_target import BindRefused
+from acceld.conductor.service import PeriodicTask
+from acceld.db import claims
+from acceld.db.engine import Database
+
+LOG = logging.getLogger(__name__)
+
+CONSUMER_TYPE = "ACCELD_CLAIM"
+BATCH = 16
+LEASE_SECONDS = 120.0
+FALLBACK_ID = "acceld"
+
+
+def write(client: pl.PlacementClient, db: Database, consumer_uuid: str) -> bool:
+    """Make the consumer's Placement allocation the database's; True if it was written
+    (False: it already was). BindRefused when Placement refuses it or the consumer is not
+    acceld's; PlacementUnavailable: try again later."""
+    for _ in range(pl.CONFLICT_RETRIES):
+        current, generation = client.consumer(consumer_uuid)
+        with db.read() as conn:
+            want = claims.desired(conn, consumer_uuid)
+            who = claims.owner(conn, consumer_uuid)
+            ours = claims.acceld_providers(conn, current)
+        foreign = sorted(set(current) - ours)
+        if foreign:
+            raise BindRefused(f"Placement consumer {consumer_uuid} holds allocations on "
+                              f"providers acceld does not manage ({', '.join(foreign)}): "
+                              "acceld writes only consumers of its own")
+        if current == want:
+            return False
+        project = (who.project_id if who is not None else None) or FALLBACK_ID
+        user = (who.user_id if who is not None else None) or FALLBACK_ID
+        try:
+            client.put_allocations(consumer_uuid, want, project, user, generation,
+                                   CONSUMER_TYPE)
+        except pl.ConsumerConflict:
+            LOG.debug("Consumer %s changed in Placement while written; again", consumer_uuid)
+            continue
+        except pl.PlacementUnavailable:
+            raise
+        except pl.PlacementError as exc:
+            raise BindRefused(f"Placement refused the allocation of consumer {consumer_uuid} "
+                              f"({_describe(want)}): {exc}") from exc
+        LOG.info("Placement allocation of consumer %s written: %s", consumer_uuid,
+                 _describe(want))
+        return True
+    raise pl.PlacementUnavailable(f"Placement consumer {consumer_uuid} kept changing; gave up "
+                                  f"after {pl.CONFLICT_RETRIES} attempts")
+
+
+def _describe(allocation: dict[str, dict[str, int]]) -> str:
+    if not allocation:
+        return "nothing"
+    return "; ".join(f"{rp}: " + ", ".join(f"{rc}={n}" for rc, n in sorted(res.items()))
+                     for rp, res in sorted(allocation.items()))
+
+
+class ClaimAllocationWorker:
+    """Writes the due consumers. ``run_once`` is synchronous (tests drive it)."""
+
+    def __init__(self, conf: cfg.ConfigOpts, db: Database,
+                 client: pl.PlacementClient | None = None, batch: int = BATCH) -> None:
+        self.conf = conf
+        self.db = db
+        self.client = client if client is not None else pl.from_conf(conf)
+        self.batch = batch
+        self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}"
+
+    def run_once(self) -> int:
+        """One claim of due consumers, each written (or put back); how many were taken."""
+        token = f"{self.owner}-{uuid.uuid4().hex[:16]}"[:64]
+        rows = claims.claim_due(self.db, token, self.batch, LEASE_SECONDS)
+        for row in rows:
+            consumer = row.consumer_uuid
+            try:
+                if self.client is not None:
+                    write(self.client, self.db, consumer)
+            except (pl.PlacementUnavailable, BindRefused) as exc:
+                message = exc.reason if isinstance(exc, BindRefused) else str(exc)
+                delay = claims.backoff(row.attempts)
+                LOG.warning("Placement allocation of consumer %s not written (try %d): %s; "
+                            "retried in %.0f s", consumer, row.attempts, message, delay)
+                claims.retry_later(self.db, consumer, token, delay, message)
+                continue
+            if not claims.finish(self.db, consumer, token):
+                LOG.info("Consumer %s changed while its allocation was written; written "
+                         "again", consumer)
+        return len(rows)
+
+    def drain(self) -> None:
+        while self.run_once() >= self.batch:
+            pass
+
+
+class ClaimAllocationComponent:
+    """Conductor component: the periodic drain of the consumers marked due."""
+
+    def __init__(self, conf: cfg.ConfigOpts, db: Database) -> None:
+        self.conf = conf
+        self.db = db
+        self.worker = ClaimAllocationWorker(conf, db)
+
+    def routes(self) -> dict:
+        return {}
+
+    def periodic_tasks(self) -> list[PeriodicTask]:
+        return [PeriodicTask("claim-allocations", self.conf.conductor.bind_poll_interval,
+                             self.worker.drain)]
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass

@@ -1,0 +1,308 @@
+"""Standalone claims (API 2.8) in-process, on SQLite, PostgreSQL and MariaDB: an ARQ created
+with "claim" is bound by the conductor's bind worker without Nova, its attach_handle_info is
+the workload's, and deleting it releases the handle; every refusal has its status (400 bad
+body or host, 403 policy, 406 below 2.8, 409 no capacity) and changes nothing.
+
+Placement is not configured here (tests/integration/test_standalone_claims_placement.py
+claims against the real one).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import func, select
+
+from acceld.conductor.binding import BindWorker
+from acceld.db import claims as claims_db
+from acceld.db.models import (accelerator_requests, attach_handles, bind_jobs, claim_consumers,
+                              device_events, devices)
+from tests.helpers import ADMIN, SERVICE, fault, member, version
+from tests.support import inventory
+from tests.support.binds import RecordingNotifier
+
+ARQS = "/accelerator/v2/accelerator_requests"
+DPS = "/accelerator/v2/device_profiles"
+V28 = version("2.8")
+PROJECT = "project-a"
+
+
+@pytest.fixture
+def fpga(db):
+    return inventory.add_fpga(db, hostname="claim-node", handles=2)
+
+
+@pytest.fixture
+def profile(client):
+    assert client.simulate_post(DPS, headers=ADMIN, json=[
+        {"name": "fpga1", "groups": [{"resources:FPGA": "1"}]}]).status_code == 201
+    return "fpga1"
+
+
+def claim(client, body_claim=None, headers=None, **more):  # type: ignore[no-untyped-def]
+    body = {"device_profile_name": "fpga1",
+            "claim": {} if body_claim is None else body_claim, **more}
+    return client.simulate_post(ARQS, json=body, headers={**(headers or member(PROJECT)),
+                                                         **V28})
+
+
+def bind_all(conf, db) -> RecordingNotifier:  # type: ignore[no-untyped-def]
+    notifier = RecordingNotifier()
+    worker = BindWorker(conf, db, notifier=notifier)
+    while worker.run_once():
+        pass
+    return notifier
+
+
+def show(client, arq_uuid: str, headers=None):  # type: ignore[no-untyped-def]
+    return client.simulate_get(f"{ARQS}/{arq_uuid}", headers={**(headers or member(PROJECT)),
+                                                             **V28})
+
+
+def counts(db) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    with db.read() as conn:
+        return {
+            "arqs": conn.scalar(select(func.count()).select_from(accelerator_requests)),
+            "jobs": conn.scalar(select(func.count()).select_from(bind_jobs)),
+            "consumers": conn.scalar(select(func.count()).select_from(claim_consumers)),
+            "in_use": conn.scalar(select(func.count()).select_from(attach_handles).where(
+                attach_handles.c.in_use.is_(True))),
+        }
+
+
+def test_claim_on_a_host_binds_without_nova_and_release_frees(client, conf, db, fpga,
+                                                                profile):
+    result = claim(client, {"hostname": "claim-node"})
+    assert result.status_code == 201, result.text
+    [arq] = result.json["arqs"]
+    assert arq["state"] == "BindStarted"
+    assert arq["hostname"] == "claim-node"
+    assert arq["device_rp_uuid"] == fpga["deployable"]["rp_uuid"]
+    assert arq["instance_uuid"] is None
+    assert arq["consumer_uuid"] == arq["uuid"]  # its own consumer by default
+    assert arq["project_id"] == PROJECT
+    notifier = bind_all(conf, db)
+    assert notifier.sent == []  # no Nova event for a standalone claim
+    bound = show(client, arq["uuid"]).json
+    assert bound["state"] == "Bound"
+    handle = next(h for h in fpga["handles"] if h["uuid"] == bound["attach_handle_uuid"])
+    assert bound["attach_handle_type"] == handle["attach_type"]
+    assert bound["attach_handle_info"] == __import__("json").loads(handle["attach_info"])
+    assert counts(db) == {"arqs": 1, "jobs": 0, "consumers": 1, "in_use": 1}
+    # Below 2.8 the ARQ is shown as before (no consumer_uuid).
+    old = client.simulate_get(f"{ARQS}/{arq['uuid']}", headers=member(PROJECT)).json
+    assert "consumer_uuid" not in old and old["state"] == "Bound"
+
+    # Released by its owner (no service token): handle free, consumer due for the conductor.
+    assert client.simulate_delete(f"{ARQS}/{arq['uuid']}",
+                                  headers=member(PROJECT)).status_code == 204
+    assert counts(db) == {"arqs": 0, "jobs": 0, "consumers": 1, "in_use": 0}
+    with db.read() as conn:
+        assert conn.scalar(select(claim_consumers.c.due)) is True
+        kinds = list(conn.execute(select(device_events.c.kind, device_events.c.actor).where(
+            device_events.c.device_uuid == fpga["device"]["uuid"]).order_by(
+            device_events.c.id)).all())
+    assert kinds == [("claimed", "conductor"), ("released", "user-project-a")]
+    # The conductor's drain (no Placement here: nothing to write) drops the consumer.
+    from acceld.conductor.claim_allocations import ClaimAllocationWorker
+    assert ClaimAllocationWorker(conf, db).run_once() == 1
+    assert counts(db)["consumers"] == 0
+
+
+def test_claim_without_a_host_picks_one(client, conf, db, profile):
+    inventory.add_fpga(db, hostname="busy-node", handles=1, status="maintaining")
+    free = inventory.add_fpga(db, hostname="free-node", handles=1)
+    result = claim(client)
+    assert result.status_code == 201, result.text
+    [arq] = result.json["arqs"]
+    assert (arq["hostname"], arq["device_rp_uuid"]) == ("free-node",
+                                                        free["deployable"]["rp_uuid"])
+    bind_all(conf, db)
+    assert show(client, arq["uuid"]).json["state"] == "Bound"
+
+
+def test_arqs_of_one_workload_share_a_consumer(client, conf, db, fpga):
+    assert client.simulate_post(DPS, headers=ADMIN, json=[
+        {"name": "fpga1", "groups": [{"resources:FPGA": "2"}]}]).status_code == 201
+    consumer = str(uuid.uuid4())
+    result = claim(client, {"hostname": "claim-node"}, consumer_uuid=consumer.upper())
+    assert result.status_code == 201, result.text
+    arqs = result.json["arqs"]
+    assert len(arqs) == 2 and {a["consumer_uuid"] for a in arqs} == {consumer}
+    bind_all(conf, db)
+    shown = [show(client, a["uuid"]).json for a in arqs]
+    assert [a["state"] for a in shown] == ["Bound", "Bound"]
+    assert len({a["attach_handle_uuid"] for a in shown}) == 2  # no handle shared
+    with db.read() as conn:
+        assert claims_db.desired(conn, consumer) == {fpga["deployable"]["rp_uuid"]:
+                                                     {"FPGA": 2}}
+    # Another project may not take that consumer over (capacity is not what stops it).
+    inventory.add_fpga(db, hostname="other-node", handles=2)
+    other = claim(client, {}, headers=member("project-b"), consumer_uuid=consumer)
+    assert other.status_code == 409 and "another project" in fault(other)
+
+
+def test_no_capacity_is_409_and_creates_nothing(client, conf, db, fpga, profile):
+    for _ in range(2):
+        assert claim(client, {"hostname": "claim-node"}).status_code == 201
+    before = counts(db)
+    # Both handles are promised to the binds in progress: none is free for a third.
+    result = claim(client, {"hostname": "claim-node"})
+    assert result.status_code == 409, result.text
+    assert "promised to 2 bind(s) in progress" in fault(result)
+    bind_all(conf, db)
+    result = claim(client, {"hostname": "claim-node"})
+    assert result.status_code == 409
+    assert "0 of 2 attach handles free" in fault(result)
+    # The holders are named as explain names them: a claim by its consumer.
+    held = client.simulate_get(ARQS, headers={**member(PROJECT), **V28}).json["arqs"]
+    assert f"ARQ {held[0]['uuid']} (Bound, claimed for consumer {held[0]['uuid']})" in \
+        fault(result)
+    assert "/explain" in fault(result)
+    result = claim(client, {})
+    assert result.status_code == 409 and "on any host" in fault(result)
+    assert counts(db)["arqs"] == before["arqs"]
+
+
+@pytest.mark.parametrize("status,reason", [("maintaining", "disabled"),
+                                           ("quarantined", "quarantined")])
+def test_disabled_or_quarantined_devices_are_not_claimed(client, db, profile, status, reason):
+    fpga = inventory.add_fpga(db, hostname="sick-node", handles=1)
+    from sqlalchemy import update
+    with db.write() as conn:
+        values = {"status": "maintaining", "status_reason": "fan swap"} \
+            if status == "maintaining" else {"quarantined": True, "health": "critical",
+                                            "health_reason": "ECC errors"}
+        conn.execute(update(devices).where(devices.c.id == fpga["device"]["id"]).values(
+            **values))
+    result = claim(client, {"hostname": "sick-node"})
+    assert result.status_code == 409
+    assert reason in fault(result)
+
+
+def test_bad_claim_bodies_are_400(client, db, fpga, profile):
+    for body, words in [
+            ({"claim": {"hostname": "bad host!"}}, "Invalid claim hostname"),
+            ({"claim": {"hostname": ""}}, "claim"),
+            ({"claim": {"host": "claim-node"}}, "claim"),
+            ({"claim": "claim-node"}, "claim"),
+            ({"claim": {}, "consumer_uuid": "not-a-uuid"}, "consumer_uuid"),
+            ({"consumer_uuid": str(uuid.uuid4())}, "only with a claim"),
+            ({"claim": {"hostname": "nowhere"}}, "Host nowhere has no accelerator")]:
+        result = client.simulate_post(ARQS, json={"device_profile_name": "fpga1", **body},
+                                      headers={**member(PROJECT), **V28})
+        assert result.status_code == 400, (body, result.text)
+        assert words in fault(result), (body, fault(result))
+    assert counts(db) == {"arqs": 0, "jobs": 0, "consumers": 0, "in_use": 0}
+
+
+def test_below_2_8_a_claim_is_406(client, db, fpga, profile):
+    for headers in (member(PROJECT), {**member(PROJECT), **version("2.7")}):
+        result = client.simulate_post(ARQS, json={"device_profile_name": "fpga1",
+                                                  "claim": {}}, headers=headers)
+        assert result.status_code == 406, result.text
+        assert "2.8" in fault(result)
+    assert counts(db)["arqs"] == 0
+
+
+def test_claim_and_release_rules(client, conf, db, fpga, profile, tmp_path):
+    # A service token may create ARQs for Nova, but is no project member: no claim.
+    service_only = {"X-User-Id": "nova", "X-Project-Id": "service", "X-Roles": "service"}
+    result = claim(client, {}, headers=service_only)
+    assert result.status_code == 403 and "acceld:arq:claim" in fault(result)
+    assert counts(db)["arqs"] == 0
+    # A reader may not claim either (cyborg:arq:create refuses first).
+    reader = {"X-User-Id": "r", "X-Project-Id": PROJECT, "X-Roles": "reader"}
+    assert claim(client, {}, headers=reader).status_code == 403
+    # The release rule of its own: a policy file that takes it away keeps the claim.
+    arq = claim(client, {"hostname": "claim-node"}).json["arqs"][0]
+    policy = tmp_path / "policy.yaml"
+    policy.write_text('"acceld:arq:release": "!"\n')
+    from acceld.api.app import build_app
+    from falcon import testing
+    conf.set_override("policy_file", str(policy), group="oslo_policy")
+    strict = testing.TestClient(build_app(conf, db))
+    result = strict.simulate_delete(f"{ARQS}/{arq['uuid']}", headers=member(PROJECT))
+    assert result.status_code == 403 and "acceld:arq:release" in fault(result)
+    assert counts(db)["arqs"] == 1
+    # Another project sees nothing to release.
+    assert client.simulate_delete(f"{ARQS}/{arq['uuid']}",
+                                  headers=member("project-b")).status_code == 404
+
+
+def test_nova_cannot_bind_or_unbind_a_claim(client, conf, db, fpga, profile):
+    arq = claim(client, {"hostname": "claim-node"}).json["arqs"][0]
+    bind_all(conf, db)
+    for ops in ([{"op": "remove", "path": "/hostname"},
+                 {"op": "remove", "path": "/device_rp_uuid"},
+                 {"op": "remove", "path": "/instance_uuid"}],
+                [{"op": "add", "path": "/hostname", "value": "claim-node"},
+                 {"op": "add", "path": "/device_rp_uuid",
+                  "value": fpga["deployable"]["rp_uuid"]},
+                 {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]):
+        result = client.simulate_patch(ARQS, json={arq["uuid"]: ops}, headers=SERVICE)
+        assert result.status_code == 409 and "standalone claim" in fault(result)
+    assert show(client, arq["uuid"]).json["state"] == "Bound"
+
+
+def test_a_claim_counts_against_the_quota(client, conf, db, fpga, profile):
+    conf.set_override("arqs_per_project", 1, group="quota")
+    assert claim(client, {"hostname": "claim-node"}).status_code == 201
+    result = claim(client, {"hostname": "claim-node"})
+    assert result.status_code == 403, result.text
+    assert counts(db)["arqs"] == 1
+
+
+def test_a_consumer_that_is_a_nova_instance_is_refused(client, db, fpga, profile):
+    plain = client.simulate_post(ARQS, json={"device_profile_name": "fpga1"},
+                                 headers=SERVICE).json["arqs"][0]
+    instance = str(uuid.uuid4())
+    assert client.simulate_patch(ARQS, headers=SERVICE, json={plain["uuid"]: [
+        {"op": "add", "path": "/hostname", "value": "claim-node"},
+        {"op": "add", "path": "/device_rp_uuid", "value": fpga["deployable"]["rp_uuid"]},
+        {"op": "add", "path": "/instance_uuid", "value": instance}]}).status_code == 202
+    result = claim(client, {}, consumer_uuid=instance)
+    assert result.status_code == 409 and "Nova instance" in fault(result)
+
+
+def test_a_forced_host_retire_fails_the_claim_and_frees_its_allocation(client, conf, db,
+                                                                       fpga, profile):
+    from acceld.db import host_retire
+    arq = claim(client, {"hostname": "claim-node"}).json["arqs"][0]
+    bind_all(conf, db)
+    host_retire.retire(db, "claim-node", force=True)
+    assert show(client, arq["uuid"]).json["state"] == "BindFailed"
+    with db.read() as conn:
+        assert conn.scalar(select(claim_consumers.c.due)) is True
+        assert claims_db.desired(conn, arq["consumer_uuid"]) == {}
+
+
+def test_a_disable_after_the_claim_fails_its_bind(client, conf, db, fpga, profile):
+    """The bind checks again what the claim's choice saw: a device disabled in between is
+    not bound (BindFailed saying so), and the consumer is due for its allocation."""
+    arq = claim(client, {"hostname": "claim-node"}).json["arqs"][0]
+    assert client.simulate_post(f"/accelerator/v2/devices/{fpga['device']['uuid']}/disable",
+                                headers=ADMIN).status_code == 200
+    bind_all(conf, db)
+    failed = show(client, arq["uuid"], headers=ADMIN).json
+    assert failed["state"] == "BindFailed"
+    assert failed["bind_failure_reason"] == (f"device {fpga['device']['uuid']} is disabled "
+                                             "(status maintaining)")
+    with db.read() as conn:
+        assert conn.scalar(select(claim_consumers.c.due)) is True
+        assert conn.scalar(select(func.count()).select_from(attach_handles).where(
+            attach_handles.c.in_use.is_(True))) == 0
+
+
+def test_a_host_whose_agent_is_down_is_not_claimed(client, db, fpga, profile):
+    from sqlalchemy import insert
+    from acceld.db.models import agents, utcnow
+    with db.write() as conn:
+        conn.execute(insert(agents).values(hostname="claim-node", endpoint="http://x:1",
+                                           state="down", heartbeat_interval=10,
+                                           last_seen_at=utcnow(), created_at=utcnow()))
+    result = claim(client, {"hostname": "claim-node"})
+    assert result.status_code == 409
+    assert "the agent of host claim-node is down" in fault(result)
+    assert counts(db)["arqs"] == 0

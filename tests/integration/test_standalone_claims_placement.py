@@ -1,0 +1,236 @@
+"""Standalone claims (API 2.8) against a real Placement (openstack-placement 16.0.0): acceld
+writes the allocation under the claim's consumer, binds, and on release removes it, through
+a queued write that survives a conductor dying in the middle.
+
+The conductor's own sync writes the providers (as in a deployment); each test names its own
+compute nodes and gives its resource class and trait a per-test suffix, so the shared
+Placement's other providers never answer.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+
+import pytest
+from falcon import testing
+from sqlalchemy import select, update
+
+from acceld.api.app import build_app
+from acceld.conductor import claim_allocations
+from acceld.conductor.binding import BindWorker
+from acceld.conductor.claim_allocations import ClaimAllocationWorker
+from acceld.conductor.placement_sync import PlacementSync
+from acceld.db.engine import Database
+from acceld.db.models import claim_consumers
+from acceld.db.placement_flags import provider_uuid
+from tests.conftest import make_conf
+from tests.helpers import ADMIN, fault, member, version
+from tests.support import inventory
+from tests.support.binds import RecordingNotifier
+from tests.support.placement import PlacementServer
+
+pytestmark = pytest.mark.integration
+
+ARQS = "/accelerator/v2/accelerator_requests"
+V28 = {**member("project-c"), **version("2.8")}
+
+
+@pytest.fixture
+def tag() -> str:
+    return uuidlib.uuid4().hex[:8].upper()
+
+
+@pytest.fixture
+def pconf(tmp_path, placement: PlacementServer):
+    conf = make_conf(str(tmp_path))
+    placement.configure(conf)
+    return conf
+
+
+@pytest.fixture
+def api(pconf, db) -> testing.TestClient:
+    return testing.TestClient(build_app(pconf, db))
+
+
+def fleet(placement: PlacementServer, pconf, db: Database, tag: str, hosts: int = 2,
+          handles: int = 1) -> tuple[list[str], list[str], str]:
+    """``hosts`` compute nodes, one accelerator each, synced; (hosts, provider uuids, rc)."""
+    rc, trait = f"CUSTOM_CLAIM_{tag}", f"CUSTOM_CT_{tag}"
+    names, rps = [f"cl-{tag.lower()}-{n}" for n in range(hosts)], []
+    for host in names:
+        placement.create_compute_node(host)
+        name = f"{host}_fpga"
+        with db.write() as conn:
+            dev = inventory.add_device(conn, hostname=host)
+            dep = inventory.add_deployable(conn, dev["id"], name=name,
+                                           num_accelerators=handles,
+                                           rp_uuid=provider_uuid(name),
+                                           attrs={"rc": rc, "trait0": trait})
+            inventory.add_attach_handles(conn, dep["id"], handles)
+        rps.append(dep["rp_uuid"])
+    result = PlacementSync(pconf, db).sync_once()
+    assert not result.failed and not result.waiting_hosts, result
+    return names, rps, rc
+
+
+def profile(api: testing.TestClient, rc: str, tag: str, amount: int = 1) -> None:
+    result = api.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
+        {"name": "dp", "groups": [{f"resources:{rc}": str(amount),
+                                   f"trait:CUSTOM_CT_{tag}": "required"}]}])
+    assert result.status_code == 201, result.text
+
+
+def claim(api: testing.TestClient, **body: Any):  # type: ignore[no-untyped-def]
+    return api.simulate_post(ARQS, json={"device_profile_name": "dp", **body}, headers=V28)
+
+
+def bind(pconf, db) -> RecordingNotifier:  # type: ignore[no-untyped-def]
+    notifier = RecordingNotifier()
+    worker = BindWorker(pconf, db, notifier=notifier)
+    while worker.run_once():
+        pass
+    return notifier
+
+
+def allocations(placement: PlacementServer, consumer: str) -> dict[str, dict[str, int]]:
+    body = placement.get(f"/allocations/{consumer}").json()
+    return {rp: a["resources"] for rp, a in body["allocations"].items()}
+
+
+def show(api: testing.TestClient, arq: str) -> dict:
+    return api.simulate_get(f"{ARQS}/{arq}", headers=V28).json
+
+
+def test_claim_allocates_binds_and_release_removes(placement, pconf, db, api, tag):
+    hosts, rps, rc = fleet(placement, pconf, db, tag)
+    profile(api, rc, tag)
+    result = claim(api, claim={"hostname": hosts[1]})
+    assert result.status_code == 201, result.text
+    [arq] = result.json["arqs"]
+    assert (arq["hostname"], arq["device_rp_uuid"]) == (hosts[1], rps[1])
+    assert bind(pconf, db).sent == []  # no Nova event
+    bound = show(api, arq["uuid"])
+    assert bound["state"] == "Bound" and bound["attach_handle_info"]
+    assert allocations(placement, arq["consumer_uuid"]) == {rps[1]: {rc: 1}}
+    consumer = placement.get(f"/allocations/{arq['consumer_uuid']}").json()
+    assert (consumer["project_id"], consumer["user_id"]) == ("project-c", "user-project-c")
+    assert consumer["consumer_type"] == claim_allocations.CONSUMER_TYPE
+
+    assert api.simulate_delete(f"{ARQS}/{arq['uuid']}",
+                               headers=member("project-c")).status_code == 204
+    assert ClaimAllocationWorker(pconf, db).run_once() == 1
+    assert allocations(placement, arq["consumer_uuid"]) == {}
+    with db.read() as conn:
+        assert conn.execute(select(claim_consumers)).first() is None
+
+
+def test_placement_picks_the_host_and_one_consumer_holds_a_workload(placement, pconf, db,
+                                                                    api, tag):
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=2, handles=2)
+    profile(api, rc, tag, amount=2)
+    # Placement has the first host's provider full: only the second is a candidate.
+    other = str(uuidlib.uuid4())
+    resp = placement.put(f"/allocations/{other}", {
+        "allocations": {rps[0]: {"resources": {rc: 1}}}, "project_id": "p", "user_id": "u",
+        "consumer_generation": None, "consumer_type": "INSTANCE"})
+    assert resp.status_code == 204, resp.text
+    workload = str(uuidlib.uuid4())
+    result = claim(api, claim={}, consumer_uuid=workload)
+    assert result.status_code == 201, result.text
+    arqs = result.json["arqs"]
+    assert {(a["hostname"], a["device_rp_uuid"], a["consumer_uuid"]) for a in arqs} == {
+        (hosts[1], rps[1], workload)}
+    bind(pconf, db)
+    assert [show(api, a["uuid"])["state"] for a in arqs] == ["Bound", "Bound"]
+    assert allocations(placement, workload) == {rps[1]: {rc: 2}}
+    # One ARQ of the workload released: its part of the allocation goes, the other's stays.
+    assert api.simulate_delete(f"{ARQS}/{arqs[0]['uuid']}",
+                               headers=member("project-c")).status_code == 204
+    ClaimAllocationWorker(pconf, db).run_once()
+    assert allocations(placement, workload) == {rps[1]: {rc: 1}}
+    # No candidate left anywhere (Placement's view): 409 naming why, nothing created.
+    result = claim(api, claim={})
+    assert result.status_code == 409, result.text
+    assert "Placement offers no candidate" in fault(result)
+
+
+def test_placement_refusing_the_allocation_fails_the_bind(placement, pconf, db, api, tag):
+    """Placement filled between the claim and its bind (Nova scheduled onto it): the bind's
+    allocation is refused, the claim ends BindFailed saying so, no handle taken."""
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1)
+    profile(api, rc, tag)
+    [arq] = claim(api, claim={"hostname": hosts[0]}).json["arqs"]
+    instance = str(uuidlib.uuid4())
+    assert placement.put(f"/allocations/{instance}", {
+        "allocations": {rps[0]: {"resources": {rc: 1}}}, "project_id": "p", "user_id": "u",
+        "consumer_generation": None, "consumer_type": "INSTANCE"}).status_code == 204
+    bind(pconf, db)
+    failed = api.simulate_get(f"{ARQS}/{arq['uuid']}", headers={**ADMIN, **version("2.8")}).json
+    assert failed["state"] == "BindFailed"
+    # Its owner reads that it failed; the reason names hardware, for administrators.
+    assert show(api, arq["uuid"])["state"] == "BindFailed"
+    assert failed["bind_failure_reason"].startswith(
+        f"Placement refused the allocation of consumer {arq['consumer_uuid']}")
+    assert allocations(placement, arq["consumer_uuid"]) == {}
+    assert allocations(placement, instance) == {rps[0]: {rc: 1}}  # Nova's left alone
+
+
+def test_release_survives_a_conductor_dying_mid_write(placement, pconf, db, api, tag,
+                                                      monkeypatch):
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1)
+    profile(api, rc, tag)
+    [arq] = claim(api, claim={"hostname": hosts[0]}).json["arqs"]
+    bind(pconf, db)
+    consumer = arq["consumer_uuid"]
+    assert allocations(placement, consumer) == {rps[0]: {rc: 1}}
+    assert api.simulate_delete(f"{ARQS}/{arq['uuid']}",
+                               headers=member("project-c")).status_code == 204
+
+    class Died(BaseException):
+        pass
+
+    def die(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise Died  # the process is gone after claiming the row, before writing Placement
+
+    with monkeypatch.context() as patched:
+        patched.setattr(claim_allocations, "write", die)
+        with pytest.raises(Died):
+            ClaimAllocationWorker(pconf, db).run_once()
+    assert allocations(placement, consumer) == {rps[0]: {rc: 1}}  # still there
+    # Its lease holds the row for now; once it lapses, another conductor takes it up.
+    assert ClaimAllocationWorker(pconf, db).run_once() == 0
+    with db.write() as conn:
+        conn.execute(update(claim_consumers).values(lease_expires_at=None))
+    assert ClaimAllocationWorker(pconf, db).run_once() == 1
+    assert allocations(placement, consumer) == {}
+
+
+def test_a_bind_dying_after_its_allocation_is_taken_up_once(placement, pconf, db, api, tag,
+                                                           monkeypatch):
+    """The conductor dies between writing the claim's allocation and its bind transaction:
+    the job's lease lapses, the next try writes the same allocation again (not twice) and
+    binds."""
+    from acceld.conductor import bind_target
+    from acceld.db.models import bind_jobs
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=2)
+    profile(api, rc, tag)
+    [arq] = claim(api, claim={"hostname": hosts[0]}).json["arqs"]
+
+    class Died(BaseException):
+        pass
+
+    def die(conn, target):  # type: ignore[no-untyped-def]
+        raise Died
+
+    with monkeypatch.context() as patched:
+        patched.setattr(bind_target, "check_and_take", die)
+        with pytest.raises(Died):
+            BindWorker(pconf, db).run_once()
+    assert allocations(placement, arq["consumer_uuid"]) == {rps[0]: {rc: 1}}
+    assert show(api, arq["uuid"])["state"] == "BindStarted"
+    with db.write() as conn:
+        conn.execute(update(bind_jobs).values(lease_expires_at=None))  # the lease lapsed
+    bind(pconf, db)
+    assert show(api, arq["uuid"])["state"] == "Bound"
+    assert allocations(placement, arq["consumer_uuid"]) == {rps[0]: {rc: 1}}
