@@ -9,7 +9,6 @@ deployable, one accelerator, either GPU's handle.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
