@@ -18,7 +18,8 @@ from sqlalchemy import insert, select, update
 from acceld.api.app import build_app
 from acceld.conductor.placement_sync import PlacementSync
 from acceld.db.engine import Database
-from acceld.db.models import accelerator_requests, attach_handles, device_profiles, utcnow
+from acceld.db.models import (accelerator_requests, agents, attach_handles, device_profiles,
+                               devices, utcnow)
 from acceld.db.placement_flags import provider_uuid
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, version
@@ -253,3 +254,70 @@ def test_host_without_a_compute_node_in_placement(placement, pconf, db, api, tag
     assert codes == ["placement_drift"]
     assert provider(body, acc["rp"])["reasons"][0]["message"].startswith(
         "acceld has not written this provider to Placement yet")
+
+
+def _synced_reason(placement, pconf, db, api, tag, change, code: str) -> dict:
+    """A two-host fleet, a ``change`` to the first host's rows, the sync run: acceld names
+    ``code`` for that host's provider and Placement, which the sync reserved, offers only
+    the other host."""
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag)
+    with db.write() as conn:
+        change(conn, hosts[0], accs[0])
+    result = PlacementSync(pconf, db).sync_once()
+    assert not result.failed, result
+    profile(api, rc, trait)
+    body = explain(api)
+    entry = provider(body, accs[0]["rp"])
+    assert [r["code"] for r in entry["reasons"]] == [code], entry
+    assert entry["placement"] == "not_offered"
+    assert [c["rp_uuid"] for c in body["groups"][0]["placement"]["candidates"]] == [
+        accs[1]["rp"]]
+    assert body["verdict"] == f"satisfiable on 1 host: {hosts[1]}"
+    inv = placement.get(f"/resource_providers/{accs[0]['rp']}/inventories").json()
+    assert inv["inventories"][rc]["reserved"] == 1  # the sync withdrew it from Placement
+    return entry
+
+
+def test_quarantined_device_reserved_in_placement(placement, pconf, db, api, tag):
+    def quarantine(conn, host, acc) -> None:  # type: ignore[no-untyped-def]
+        conn.execute(update(devices).where(devices.c.id == acc["device"]["id"]).values(
+            quarantined=True, quarantined_at=utcnow(), health="unhealthy",
+            health_reason="XID 79: fallen off the bus"))
+
+    entry = _synced_reason(placement, pconf, db, api, tag, quarantine, "quarantined")
+    assert "XID 79: fallen off the bus" in entry["reasons"][0]["message"]
+
+
+def test_agent_down_reserved_in_placement(placement, pconf, db, api, tag):
+    def down(conn, host, acc) -> None:  # type: ignore[no-untyped-def]
+        conn.execute(insert(agents).values(hostname=host, endpoint="127.0.0.1:1",
+                                           state="down", last_seen_at=utcnow()))
+
+    assert pconf.conductor.reserve_devices_of_down_agents  # the default
+    entry = _synced_reason(placement, pconf, db, api, tag, down, "agent_down")
+    assert "is down, last heard from" in entry["reasons"][0]["message"]
+
+
+def test_setup_required_reserved_in_placement(placement, pconf, db, api, tag):
+    def not_ready(conn, host, acc) -> None:  # type: ignore[no-untyped-def]
+        conn.execute(update(devices).where(devices.c.id == acc["device"]["id"]).values(
+            acc_status="setup_required", status_reason="vfio-pci not bound"))
+
+    entry = _synced_reason(placement, pconf, db, api, tag, not_ready, "not_ready")
+    assert "setup_required: vfio-pci not bound" in entry["reasons"][0]["message"]
+
+
+def test_a_project_over_its_quota_with_placement_offering(placement, pconf, db, api, tag):
+    """Placement offers every provider; the project's ARQ limit alone refuses."""
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag, hosts=1)
+    pconf.set_override("arqs_per_project", 1, group="quota")
+    profile(api, rc, trait)
+    created = api.simulate_post("/accelerator/v2/accelerator_requests",
+                                headers={**ADMIN, "X-Project-Id": "quota-p"},
+                                json={"device_profile_name": "dp"})
+    assert created.status_code == 201, created.text
+    body = explain(api, project_id="quota-p")
+    assert body["satisfiable"] is False
+    assert body["verdict"].startswith("not satisfiable for project quota-p: Quota exceeded")
+    assert [c["rp_uuid"] for c in body["groups"][0]["placement"]["candidates"]] == [
+        accs[0]["rp"]]
