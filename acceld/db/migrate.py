@@ -209,9 +209,10 @@ def newer_migrations(db: Database) -> tuple[str | None, list[Migration] | None]:
 
 
 def check_current(db: Database) -> list[Migration]:
-    """Return [] at head, or the newer release's migrations when the schema is ahead of
-    this code only by expand migrations (the rolling-upgrade window: this release's
-    services run on it; callers log it). Raise :class:`SchemaNotCurrent` otherwise: a
+    """Return [] at head or behind it only by contract migrations (expanded: the code of
+    this release reads both schemas), or the newer release's migrations when the schema is
+    ahead of this code only by expand migrations (the rolling-upgrade window: this
+    release's services run on it; callers log it). Raise :class:`SchemaNotCurrent` otherwise: a
     schema behind this code (it would misread it), one a newer release contracted (it
     dropped or changed what this code uses), or a revision this code cannot place."""
     current, head = current_revision(db), head_revision()
@@ -220,7 +221,11 @@ def check_current(db: Database) -> list[Migration]:
     where = f"The database schema is at revision {current or '(none: empty database)'}"
     current, newer = newer_migrations(db)
     if newer == []:
-        raise SchemaNotCurrent(f"{where}, not {head}: run `acceld db upgrade`.")
+        todo = pending(db)
+        if todo and all(m.phase == CONTRACT for m in todo):
+            return []  # expanded: this release's code reads it (acceld db version says so)
+        raise SchemaNotCurrent(f"{where}, not {head}: run `acceld db upgrade`"
+                               f"{' --expand' if any(m.phase == CONTRACT for m in todo) else ''}.")
     if newer is None:
         raise SchemaNotCurrent(
             f"{where}, not {head}, and not one of this release's migrations; nothing "
