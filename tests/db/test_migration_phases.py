@@ -159,3 +159,30 @@ def test_the_upgrade_command_by_phase(tmp_path) -> None:
     both = _cli("db", "upgrade", "--expand", "--contract", "--state-path", state)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
     db.dispose()
+
+
+def test_the_services_start_on_an_expanded_schema_and_not_on_a_contracted_one(
+        tmp_path, caplog) -> None:
+    # This release's API gate and conductor as the previous release of a later one.
+    import logging
+
+    from acceld.conductor import service
+    from acceld.services.schema_gate import check_schema
+    from tests.conftest import make_conf
+
+    db = Database(f"sqlite:///{tmp_path / 'acceld.sqlite'}")
+    conf = make_conf(str(tmp_path))
+    later = write_release(tmp_path, [EXPAND_WIDGETS, CONTRACT_DROP])
+    with later_release(later):
+        migrate.upgrade(db, phase=migrate.EXPAND)
+    with caplog.at_level(logging.WARNING):
+        check_schema(conf)  # the API starts, saying why
+    assert any("ahead of this release" in r.getMessage() and "9001_expand" in r.getMessage()
+               for r in caplog.records)
+    with later_release(later):
+        migrate.upgrade(db, phase=migrate.CONTRACT)
+    with pytest.raises(migrate.SchemaNotCurrent, match="contracted by a newer release"):
+        check_schema(conf)
+    with pytest.raises(SystemExit, match="acceld conductor: .*contracted by a newer release"):
+        service.run(conf)
+    db.dispose()
