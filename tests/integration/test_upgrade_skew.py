@@ -7,9 +7,12 @@ temporary directory and run from there (PYTHONPATH, the same virtualenv). The te
 the documented order: the database is made by the previous release; its API and agent
 start; this release's ``acceld db upgrade --expand`` runs under them; this release's
 conductor starts; an ARQ is bound through the previous release's API, on the previous
-release's agent (a 1.0 hello, attach calls without fencing tokens); ``acceld-status
-upgrade check`` passes with a warning naming the agent still to upgrade. Skipped, saying
-why, where git or the commit is not available. Bounded: every wait has a deadline."""
+release's agent (a 1.0 hello); a second node, half through step 4, runs this release's
+agent with a driver process of the previous release (a 1.0 driver hello), and an ARQ is
+bound on its device; ``acceld-status upgrade check`` passes with a warning naming the agent
+still to upgrade, and without one once it is upgraded (its ARQ still Bound). Skipped,
+saying why, where git or the commit is not available. Bounded: every wait has a
+deadline."""
 
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -32,7 +34,7 @@ from tests.helpers import ADMIN, SERVICE
 from tests.support.chaos import AcceldProcess, HttpApi, wait_until, write_conf
 from tests.support.net import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(60)]
 
 PREVIOUS = "f96c44cfd869be17e74e8b996113af7b2f38ff7e"  # schema 0011, internal API 1.0
 PREVIOUS_HEAD = "0011_node_key_generations"
@@ -74,7 +76,8 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path) -> No
     state = tmp_path / "state"
     ensure_secret_file(str(state))
     db_url = f"sqlite:///{state / 'acceld.sqlite'}"
-    ports = {name: free_port() for name in ("conductor", "agent", "api")}
+    ports = {name: free_port() for name in ("conductor", "agent", "api", "agent-2",
+                                            "driver-2")}
     conductor_url = f"http://127.0.0.1:{ports['conductor']}"
     conf = write_conf(tmp_path / "acceld.conf", {
         "DEFAULT": {"state_path": state, "host": "skew-1"},
@@ -84,6 +87,15 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path) -> No
         "agent": {"port": ports["agent"], "heartbeat_interval": 1, "discovery_interval": 2,
                   "enabled_drivers": "fake"},
         "api": {"port": ports["api"], "workers": 1},
+    })
+    # Node skew-2: no driver in its agent, one fake QAT in a driver process.
+    conf_2 = write_conf(tmp_path / "skew-2.conf", {
+        "DEFAULT": {"state_path": state, "host": "skew-2"},
+        "database": {"connection": db_url},
+        "conductor": {"url": conductor_url},
+        "agent": {"port": ports["agent-2"], "heartbeat_interval": 1,
+                  "discovery_interval": 2, "enabled_drivers": ""},
+        "fake_driver": {"devices": "QAT", "state_dir": tmp_path / "skew-2-fake"},
     })
 
     def cli(*args: str, env: dict[str, str] | None = None,
@@ -100,7 +112,16 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path) -> No
                               ports["agent"], env=old_env, cwd=runs)
     conductor = AcceldProcess("conductor", ["conductor", "--config-file", conf], tmp_path,
                               ports["conductor"], cwd=runs)
-    processes = [old_api, old_agent, conductor]
+    agent_2 = AcceldProcess("agent-2", ["agent", "--config-file", conf_2], tmp_path,
+                            ports["agent-2"], cwd=runs)
+    old_driver_2 = AcceldProcess(
+        "old-driver-2", ["driver", "fake", "--config-file", conf_2, "--port",
+                         str(ports["driver-2"]), "--agent-url",
+                         f"http://127.0.0.1:{ports['agent-2']}"],
+        tmp_path, ports["driver-2"], env=old_env, cwd=runs)
+    new_agent = AcceldProcess("new-agent", ["agent", "--config-file", conf], tmp_path,
+                              ports["agent"], cwd=runs)
+    processes = [old_api, old_agent, conductor, agent_2, old_driver_2, new_agent]
     api = HttpApi(f"http://127.0.0.1:{ports['api']}")
     db = Database(db_url)
 
@@ -118,41 +139,47 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path) -> No
         assert migrate.current_revision(db) == migrate.head_revision() != PREVIOUS_HEAD
         # Step 2: this release's conductor; the agent of the previous release says hello.
         conductor.start()
-        rp_uuid = wait_until(lambda: _rp_uuid(db), 30, "the old agent's inventory",
-                             explain)
+        rp_uuid = wait_until(lambda: _rp_uuid(db, "skew-1"), 30,
+                             "the old agent's inventory", explain)
         # Through the previous release's API, on the expanded schema: a bind.
-        made = api.simulate_post(f"{URL}/device_profiles", headers=ADMIN,
-                                 json=[{"name": "skew", "groups": [{"resources:FPGA": "1"}]}])
-        assert made.status_code == 201, made.text
-        created = api.simulate_post(f"{URL}/accelerator_requests", headers=ADMIN,
-                                    json={"device_profile_name": "skew"})
-        assert created.status_code == 201, created.text
-        (arq,) = created.json["arqs"]
-        bound = api.simulate_patch(f"{URL}/accelerator_requests", headers=SERVICE, json={
-            arq["uuid"]: [{"op": "add", "path": "/hostname", "value": "skew-1"},
-                          {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
-                          {"op": "add", "path": "/instance_uuid",
-                           "value": str(uuid.uuid4())}]})
-        assert bound.status_code == 202, bound.text
-
-        def state() -> str | None:
-            got = api.simulate_get(f"{URL}/accelerator_requests/{arq['uuid']}",
-                                   headers=ADMIN)
-            assert got.status_code == 200, got.text
-            return got.json["state"] if got.json["state"] in ("Bound", "BindFailed") else None
-
-        assert wait_until(state, 30, "the bind", explain) == "Bound", explain()
-        got = api.simulate_get(f"{URL}/accelerator_requests/{arq['uuid']}", headers=ADMIN)
-        assert got.json["attach_handle_type"] == "TEST_PCI", got.text
+        for name, resource in (("fpga", "FPGA"), ("qat", "CUSTOM_QAT")):
+            made = api.simulate_post(f"{URL}/device_profiles", headers=ADMIN, json=[
+                {"name": name, "groups": [{f"resources:{resource}": "1"}]}])
+            assert made.status_code == 201, made.text
+        arq = _bind(api, "fpga", "skew-1", rp_uuid, explain)
+        # Step 4 on node skew-2: its agent upgraded, its driver process not yet.
+        old_driver_2.launch()
+        agent_2.start()
+        old_driver_2.wait_ready()
+        rp_uuid_2 = wait_until(lambda: _rp_uuid(db, "skew-2"), 30,
+                               "the old driver process's device, through the new agent",
+                               explain)
+        arq_2 = _bind(api, "qat", "skew-2", rp_uuid_2, explain)
         # The check passes in the window, with a warning naming the agent left to upgrade.
-        check = subprocess.run([str(STATUS), "--config-file", conf, "upgrade", "check"],
-                               cwd=runs, capture_output=True, text=True, timeout=60)
+        check = _upgrade_check(conf, runs)
         flat = " ".join(part.strip(" |") for part in check.stdout.splitlines())
         assert check.returncode == 1, check.stdout + check.stderr
-        assert "still at the previous release" in flat and "skew-1" in flat, flat
+        assert "1 agent(s) at" in flat and "still at the previous release" in flat, flat
+        assert "skew-1" in flat and "skew-2" not in flat, flat
         assert "(internal API 1.0)" in flat, flat
         assert "Result: Failure" not in flat, flat
-        assert old_api.proc.poll() is None and old_agent.proc.poll() is None, explain()
+        assert all(p.proc.poll() is None for p in (old_api, old_agent, old_driver_2)), \
+            explain()
+        # skew-1's agent upgraded: its ARQ stays Bound, and nothing is left to warn of.
+        old_agent.stop()
+        new_agent.start()
+        last: list[subprocess.CompletedProcess] = []
+
+        def passes() -> bool:  # once the upgraded agent is up and answers 1.1
+            last[:] = [_upgrade_check(conf, runs)]
+            return last[0].returncode == 0
+
+        wait_until(passes, 30, "the upgrade check to pass after step 4",
+                   lambda: last[0].stdout + explain() if last else explain())
+        for bound in (arq, arq_2):
+            got = api.simulate_get(f"{URL}/accelerator_requests/{bound['uuid']}",
+                                   headers=ADMIN)
+            assert got.json["state"] == "Bound", got.text
     finally:
         api.close()
         for process in processes:
@@ -160,6 +187,34 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path) -> No
         db.dispose()
 
 
-def _rp_uuid(db: Database) -> str | None:
+def _rp_uuid(db: Database, host: str) -> str | None:
     with db.read() as conn:
-        return conn.execute(select(deployables.c.rp_uuid)).scalars().first()
+        return conn.execute(select(deployables.c.rp_uuid).where(
+            deployables.c.name.startswith(f"{host}_", autoescape=True))).scalars().first()
+
+
+def _bind(api: HttpApi, profile: str, host: str, rp_uuid: str, explain) -> dict:  # type: ignore[no-untyped-def]
+    """An ARQ of ``profile`` bound to ``rp_uuid`` on ``host`` (as Nova asks), once Bound."""
+    created = api.simulate_post(f"{URL}/accelerator_requests", headers=ADMIN,
+                                json={"device_profile_name": profile})
+    assert created.status_code == 201, created.text
+    (arq,) = created.json["arqs"]
+    patched = api.simulate_patch(f"{URL}/accelerator_requests", headers=SERVICE, json={
+        arq["uuid"]: [{"op": "add", "path": "/hostname", "value": host},
+                      {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+                      {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]})
+    assert patched.status_code == 202, patched.text
+
+    def state() -> str | None:
+        got = api.simulate_get(f"{URL}/accelerator_requests/{arq['uuid']}", headers=ADMIN)
+        assert got.status_code == 200, got.text
+        return got.json["state"] if got.json["state"] in ("Bound", "BindFailed") else None
+
+    assert wait_until(state, 30, f"the bind on {host}", explain) == "Bound", explain()
+    return arq
+
+
+def _upgrade_check(conf: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(STATUS), "--config-file", conf, "upgrade", "check"],
+                          cwd=cwd, capture_output=True, text=True, timeout=60)
+
