@@ -46,8 +46,14 @@ def cmd_all(args: argparse.Namespace) -> int:
     except noauth_guard.InsecureNoauth as exc:
         print(f"acceld all: {exc}", file=sys.stderr)
         return 2
-    return allinone.run(conf, list(conf.config_file), list(conf.config_dir or []),
-                        base_port=args.port)
+    from acceld.db.migrate import UnknownRevision
+
+    try:
+        return allinone.run(conf, list(conf.config_file), list(conf.config_dir or []),
+                            base_port=args.port)
+    except UnknownRevision as exc:  # a newer release's database: nothing started
+        print(f"acceld all: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_api(args: argparse.Namespace) -> int:
@@ -89,6 +95,9 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
         print(f"acceld db upgrade: {exc}", file=sys.stderr)
         print(f"database at revision {migrate.current_revision(db)}")
         return 3
+    except migrate.UnknownRevision as exc:
+        print(f"acceld db upgrade: {exc}", file=sys.stderr)
+        return 4
     if applied:
         print(f"applied {len(applied)} migration(s): "
               + ", ".join(f"{m.revision} ({m.phase})" for m in applied))

@@ -72,6 +72,12 @@ def migrations() -> list[Migration]:
 class UnknownRevision(RuntimeError):
     """The database is at a revision this release's migrations do not contain."""
 
+    def __str__(self) -> str:
+        return (f"The database schema is at revision {self.args[0]}, which this release "
+                "does not have: a newer release upgraded it (`acceld db version` says "
+                "whether it only expanded the schema); run that release's `acceld db "
+                "upgrade`.")
+
 
 def pending(db: Database) -> list[Migration]:
     """The migrations an upgrade to head would apply, oldest first (UnknownRevision when
@@ -114,10 +120,7 @@ def upgrade(db: Database, revision: str = "head", phase: str | None = None
     earlier upgrade's contract was not run). CONTRACT: everything left, to head (run it
     once every service runs this release)."""
     if phase is None:
-        try:
-            todo = pending(db) if revision == "head" else []
-        except UnknownRevision:  # alembic's own error below names it
-            todo = []
+        todo = pending(db) if revision == "head" else []
         _upgrade(db, revision)
         return todo
     todo = pending(db)

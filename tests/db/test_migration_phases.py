@@ -186,3 +186,19 @@ def test_the_services_start_on_an_expanded_schema_and_not_on_a_contracted_one(
     with pytest.raises(SystemExit, match="acceld conductor: .*contracted by a newer release"):
         service.run(conf)
     db.dispose()
+
+
+def test_upgrading_a_newer_release_s_database_is_one_line(tmp_path) -> None:
+    state = str(tmp_path)
+    db = Database(f"sqlite:///{tmp_path / 'acceld.sqlite'}")
+    migrate.upgrade(db)
+    with db.write() as conn:  # as a newer release would leave it
+        conn.execute(text("UPDATE alembic_version SET version_num = '0999_newer'"))
+    for args in ([], ["--expand"], ["--contract"]):
+        done = _cli("db", "upgrade", *args, "--state-path", state)
+        assert done.returncode == 4, done.stderr
+        assert done.stderr.strip().splitlines() == [
+            "acceld db upgrade: The database schema is at revision 0999_newer, which this "
+            "release does not have: a newer release upgraded it (`acceld db version` says "
+            "whether it only expanded the schema); run that release's `acceld db upgrade`."]
+    db.dispose()
