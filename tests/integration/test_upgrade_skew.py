@@ -10,7 +10,8 @@ conductor starts; an ARQ is bound through the previous release's API, on the pre
 release's agent (a 1.0 hello); a second node, half through step 4, runs this release's
 agent with a driver process of the previous release (a 1.0 driver hello), and an ARQ is
 bound on its device; ``acceld-status upgrade check`` passes with a warning naming the agent
-still to upgrade, and without one once it is upgraded (its ARQ still Bound). Skipped,
+still to upgrade, and without one once it is upgraded (its ARQ still Bound). On SQLite,
+PostgreSQL and MariaDB (the servers skipped unless configured). Skipped,
 saying why, where git or the commit is not available. Bounded: every wait has a
 deadline."""
 
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from sqlalchemy import select
@@ -31,6 +33,7 @@ from acceld.db.engine import Database
 from acceld.db.models import deployables
 from acceld.services.secrets import ensure_secret_file
 from tests.helpers import ADMIN, SERVICE
+from tests.support.databases import create_server_database, drop_server_database
 from tests.support.chaos import AcceldProcess, HttpApi, wait_until, write_conf
 from tests.support.net import free_port
 
@@ -62,7 +65,21 @@ def previous_release(into: Path) -> Path:
     return into
 
 
-def test_the_previous_release_binds_through_this_conductor(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
+def empty_db_url(request, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """An empty database of its own (the previous release makes its schema)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'state' / 'acceld.sqlite'}"
+        return
+    url = create_server_database(request.param, migrated=False)
+    try:
+        yield url
+    finally:
+        drop_server_database(request.param, url)
+
+
+def test_the_previous_release_binds_through_this_conductor(tmp_path: Path,
+                                                          empty_db_url: str) -> None:
     old_tree = previous_release(tmp_path / "previous")
     # Run from a directory of its own: `python -m` puts the working directory first on
     # the path, which would otherwise be this checkout.
@@ -75,7 +92,7 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path) -> No
 
     state = tmp_path / "state"
     ensure_secret_file(str(state))
-    db_url = f"sqlite:///{state / 'acceld.sqlite'}"
+    db_url = empty_db_url
     ports = {name: free_port() for name in ("conductor", "agent", "api", "agent-2",
                                             "driver-2")}
     conductor_url = f"http://127.0.0.1:{ports['conductor']}"
