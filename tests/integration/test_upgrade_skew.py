@@ -7,7 +7,8 @@ temporary directory and run from there (PYTHONPATH, the same virtualenv). The te
 the documented order: the database is made by the previous release; its API and agent
 start; this release's ``acceld db upgrade --expand`` runs under them; this release's
 conductor starts; an ARQ is bound through the previous release's API, on the previous
-release's agent (a 1.0 hello); a second node, half through step 4, runs this release's
+release's agent (a 1.0 hello), with a conductor of the previous release (started before
+the expand) beside this release's, then with this release's alone; a second node, half through step 4, runs this release's
 agent with a driver process of the previous release (a 1.0 driver hello), and an ARQ is
 bound on its device; ``acceld-status upgrade check`` passes with a warning naming the agent
 still to upgrade, and without one once it is upgraded (its ARQ still Bound). On SQLite,
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import requests
 from sqlalchemy import select
 
 from acceld.db import migrate
@@ -93,18 +95,23 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path,
     state = tmp_path / "state"
     ensure_secret_file(str(state))
     db_url = empty_db_url
-    ports = {name: free_port() for name in ("conductor", "agent", "api", "agent-2",
-                                            "driver-2")}
-    conductor_url = f"http://127.0.0.1:{ports['conductor']}"
-    conf = write_conf(tmp_path / "acceld.conf", {
+    ports = {name: free_port() for name in ("conductor", "old-conductor", "agent", "api",
+                                            "agent-2", "driver-2")}
+    conductor_url = ",".join(f"http://127.0.0.1:{ports[name]}"
+                             for name in ("conductor", "old-conductor"))
+    sections: dict[str, dict[str, object]] = {
         "DEFAULT": {"state_path": state, "host": "skew-1"},
         "database": {"connection": db_url},
         "conductor": {"url": conductor_url, "port": ports["conductor"],
-                      "bind_poll_interval": 0.2, "agent_check_interval": 0.5},
+                      "bind_poll_interval": 0.2, "agent_check_interval": 0.5,
+                      "member_heartbeat_interval": 0.5, "member_dead_after": 3},
         "agent": {"port": ports["agent"], "heartbeat_interval": 1, "discovery_interval": 2,
                   "enabled_drivers": "fake"},
         "api": {"port": ports["api"], "workers": 1},
-    })
+    }
+    conf = write_conf(tmp_path / "acceld.conf", sections)
+    sections["conductor"] = {**sections["conductor"], "port": ports["old-conductor"]}
+    old_conf = write_conf(tmp_path / "old-conductor.conf", sections)
     # Node skew-2: no driver in its agent, one fake QAT in a driver process.
     conf_2 = write_conf(tmp_path / "skew-2.conf", {
         "DEFAULT": {"state_path": state, "host": "skew-2"},
@@ -127,6 +134,8 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path,
                             ports["api"], env=old_env, cwd=runs)
     old_agent = AcceldProcess("old-agent", ["agent", "--config-file", conf], tmp_path,
                               ports["agent"], env=old_env, cwd=runs)
+    old_conductor = AcceldProcess("old-conductor", ["conductor", "--config-file", old_conf],
+                                  tmp_path, ports["old-conductor"], env=old_env, cwd=runs)
     conductor = AcceldProcess("conductor", ["conductor", "--config-file", conf], tmp_path,
                               ports["conductor"], cwd=runs)
     agent_2 = AcceldProcess("agent-2", ["agent", "--config-file", conf_2], tmp_path,
@@ -138,7 +147,8 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path,
         tmp_path, ports["driver-2"], env=old_env, cwd=runs)
     new_agent = AcceldProcess("new-agent", ["agent", "--config-file", conf], tmp_path,
                               ports["agent"], cwd=runs)
-    processes = [old_api, old_agent, conductor, agent_2, old_driver_2, new_agent]
+    processes = [old_api, old_agent, old_conductor, conductor, agent_2, old_driver_2,
+                 new_agent]
     api = HttpApi(f"http://127.0.0.1:{ports['api']}")
     db = Database(db_url)
 
@@ -146,15 +156,16 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path,
         return "\n".join(f"---- {p.name} ----\n{p.log(3000)}" for p in processes)
 
     try:
-        old_api.launch()
-        old_agent.launch()
-        old_api.wait_ready()
-        old_agent.wait_ready()
+        for process in (old_conductor, old_api, old_agent):
+            process.launch()
+        for process in (old_conductor, old_api, old_agent):
+            process.wait_ready()
         # Step 1 of the upgrade, under the running services of the previous release.
         expanded = cli("db", "upgrade", "--expand", "--config-file", conf)
         assert expanded.returncode == 0, expanded.stdout + expanded.stderr
         assert migrate.current_revision(db) == migrate.head_revision() != PREVIOUS_HEAD
-        # Step 2: this release's conductor; the agent of the previous release says hello.
+        # Step 2: this release's conductor beside the previous release's (the hash ring
+        # shares the host between them); the agent of the previous release says hello.
         conductor.start()
         rp_uuid = wait_until(lambda: _rp_uuid(db, "skew-1"), 30,
                              "the old agent's inventory", explain)
@@ -164,6 +175,12 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path,
                 {"name": name, "groups": [{f"resources:{resource}": "1"}]}])
             assert made.status_code == 201, made.text
         arq = _bind(api, "fpga", "skew-1", rp_uuid, explain)
+        health = requests.get(f"http://127.0.0.1:{ports['old-conductor']}/healthcheck",
+                              timeout=10)
+        assert health.status_code == 200, health.text + explain()  # its database is fine
+        old_conductor.stop()  # step 2 done: every conductor at this release
+        # This release's conductor alone now: it binds on the previous release's agent.
+        arq_1b = _bind(api, "fpga", "skew-1", rp_uuid, explain)
         # Step 4 on node skew-2: its agent upgraded, its driver process not yet.
         old_driver_2.launch()
         agent_2.start()
@@ -193,7 +210,7 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path,
 
         wait_until(passes, 30, "the upgrade check to pass after step 4",
                    lambda: last[0].stdout + explain() if last else explain())
-        for bound in (arq, arq_2):
+        for bound in (arq, arq_1b, arq_2):
             got = api.simulate_get(f"{URL}/accelerator_requests/{bound['uuid']}",
                                    headers=ADMIN)
             assert got.json["state"] == "Bound", got.text
