@@ -47,8 +47,14 @@ def cmd_all(args: argparse.Namespace) -> int:
     except noauth_guard.InsecureNoauth as exc:
         print(f"acceld all: {exc}", file=sys.stderr)
         return 2
-    return allinone.run(conf, list(conf.config_file), list(conf.config_dir or []),
-                        base_port=args.port)
+    from acceld.db.migrate import UnknownRevision
+
+    try:
+        return allinone.run(conf, list(conf.config_file), list(conf.config_dir or []),
+                            base_port=args.port)
+    except UnknownRevision as exc:  # a newer release's database: nothing started
+        print(f"acceld all: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_api(args: argparse.Namespace) -> int:
@@ -83,8 +89,25 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     conf = _load(args)
     logs.setup(conf, "db")
     db = from_config(conf)
-    migrate.upgrade(db)
+    phase = migrate.EXPAND if args.expand else migrate.CONTRACT if args.contract else None
+    try:
+        applied = migrate.upgrade(db, phase=phase)
+    except migrate.ContractPending as exc:
+        print(f"acceld db upgrade: {exc}", file=sys.stderr)
+        print(f"database at revision {migrate.current_revision(db)}")
+        return 3
+    except migrate.UnknownRevision as exc:
+        print(f"acceld db upgrade: {exc}", file=sys.stderr)
+        return 4
+    if applied:
+        print(f"applied {len(applied)} migration(s): "
+              + ", ".join(f"{m.revision} ({m.phase})" for m in applied))
     print(f"database at revision {migrate.current_revision(db)}")
+    if phase == migrate.EXPAND:
+        left = migrate.pending(db)
+        if left:
+            print(f"contract migration(s) left: {', '.join(m.revision for m in left)}: run "
+                  "`acceld db upgrade --contract` once every service runs this release")
     return 0
 
 
@@ -161,8 +184,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("db", help="Database administration.")
     dbsub = p.add_subparsers(dest="db_command", required=True)
-    q = dbsub.add_parser("upgrade", help="Migrate the schema to the latest version (idempotent).")
+    q = dbsub.add_parser("upgrade", help="Migrate the schema to the latest version (idempotent): "
+                                         "expand and contract migrations both, or one phase "
+                                         "(docs/upgrades.md).")
     _common(q)
+    phase = q.add_mutually_exclusive_group()
+    phase.add_argument("--expand", action="store_true",
+                       help="Apply only the expand migrations (they only add; safe while "
+                            "services of the previous release run), up to the first contract "
+                            "migration.")
+    phase.add_argument("--contract", action="store_true",
+                       help="Apply every migration left (contract ones drop or change what "
+                            "the previous release used): once every service is upgraded.")
     q.set_defaults(func=cmd_db_upgrade)
     q = dbsub.add_parser("import-cyborg", help="Import a stopped upstream Cyborg 17's database "
                                                "into acceld's [database] (empty), keeping every "
@@ -177,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     q = dbsub.add_parser("version", help="Print the database's schema revision and this "
                                          "release's (head); exit status 0: up to date, 3: "
                                          "`acceld db upgrade` needed, 4: a revision this "
-                                         "release does not know (a newer release's).")
+                                         "release does not know (a newer release's), "
+                                         "5: expanded, contract migrations left.")
     _common(q)
     q.set_defaults(func=cmd_db_version)
 

@@ -19,6 +19,7 @@ import orjson
 import requests
 
 from acceld.clients.internal import InternalClient, InternalError, tls_verify
+from acceld.internal import versions
 from acceld.internal.auth import Signer
 
 LOG = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ class HelloLoop:
         self._last_error: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"hello-{peer}", daemon=True)
         self.beats = 0
+        # The internal API version: offered in each hello, left out for a peer of the
+        # previous release that refuses it (acceld.internal.versions).
+        self.speaker = versions.Speaker(peer)
 
     @classmethod
     def to_peer(cls, conf, signer: Signer | bytes, url: str,  # type: ignore[no-untyped-def]
@@ -100,14 +104,18 @@ class HelloLoop:
 
     def once(self) -> bool:
         """One hello now; True if the peer accepted it."""
+        body = self.speaker.body(self.body())
         try:
-            self.client.call("POST", "/hello", self.body())
+            answer = self.client.call("POST", "/hello", body)
         except InternalError as exc:
+            if self.speaker.refused(exc.status, exc.message, body):
+                return self.once()  # now without the version field
             self._report(f"{self.peer} answered {exc.status}: {exc.message}")
             return exc.status < 500  # a 4xx hello was still heard (a refused record)
         except requests.RequestException as exc:
             self._report(f"{self.peer} unreachable: {exc.__class__.__name__}: {exc}")
             return False
+        self.speaker.answered(body, answer)
         if self._last_error is not None:
             LOG.info("Hello to %s accepted again", self.peer)
         self._last_error = None

@@ -37,6 +37,7 @@ from acceld.internal.server import (Handler, InternalServer, advertised_endpoint
                                     respond, serve)
 from acceld.services.lifecycle import (catch_hup_early, repeat_until_stopped,
                                       run_until_signalled, start_stamp)
+from acceld.internal import versions
 from acceld.internal.auth import NodeKeys, Signer, agent_destination, driver_destination
 from acceld.jsonschemas import strict_validator
 from acceld.metrics import record as metrics
@@ -58,6 +59,8 @@ DRIVER_HELLO = strict_validator({
         "type": {"type": "string", "maxLength": 30},
         "name": {"type": "string", "maxLength": 100},
         "hardware_digest": {"type": ["string", "null"], "maxLength": 64},
+        # The internal API version the driver process speaks; none: 1.0.
+        "api_version": versions.SCHEMA,
     },
 })
 
@@ -237,6 +240,10 @@ class Agent:
         error = next(iter(DRIVER_HELLO.iter_errors(body)), None)
         if error is not None:
             raise falcon.HTTPBadRequest(description=f"Invalid driver hello: {error.message}")
+        try:
+            agreed = versions.agree(body)
+        except versions.Unsupported as exc:
+            raise falcon.HTTPBadRequest(description=str(exc)) from None
         endpoint = body["endpoint"]
         with self._lock:
             ext = self.external.get(endpoint)
@@ -250,7 +257,8 @@ class Agent:
                 body.get("hardware_digest") != ext.digest
         if stale:
             self.pull_external(ext)
-        respond(resp, {"status": "OK", "heartbeat_interval": self.conf.agent.heartbeat_interval})
+        respond(resp, versions.answer(body, agreed, {
+            "status": "OK", "heartbeat_interval": self.conf.agent.heartbeat_interval}))
 
     def on_discovery(self, req: falcon.Request, resp: falcon.Response) -> None:
         self.discover_in_background()

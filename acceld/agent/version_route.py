@@ -7,12 +7,14 @@ from typing import Any
 
 import falcon
 
+from acceld.internal import versions
 from acceld.internal.server import respond
 from acceld.version import VERSION
 
 
 def agent_routes(agent: Any) -> dict[str, dict[str, Any]]:
     def on_version(req: falcon.Request, resp: falcon.Response) -> None:
-        respond(resp, {"version": VERSION})
+        # api_version from 1.1 on: an agent of 1.0 answers only its release.
+        respond(resp, {"version": VERSION, versions.FIELD: versions.text(versions.CURRENT)})
 
     return {"/version": {"GET": on_version}}

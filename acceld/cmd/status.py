@@ -1,10 +1,12 @@
 """``acceld-status upgrade check`` (oslo.upgradecheck), run on a controller before and
 after an upgrade, as ``nova-status`` and ``cyborg-status`` are.
 
-Checks: the database schema is at this code's head; the policy file parses, refers
-to no undefined rule and uses no deprecated rule; Placement answers at the
-microversion acceld pins; no agent runs an older acceld than this installation
-(the conductor's); every Bound ARQ holds its attach handle (acceld.cmd.arqs_check).
+Checks: the database schema is at this code's head (a warning while contract migrations
+are left, or while it is ahead of this code by a newer release's expand migrations); the
+policy file parses, refers to no undefined rule and uses no deprecated rule; Placement
+answers at the microversion acceld pins; every agent that is up speaks an internal API
+this installation serves (a warning naming those of the previous release: the rolling-
+upgrade window); every Bound ARQ holds its attach handle (acceld.cmd.arqs_check).
 Exit status as oslo.upgradecheck defines it: 0 success,
 1 warning, 2 failure, 255 the check itself failed.
 """
@@ -44,13 +46,22 @@ class Checks(upgradecheck.UpgradeCommands):
 
         db = _database()
         try:
-            migrate.check_current(db)
+            newer = migrate.check_current(db)
+            left = [] if newer else migrate.pending(db)
         except migrate.SchemaNotCurrent as exc:
             return Result(Code.FAILURE, str(exc))
         except DBAPIError as exc:
             return _unreachable(exc.orig or exc)
         finally:
             db.dispose()
+        if newer:  # this installation is the older one: the window, seen from N-1
+            return Result(Code.WARNING, migrate.ahead_warning(newer))
+        if left:  # only contract migrations (check_current refuses anything else)
+            return Result(Code.WARNING, (
+                f"Expanded; contract migration(s) left: "
+                f"{', '.join(m.revision for m in left)}. Run `acceld db upgrade "
+                "--contract` once every service (agents and driver processes included) "
+                "runs this release."))
         return Result(Code.SUCCESS, f"At revision {migrate.head_revision()}.")
 
     def _check_policy(self) -> Result:

@@ -53,6 +53,7 @@ from acceld.db import agents as agents_db
 from acceld.db import conductors as conductors_db
 from acceld.db.engine import Database
 from acceld.db.retry import retry_on_deadlock
+from acceld.internal import versions
 from acceld.internal.auth import Signer, node_key
 from acceld.internal.server import caller_node, json_body, respond
 from acceld.jsonschemas import strict_validator
@@ -76,6 +77,8 @@ HELLO_SCHEMA = strict_validator({
         "discovery": {"type": "integer", "minimum": 0, "maximum": 2 ** 62},
         "drivers": {"type": "array", "items": {"type": "string", "maxLength": 100}},
         "type": {"type": "string"},
+        # The internal API version the agent speaks (acceld.internal.versions); none: 1.0.
+        "api_version": versions.SCHEMA,
     },
 })
 
@@ -151,6 +154,10 @@ class AgentsComponent:
             where = "/".join(str(p) for p in error.absolute_path)
             raise falcon.HTTPBadRequest(
                 description=f"Invalid hello{f' at {where!r}' if where else ''}: {error.message}")
+        try:
+            agreed = versions.agree(body)
+        except versions.Unsupported as exc:
+            raise falcon.HTTPBadRequest(description=str(exc)) from None
         endpoint = body["endpoint"]
         hostname = self._speaker(req, body.get("hostname"))
         interval = body.get("heartbeat_interval", self.conf.agent.heartbeat_interval)
@@ -159,19 +166,23 @@ class AgentsComponent:
         self._check_endpoint(hostname, endpoint, req.remote_addr)
         if (self.liveness.unchanged(hostname, endpoint, interval, digest, discovery)
                 or self.liveness.recall(hostname, endpoint, interval, digest, discovery)):
-            respond(resp, {"status": "OK", "hostname": hostname, "pulled": False,
-                           "heartbeat_interval": interval})
+            respond(resp, versions.answer(body, agreed, {
+                "status": "OK", "hostname": hostname, "pulled": False,
+                "heartbeat_interval": interval}))
             return
         received = time.monotonic()  # a flush revives a host only for a hello after its mark
         try:
-            self._full_hello(resp, hostname, endpoint, interval, digest, discovery)
+            pulled = self._full_hello(hostname, endpoint, interval, digest, discovery)
+            respond(resp, versions.answer(body, agreed, {
+                "status": "OK", "hostname": hostname, "pulled": pulled,
+                "heartbeat_interval": interval}))
         finally:
             self.liveness.learn(hostname, received)
 
-    def _full_hello(self, resp: falcon.Response, hostname: str, endpoint: str, interval: int,
-                    digest: str | None, discovery: int | None) -> None:
+    def _full_hello(self, hostname: str, endpoint: str, interval: int,
+                    digest: str | None, discovery: int | None) -> bool:
         """A hello that changes something (or from a host not remembered): recorded in its
-        own transaction, hardware pulled when the digest differs."""
+        own transaction, hardware pulled when the digest differs; whether it was."""
         beat = self._heartbeat(hostname, endpoint, interval, discovery, digest)
         if beat.new:
             LOG.info("Agent of host %s registered from %s", hostname, endpoint)
@@ -181,8 +192,7 @@ class AgentsComponent:
         pulled = False
         if digest is None or digest != beat.stored_digest:
             pulled = self.pull(hostname, endpoint, counted=beat.new_discovery)
-        respond(resp, {"status": "OK", "hostname": hostname, "pulled": pulled,
-                       "heartbeat_interval": interval})
+        return pulled
 
     @staticmethod
     def _speaker(req: falcon.Request, named: str | None) -> str:

@@ -226,8 +226,12 @@ def run(conf: cfg.ConfigOpts) -> None:
 
     catch_hup_early()
     db = from_config(conf)
-    if migrate.current_revision(db) != migrate.head_revision():
-        raise SystemExit("The database schema is not current: run `acceld db upgrade`.")
+    try:
+        newer = migrate.check_current(db)  # a schema a newer release expanded is fine
+    except migrate.SchemaNotCurrent as exc:
+        raise SystemExit(f"acceld conductor: {exc}") from None
+    if newer:
+        LOG.warning("%s", migrate.ahead_warning(newer))
     conductor = build(conf, db)
     serve_metrics(conf, "conductor")
     conductor.start()

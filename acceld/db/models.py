@@ -372,6 +372,17 @@ class PlacementSync(Base):
     updated_at: Mapped[dt.datetime | None] = mapped_column(Timestamp, onupdate=utcnow)
 
 
+class SchemaMigration(Base):
+    """Each migration applied, with its phase: lets a service of the previous release,
+    which does not have the newer migrations' files, tell an expanded schema (which it
+    can run on) from a contracted one (acceld.db.migrate.check_current)."""
+
+    __tablename__ = "schema_migrations"
+    revision: Mapped[str] = mapped_column(String(64), primary_key=True)
+    phase: Mapped[str] = mapped_column(String(8), nullable=False)
+    applied_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
+
+
 devices = Device.__table__
 device_events = DeviceEvent.__table__
 controlpath_ids = ControlpathId.__table__
@@ -389,3 +400,4 @@ conductors = Conductor.__table__
 internal_nonces = InternalNonce.__table__
 node_key_generations = NodeKeyGeneration.__table__
 placement_sync = PlacementSync.__table__
+schema_migrations = SchemaMigration.__table__

@@ -26,11 +26,14 @@ from acceld.db.models import bind_jobs, deployables, handle_releases
 class AcceldProcess:
     """One acceld service process (its own session), its output in ``<dir>/<name>.log``."""
 
-    def __init__(self, name: str, argv: list[str], log_dir: Path, port: int) -> None:
+    def __init__(self, name: str, argv: list[str], log_dir: Path, port: int, *,
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
         self.name = name
         self.argv = [sys.executable, "-m", "acceld.cli", *argv]
         self.log_path = Path(log_dir) / f"{name}.log"
         self.port = port
+        self.env = env  # None: this process's; the skew test runs an earlier release
+        self.cwd = cwd
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -48,7 +51,7 @@ class AcceldProcess:
             log.write(f"==== start {time.strftime('%H:%M:%S')} ====\n".encode())
             log.flush()
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log,
-                                         start_new_session=True)
+                                         start_new_session=True, env=self.env, cwd=self.cwd)
         return self
 
     def wait_ready(self, timeout: float = 45.0) -> "AcceldProcess":

@@ -42,12 +42,15 @@ def test_the_command_before_between_and_after_upgrades(tmp_path):
     behind = run_cli("db", "version", "--state-path", state)
     assert behind.returncode == 3
     pending = [rev.revision for rev in reversed(list(
-        db_version.ScriptDirectory.from_config(migrate.alembic_config())
-        .iterate_revisions(head, "0009_conductor_heard_through")))]
+        migrate.scripts().iterate_revisions(head, "0009_conductor_heard_through")))]
     assert behind.stdout.splitlines() == [
         "current: 0009_conductor_heard_through", f"head:    {head}",
         f"upgrade needed: run `acceld db upgrade` ({len(pending)} migration(s): "
-        f"{', '.join(pending)})"]
+        f"{', '.join(pending)})",
+        f"expand:   {', '.join(pending)} (`acceld db upgrade --expand`: safe while the "
+        "previous release runs)",
+        "contract: none (`acceld db upgrade --contract`: once every service runs this "
+        "release)"]
     assert pending[0] == "0010_fencing_tokens" and pending[-1] == head
 
     assert run_cli("db", "upgrade", "--state-path", state).returncode == 0

@@ -3,9 +3,11 @@ old database, and each check's findings."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from oslo_config import cfg
@@ -22,10 +24,13 @@ from acceld.db import migrate
 from acceld.db.engine import Database
 from acceld.drivers.fake import FakeDriver
 from acceld.internal import auth
-from acceld.internal.server import serve
+from acceld.internal.server import respond, serve
 from acceld.services.secrets import ensure_secret_file
 from tests.conftest import make_conf
 from tests.support.net import free_port
+from tests.support.releases import CONTRACT_DROP, EXPAND_WIDGETS, later_release, write_release
+
+RECORDED = Path(__file__).parents[1] / "fixtures" / "internal_api_1.0"
 
 STATUS = Path(sys.executable).with_name("acceld-status")
 
@@ -154,15 +159,98 @@ def agent_setup(tmp_path, sqlite_db):  # type: ignore[no-untyped-def]
     agent.server.stop()
 
 
-def test_agents_at_this_version_pass_and_older_ones_fail(agent_setup, monkeypatch) -> None:
+def test_agents_at_this_version_pass_and_an_older_release_is_the_window(
+        agent_setup, monkeypatch) -> None:
     conf, db = agent_setup
     result = check_agents(conf)
     assert (result.code, result.details) == (
         Code.SUCCESS, f"All 1 agent(s) run acceld {agents_check.VERSION} or newer.")
     monkeypatch.setattr(agents_check, "VERSION", "999.0")  # this side upgraded first
     result = check_agents(conf)
-    assert result.code == Code.FAILURE
-    assert result.details.startswith("Agents older than this acceld 999.0: node1 (")
+    assert result.code == Code.WARNING  # it speaks this internal API: served
+    assert "still at the previous release, served during the rolling upgrade: node1 (" \
+        in result.details
+    assert "what remains: upgrade acceld-agent" in result.details
+
+
+def _agent_answering(conf, db, tmp_path, answer) -> Any:  # type: ignore[no-untyped-def]
+    """An agent (node2) whose GET /version answers ``answer`` (a dict; None: no route,
+    as before the route existed)."""
+    keys = Agent(conf, "node2", drivers=[]).keys
+
+    def on_version(req, resp) -> None:  # type: ignore[no-untyped-def]
+        respond(resp, answer)
+
+    server = serve(conf, keys, {"/version": {"GET": on_version}} if answer else {},
+                   "127.0.0.1", 0, destination=auth.agent_destination("node2"))
+    with db.write() as conn:
+        agents_db.record_heartbeat(conn, "node2", f"127.0.0.1:{server.port}", 3600)
+    return server
+
+
+def test_an_agent_of_the_previous_release_is_a_warning_saying_what_remains(
+        agent_setup, tmp_path) -> None:
+    conf, db = agent_setup
+    answer = json.loads((RECORDED / "agent_version.json").read_text())  # 1.0's answer
+    server = _agent_answering(conf, db, tmp_path, answer)
+    try:
+        result = check_agents(conf)
+    finally:
+        server.stop()
+    assert result.code == Code.WARNING, result.details
+    assert result.details.startswith(f"1 agent(s) at {agents_check.VERSION} or newer; "
+                                     "still at the previous release, served during the "
+                                     f"rolling upgrade: node2 ({answer['version']} "
+                                     "(internal API 1.0)); what remains:")
+    assert "`acceld db upgrade --contract`" in result.details
+
+
+@pytest.mark.parametrize("answer, says", [
+    (None, "node2 ((before GET /version))"),
+    ({"version": "0.1.0", "api_version": "0.9"}, "node2 (0.1.0 (internal API 0.9))"),
+    ({"version": "0.1.0", "api_version": "2.0"}, "node2 (0.1.0 (internal API 2.0))"),
+])
+def test_an_agent_this_release_does_not_serve_fails(agent_setup, tmp_path, answer,
+                                                     says) -> None:
+    conf, db = agent_setup
+    server = _agent_answering(conf, db, tmp_path, answer)
+    try:
+        result = check_agents(conf)
+    finally:
+        server.stop()
+    assert result.code == Code.FAILURE, result.details
+    assert result.details.startswith("Agents older than the previous release, which this "
+                                     f"acceld {agents_check.VERSION} (internal API 1.0 to "
+                                     "1.1) does not serve: ")
+    assert says in result.details
+
+
+def _schema_result(db: Database, monkeypatch) -> Any:  # type: ignore[no-untyped-def]
+    from acceld.cmd import status
+
+    monkeypatch.setattr(status, "_database", lambda: db)
+    return status.Checks()._check_schema()
+
+
+def test_the_schema_check_in_the_window(tmp_path, monkeypatch) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'window.sqlite'}")
+    later = write_release(tmp_path, [EXPAND_WIDGETS, CONTRACT_DROP])
+    with later_release(later):  # the later release's controller, expand done
+        migrate.upgrade(db, phase=migrate.EXPAND)
+        result = _schema_result(db, monkeypatch)
+        assert result.code == Code.WARNING, result.details
+        assert result.details == (
+            "Expanded; contract migration(s) left: 9002_contract. Run `acceld db upgrade "
+            "--contract` once every service (agents and driver processes included) runs "
+            "this release.")
+    result = _schema_result(db, monkeypatch)  # this release's code on that schema
+    assert result.code == Code.WARNING and "ahead of this release" in result.details
+    with later_release(later):
+        migrate.upgrade(db, phase=migrate.CONTRACT)
+        assert _schema_result(db, monkeypatch).code == Code.SUCCESS
+    result = _schema_result(db, monkeypatch)  # contracted: this release cannot run
+    assert result.code == Code.FAILURE and "contracted by a newer release" in result.details
+    db.dispose()
 
 
 def test_an_agent_not_answering_is_a_warning(agent_setup) -> None:

@@ -12,6 +12,9 @@ revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
 branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
+# 'expand' (only adds: safe while the previous release runs) or 'contract' (drops or
+# changes what the previous release uses: after every service is upgraded).
+phase = 'expand'
 
 
 def upgrade() -> None:

@@ -15,6 +15,8 @@ revision = '0001'
 down_revision = None
 branch_labels = None
 depends_on = None
+# Safe while the previous release runs (only adds): docs/upgrades.md, "Expand and contract".
+phase = 'expand'
 
 
 def upgrade() -> None:

@@ -14,6 +14,8 @@ revision = '0003_deployable_program_status'
 down_revision = '0002_internal_nonces'
 branch_labels = None
 depends_on = None
+# Safe while the previous release runs (only adds): docs/upgrades.md, "Expand and contract".
+phase = 'expand'
 
 
 def upgrade() -> None:

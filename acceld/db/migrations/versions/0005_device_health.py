@@ -14,6 +14,8 @@ revision = '0005_device_health'
 down_revision = '0004_deployable_programming_hold'
 branch_labels = None
 depends_on = None
+# Safe while the previous release runs (only adds): docs/upgrades.md, "Expand and contract".
+phase = 'expand'
 
 
 def upgrade() -> None:

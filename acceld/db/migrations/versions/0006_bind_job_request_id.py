@@ -11,6 +11,8 @@ revision = '0006_bind_job_request_id'
 down_revision = '0005_device_health'
 branch_labels = None
 depends_on = None
+# Safe while the previous release runs (only adds): docs/upgrades.md, "Expand and contract".
+phase = 'expand'
 
 
 def upgrade() -> None:

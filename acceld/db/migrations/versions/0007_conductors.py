@@ -14,6 +14,8 @@ revision = '0007_conductors'
 down_revision = '0006_bind_job_request_id'
 branch_labels = None
 depends_on = None
+# Safe while the previous release runs (only adds): docs/upgrades.md, "Expand and contract".
+phase = 'expand'
 
 
 def upgrade() -> None:

@@ -11,6 +11,8 @@ revision = '0008_agent_discovery'
 down_revision = '0007_conductors'
 branch_labels = None
 depends_on = None
+# Safe while the previous release runs (only adds): docs/upgrades.md, "Expand and contract".
+phase = 'expand'
 
 
 def upgrade() -> None:

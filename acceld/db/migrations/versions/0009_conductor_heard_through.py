@@ -14,6 +14,8 @@ revision = '0009_conductor_heard_through'
 down_revision = '0008_agent_discovery'
 branch_labels = None
 depends_on = None
+# Safe while the previous release runs (only adds): docs/upgrades.md, "Expand and contract".
+phase = 'expand'
 
 
 def upgrade() -> None:

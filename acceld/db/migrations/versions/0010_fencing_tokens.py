@@ -16,6 +16,8 @@ revision = '0010_fencing_tokens'
 down_revision = '0009_conductor_heard_through'
 branch_labels = None
 depends_on = None
+# Safe while the previous release runs (only adds): docs/upgrades.md, "Expand and contract".
+phase = 'expand'
 
 
 def upgrade() -> None:

@@ -17,6 +17,8 @@ revision = '0011_node_key_generations'
 down_revision = '0010_fencing_tokens'
 branch_labels = None
 depends_on = None
+# Safe while the previous release runs (only adds): docs/upgrades.md, "Expand and contract".
+phase = 'expand'
 
 
 def upgrade() -> None:

@@ -20,6 +20,8 @@ revision = '0012_standalone_claims'
 down_revision = '0011_node_key_generations'
 branch_labels = None
 depends_on = None
+# Safe while the previous release runs (only adds): docs/upgrades.md, "Expand and contract".
+phase = 'expand'
 
 
 def upgrade() -> None:
