@@ -119,6 +119,7 @@ def upgrade(db: Database, revision: str = "head", phase: str | None = None
     (ContractPending after applying those when expand migrations remain behind it: an
     earlier upgrade's contract was not run). CONTRACT: everything left, to head (run it
     once every service runs this release)."""
+    _refuse_upstream(current_revision(db))  # before its revision is judged unknown
     if phase is None:
         todo = pending(db) if revision == "head" else []
         _upgrade(db, revision)
