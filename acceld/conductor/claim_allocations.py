@@ -28,6 +28,7 @@ from acceld.conductor.bind_target import BindRefused
 from acceld.conductor.service import PeriodicTask
 from acceld.db import claims
 from acceld.db.engine import Database
+from acceld.outages import PLACEMENT, process_log
 
 LOG = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class ClaimAllocationWorker:
         self.client = client if client is not None else pl.from_conf(conf)
         self.batch = batch
         self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}"
+        self.outages = process_log()
 
     def run_once(self) -> int:
         """One claim of due consumers, each written (or put back); how many were taken."""
@@ -101,12 +103,20 @@ class ClaimAllocationWorker:
             try:
                 if self.client is not None:
                     write(self.client, self.db, consumer)
-            except (pl.PlacementUnavailable, BindRefused) as exc:
-                message = exc.reason if isinstance(exc, BindRefused) else str(exc)
+                    self.outages.up(PLACEMENT, LOG)
+            except pl.PlacementUnavailable as exc:
+                # An outage: logged once when it starts and once when it ends (binds and
+                # the sync share the record), not per consumer and try.
+                self.outages.down(PLACEMENT, str(exc), "claims' allocations wait for it",
+                                  LOG)
+                claims.retry_later(self.db, consumer, token, claims.backoff(row.attempts),
+                                   str(exc))
+                continue
+            except BindRefused as exc:
                 delay = claims.backoff(row.attempts)
                 LOG.warning("Placement allocation of consumer %s not written (try %d): %s; "
-                            "retried in %.0f s", consumer, row.attempts, message, delay)
-                claims.retry_later(self.db, consumer, token, delay, message)
+                            "retried in %.0f s", consumer, row.attempts, exc.reason, delay)
+                claims.retry_later(self.db, consumer, token, delay, exc.reason)
                 continue
             if not claims.finish(self.db, consumer, token):
                 LOG.info("Consumer %s changed while its allocation was written; written "

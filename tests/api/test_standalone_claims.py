@@ -306,3 +306,57 @@ def test_a_host_whose_agent_is_down_is_not_claimed(client, db, fpga, profile):
     assert result.status_code == 409
     assert "the agent of host claim-node is down" in fault(result)
     assert counts(db)["arqs"] == 0
+
+
+class _AwayPlacement:
+    """A Placement client whose every call fails as an outage, until ``back``."""
+
+    def __init__(self) -> None:
+        self.back = False
+
+    def consumer(self, consumer_uuid: str):  # type: ignore[no-untyped-def]
+        from acceld.clients import placement as pl
+
+        if not self.back:
+            raise pl.PlacementUnavailable("connection refused")
+        return {}, None
+
+
+def test_a_placement_outage_is_logged_once_each_way_by_the_release_drain(
+        client, conf, db, fpga, profile, caplog) -> None:
+    """Three released claims retried through an outage: one WARNING when it starts, one
+    when it ends, none per consumer or try (acceld.outages)."""
+    import logging
+
+    from acceld import outages
+    from acceld.conductor.claim_allocations import ClaimAllocationWorker
+
+    for n in range(2):  # three claims on the host: three devices
+        inventory.add_fpga(db, hostname="claim-node", name=f"More{n}")
+    made = []
+    for _ in range(3):
+        result = claim(client, {"hostname": "claim-node"})
+        assert result.status_code == 201, result.text
+        made += [a["uuid"] for a in result.json["arqs"]]
+    bind_all(conf, db)
+    for arq in made:
+        assert client.simulate_delete(f"{ARQS}/{arq}", headers=member(PROJECT)).status_code \
+            == 204
+    placement = _AwayPlacement()
+    worker = ClaimAllocationWorker(conf, db, client=placement)  # type: ignore[arg-type]
+    assert not outages.process_log().is_down(outages.PLACEMENT)
+    with caplog.at_level(logging.WARNING):
+        assert worker.run_once() == 3
+        with db.write() as conn:  # due again at once: another try through the outage
+            conn.execute(claim_consumers.update().values(lease_expires_at=None))
+        worker.run_once()
+        placement.back = True
+        with db.write() as conn:
+            conn.execute(claim_consumers.update().values(lease_expires_at=None))
+        assert worker.run_once() == 3
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("Placement is unavailable: connection refused; claims' "
+                               "allocations wait for it"), lines
+    assert lines[1].startswith("Placement is available again after "), lines
+    assert counts(db)["consumers"] == 0
