@@ -311,7 +311,7 @@ EXTRA_COMMANDS.append(_claim_commands)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from acceld.services.lifecycle import die_with_parent
+    from acceld.runtime.lifecycle import die_with_parent
 
     die_with_parent()  # a service `acceld all` started does not outlive it
     args = build_parser().parse_args(argv)

@@ -51,7 +51,7 @@ from acceld.agent.hardware import digest
 from acceld.clients.conductor import conductor_urls
 from acceld.drivers.fake import TYPES, FakeDriver
 from acceld.internal import auth
-from acceld.services.secrets import internal_secret
+from acceld.runtime.secrets import internal_secret
 
 LOG = logging.getLogger(__name__)
 DEVICE_TYPES = list(TYPES)

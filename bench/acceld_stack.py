@@ -21,7 +21,7 @@ from sqlalchemy import delete, insert, select
 
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests, bind_jobs, device_profiles, devices, utcnow
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 from bench.upstream import HEADERS, HOSTNAME, started_to_200, stop_process, tail
 
 ACCELD = [sys.executable, "-m", "acceld.cli"]

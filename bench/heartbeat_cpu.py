@@ -51,7 +51,7 @@ def run(db_url: str, calls: int) -> dict:
     from acceld.db import migrate
     from acceld.db.engine import Database
     from acceld.internal import auth
-    from acceld.services.secrets import ensure_secret_file
+    from acceld.runtime.secrets import ensure_secret_file
 
     state = tempfile.mkdtemp(prefix="hb-cpu-")
     url = f"sqlite:///{state}/acceld.sqlite" if db_url == "sqlite" else db_url

@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 
 from acceld.db.engine import Database
 from acceld.db.models import attach_handles, attributes, deployables, devices, utcnow
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 from bench.acceld_stack import ACCELD
 from bench.upstream import stop_process, tail
 

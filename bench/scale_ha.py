@@ -44,7 +44,7 @@ from sqlalchemy.engine import make_url
 
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests, deployables, devices
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 from bench.acceld_stack import ACCELD
 from bench.upstream import HEADERS, stop_process, tail
 from tests.support.nova import RecordingNova

@@ -25,10 +25,10 @@ from acceld.clients.internal import scheme
 from acceld.drivers import loader
 from acceld.drivers.base import Driver
 from acceld.internal.server import Handler, InternalServer, advertised_endpoint, respond, serve
-from acceld.services.lifecycle import (announce, catch_hup_early, repeat_until_stopped,
+from acceld.runtime.lifecycle import (announce, catch_hup_early, repeat_until_stopped,
                                       run_until_signalled, start_stamp)
 from acceld.internal.auth import NodeKeys, Signer, agent_destination, driver_destination
-from acceld.services.secrets import own_node_key
+from acceld.runtime.secrets import own_node_key
 
 LOG = logging.getLogger(__name__)
 

@@ -35,14 +35,14 @@ from acceld.drivers import loader
 from acceld.drivers.base import Driver
 from acceld.internal.server import (Handler, InternalServer, advertised_endpoint, json_body,
                                     respond, serve)
-from acceld.services.lifecycle import (catch_hup_early, repeat_until_stopped,
+from acceld.runtime.lifecycle import (catch_hup_early, repeat_until_stopped,
                                       run_until_signalled, start_stamp)
 from acceld.internal import versions
 from acceld.internal.auth import NodeKeys, Signer, agent_destination, driver_destination
 from acceld.jsonschemas import strict_validator
 from acceld.metrics import record as metrics
 from acceld.metrics.serve import serve as serve_metrics
-from acceld.services.secrets import own_node_key
+from acceld.runtime.secrets import own_node_key
 
 LOG = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from acceld.db import agents as agents_db
 from acceld.db import node_keys
 from acceld.db.engine import Database
 from acceld.internal.auth import Signer, agent_destination, node_key
-from acceld.services.secrets import internal_secret
+from acceld.runtime.secrets import internal_secret
 
 
 

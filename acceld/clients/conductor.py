@@ -43,7 +43,7 @@ from acceld.clients.internal import InternalClient, InternalError, scheme, tls_v
 from acceld.internal import auth
 from acceld.internal.auth import CONDUCTOR
 from acceld.outages import OutageLog, process_log
-from acceld.services.secrets import SECRET_FILE, internal_secret
+from acceld.runtime.secrets import SECRET_FILE, internal_secret
 
 LOG = logging.getLogger(__name__)
 

@@ -76,7 +76,7 @@ def check_agents(conf: cfg.ConfigOpts) -> Result:
     from acceld.db import agents as agents_db
     from acceld.db import node_keys
     from acceld.db.engine import from_config
-    from acceld.services.secrets import internal_secret
+    from acceld.runtime.secrets import internal_secret
 
     from acceld.db import migrate
 

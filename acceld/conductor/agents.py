@@ -58,7 +58,7 @@ from acceld.internal.auth import Signer, node_key
 from acceld.internal.server import caller_node, json_body, respond
 from acceld.jsonschemas import strict_validator
 from acceld.metrics import record as metrics
-from acceld.services.secrets import internal_secret
+from acceld.runtime.secrets import internal_secret
 
 LOG = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from acceld.internal.auth import CONDUCTOR, new_conductor_instance
 from acceld.db.engine import Database
 from acceld.internal.server import Handler, InternalServer, serve
 from acceld.metrics.serve import serve as serve_metrics
-from acceld.services.lifecycle import run_until_signalled
-from acceld.services.secrets import cloud_keyring
+from acceld.runtime.lifecycle import run_until_signalled
+from acceld.runtime.secrets import cloud_keyring
 
 LOG = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ def build(conf: cfg.ConfigOpts, db: Database) -> Conductor:
 def run(conf: cfg.ConfigOpts) -> None:
     from acceld.db import migrate
     from acceld.db.engine import from_config
-    from acceld.services.lifecycle import catch_hup_early
+    from acceld.runtime.lifecycle import catch_hup_early
 
     catch_hup_early()
     db = from_config(conf)

@@ -25,8 +25,9 @@ from oslo_config import cfg
 
 from acceld.db import migrate
 from acceld.db.engine import from_config
-from acceld.services import lifecycle, ports
-from acceld.services.secrets import ensure_secret_file, ensure_state_dir
+from acceld.runtime import lifecycle
+from acceld.services import ports
+from acceld.runtime.secrets import ensure_secret_file, ensure_state_dir
 
 LOG = logging.getLogger(__name__)
 

@@ -72,7 +72,7 @@ class _Gunicorn(BaseApplication):
         """SIGHUP in the master (gunicorn then starts new workers, which load the app and
         open the log afresh, and stops the old ones gracefully: serving never stops):
         re-read the config files' mutable options and reopen the master's own log."""
-        from acceld.services import lifecycle
+        from acceld.runtime import lifecycle
 
         lifecycle.reload(self.conf)
         super().reload()
@@ -85,7 +85,7 @@ def run(conf: cfg.ConfigOpts) -> None:
     from acceld.services.schema_gate import check_schema
 
     check_schema(conf)
-    from acceld.services.lifecycle import catch_hup_early
+    from acceld.runtime.lifecycle import catch_hup_early
 
     catch_hup_early()  # until gunicorn's master installs its own SIGHUP handler
     from acceld.metrics.serve import api_master_hooks

@@ -18,7 +18,7 @@ from acceld.internal import auth
 
 def cmd_node_key(args: argparse.Namespace) -> int:
     from acceld.cli import _load
-    from acceld.services.secrets import internal_secret
+    from acceld.runtime.secrets import internal_secret
 
     if not auth.HOSTNAME.match(args.hostname):
         print(f"acceld internal node-key: not a host name: {args.hostname!r}", file=sys.stderr)

@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace, rotate: bool) -> int:
     from acceld.cli import _load
     from acceld.db import node_keys
     from acceld.db.engine import from_config
-    from acceld.services.secrets import internal_secret
+    from acceld.runtime.secrets import internal_secret
 
     name = f"acceld node-key {'rotate' if rotate else 'revoke'}"
     if not auth.HOSTNAME.match(args.hostname):

@@ -27,7 +27,7 @@ from acceld.api.app import build_app
 from acceld.clients.internal import InternalClient, InternalError
 from acceld.db.engine import Database
 from acceld.internal import auth
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, version
 from tests.support.databases import private_database

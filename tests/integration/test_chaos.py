@@ -73,7 +73,7 @@ from acceld.conductor.hashring import HashRing
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arq_table
 from acceld.db.models import attach_handles, bind_jobs, deployables, devices, handle_releases
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE, version
 from tests.support.chaos import (AcceldProcess, HttpApi, freeze_holding_claims,

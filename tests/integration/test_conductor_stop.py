@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from acceld.db.engine import Database
 from acceld.db.models import conductors, leases
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 from tests.integration.test_agents import Process, wait_for, write_conf
 from tests.support.net import free_port
 

@@ -28,7 +28,7 @@ from acceld.clients.agent import AgentCaller
 from acceld.clients.conductor import ConductorClient
 from acceld.conductor.service import Conductor
 from acceld.internal.server import respond
-from acceld.services.secrets import ensure_secret_file, internal_secret
+from acceld.runtime.secrets import ensure_secret_file, internal_secret
 from tests.conftest import make_conf
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ import requests
 
 from acceld.clients.internal import InternalClient
 from acceld.internal import auth
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 from tests.integration.test_agents import Process, wait_for, write_conf
 from tests.support import allinone
 from tests.support.net import free_port

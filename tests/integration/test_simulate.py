@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 
 from acceld.db.engine import Database
 from acceld.db.models import agents, devices, internal_nonces
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 
 pytestmark = pytest.mark.integration
 

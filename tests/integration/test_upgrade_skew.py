@@ -33,7 +33,7 @@ from sqlalchemy import select
 from acceld.db import migrate
 from acceld.db.engine import Database
 from acceld.db.models import deployables
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 from tests.helpers import ADMIN, SERVICE
 from tests.support.databases import create_server_database, drop_server_database
 from tests.support.chaos import AcceldProcess, HttpApi, wait_until, write_conf

@@ -20,7 +20,7 @@ from acceld.agent.service import Agent
 from acceld.clients.conductor import _start_index
 from acceld.internal.auth import CONDUCTOR
 from acceld.internal.server import respond, serve
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 from tests.conftest import make_conf
 from tests.support.net import free_port
 

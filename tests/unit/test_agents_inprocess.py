@@ -23,7 +23,7 @@ from acceld.db.models import agents, devices
 from acceld.drivers.base import Driver, HardwareRecord
 from acceld.drivers.fake import FakeDriver
 from acceld.internal import auth
-from acceld.services.secrets import ensure_secret_file, internal_secret
+from acceld.runtime.secrets import ensure_secret_file, internal_secret
 from tests.conftest import count_queries, make_conf
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from acceld.services import lifecycle
+from acceld.runtime import lifecycle
 
 
 class _Writes(io.StringIO):

@@ -28,7 +28,7 @@ from acceld.conductor.service import Conductor
 from acceld.db.models import agents, devices
 from acceld.drivers.fake import FakeDriver
 from acceld.internal import auth
-from acceld.services.secrets import ensure_secret_file, internal_secret
+from acceld.runtime.secrets import ensure_secret_file, internal_secret
 from tests.conftest import make_conf
 from tests.support.hostile_peer import HostilePeer
 

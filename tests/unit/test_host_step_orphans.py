@@ -30,7 +30,7 @@ from acceld.drivers.base import AttachHandle
 from acceld.drivers.fake import FakeDriver
 from acceld.internal import auth
 from acceld.internal.auth import CONDUCTOR
-from acceld.services.secrets import ensure_secret_file, internal_secret
+from acceld.runtime.secrets import ensure_secret_file, internal_secret
 from tests.conftest import count_queries, make_conf
 from tests.support.sysfs_fixtures import SysfsTree
 from tests.unit.test_attach_handles import HOST, Node, mdev_uuid

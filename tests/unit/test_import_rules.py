@@ -7,7 +7,7 @@ The agent and drivers also never load the database layer: importing every module
 ``acceld.agent`` and ``acceld.drivers`` (in a fresh interpreter) loads no ``acceld.db``,
 ``acceld.conductor``, ``acceld.api`` nor SQLAlchemy. That one is checked by loading, not on
 the source: shared modules (the health check, metrics, the conductor's keyring in
-acceld.services.secrets) import the database inside functions only the API and the
+acceld.runtime.secrets) import the database inside functions only the API and the
 conductor call."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from acceld.db.models import devices
 from acceld.internal import auth, versions
 from acceld.internal.server import respond, serve
 from acceld.jsonschemas import strict_validator
-from acceld.services.secrets import ensure_secret_file, internal_secret
+from acceld.runtime.secrets import ensure_secret_file, internal_secret
 from tests.conftest import make_conf
 
 RECORDED = Path(__file__).parents[1] / "fixtures" / "internal_api_1.0"

@@ -29,7 +29,7 @@ from acceld.conductor.agents import AgentsComponent
 from acceld.conductor.handle_release import HOST_STEPS_PATH, HandleReleaseComponent
 from acceld.conductor.service import Conductor
 from acceld.internal import auth
-from acceld.services.secrets import ensure_secret_file, internal_secret
+from acceld.runtime.secrets import ensure_secret_file, internal_secret
 from tests.conftest import make_conf
 
 # What a forger sends: a line break, then a well-formed line of its own; a terminal escape

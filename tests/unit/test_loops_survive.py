@@ -14,7 +14,7 @@ import falcon
 
 from acceld.agent.hardware import HelloLoop
 from acceld.internal.server import serve
-from acceld.services.lifecycle import repeat_until_stopped
+from acceld.runtime.lifecycle import repeat_until_stopped
 from tests.conftest import make_conf
 
 SECRET = b"loop-test-secret"

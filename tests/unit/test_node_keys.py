@@ -26,7 +26,7 @@ from acceld.drivers.fake import FakeDriver
 from acceld.internal import auth
 from acceld.internal.server import (InternalServer, build_app, json_body, respond, serve,
                                     warn_if_exposed)
-from acceld.services import secrets
+from acceld.runtime import secrets
 from tests.conftest import make_conf
 from tests.support.tls import self_signed
 

@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 
-from acceld.services import lifecycle
+from acceld.runtime import lifecycle
 from tests.conftest import make_conf
 
 

@@ -25,7 +25,7 @@ from acceld.db.engine import Database
 from acceld.drivers.fake import FakeDriver
 from acceld.internal import auth
 from acceld.internal.server import respond, serve
-from acceld.services.secrets import ensure_secret_file
+from acceld.runtime.secrets import ensure_secret_file
 from tests.conftest import make_conf
 from tests.support.net import free_port
 from tests.support.releases import CONTRACT_DROP, EXPAND_WIDGETS, later_release, write_release
