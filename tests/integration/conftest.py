@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from typing import Iterator
 
 import pytest
+from oslo_config import cfg
 
+from tests.conftest import make_conf
 from tests.support.placement import PlacementServer
 
 
@@ -18,3 +21,19 @@ def placement(tmp_path_factory) -> Iterator[PlacementServer]:
     server = PlacementServer(tmp_path_factory.mktemp("placement")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def pconf(tmp_path, placement: PlacementServer) -> cfg.ConfigOpts:
+    """acceld's options, its state under the test's tmp_path, pointed at the shared
+    Placement."""
+    conf = make_conf(str(tmp_path))
+    placement.configure(conf)
+    return conf
+
+
+@pytest.fixture
+def tag() -> str:
+    """A per-test suffix for resource classes, traits and host names on the shared
+    Placement, so that other tests' providers never answer."""
+    return uuidlib.uuid4().hex[:8].upper()

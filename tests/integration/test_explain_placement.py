@@ -34,18 +34,6 @@ V27 = version("2.7")
 
 
 @pytest.fixture
-def tag() -> str:
-    return uuidlib.uuid4().hex[:8].upper()
-
-
-@pytest.fixture
-def pconf(tmp_path, placement: PlacementServer):
-    conf = make_conf(str(tmp_path))
-    placement.configure(conf)
-    return conf
-
-
-@pytest.fixture
 def api(pconf, db) -> testing.TestClient:
     return testing.TestClient(build_app(pconf, db))
 

@@ -36,11 +36,6 @@ def host() -> str:
     return f"au-{uuidlib.uuid4().hex[:10]}"
 
 
-@pytest.fixture
-def tag() -> str:
-    return uuidlib.uuid4().hex[:8].upper()
-
-
 def conf_for(tmp_path: Path, server: PlacementServer):  # type: ignore[no-untyped-def]
     conf = make_conf(str(tmp_path))
     server.configure(conf)

@@ -13,18 +13,10 @@ from sqlalchemy import update
 from acceld.conductor.placement_sync import PlacementSync
 from acceld.db.clock import sql_now
 from acceld.db.models import leases
-from tests.conftest import make_conf
 from tests.integration.test_placement_sync import add_accelerator, sync_rows
 from tests.support.placement import PlacementServer
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def pconf(tmp_path, placement: PlacementServer):
-    conf = make_conf(str(tmp_path))
-    placement.configure(conf)
-    return conf
 
 
 @pytest.fixture

@@ -41,18 +41,6 @@ def host() -> str:
     return f"cn-{uuidlib.uuid4().hex[:10]}"
 
 
-@pytest.fixture
-def tag() -> str:
-    return uuidlib.uuid4().hex[:8].upper()
-
-
-@pytest.fixture
-def pconf(tmp_path, placement: PlacementServer):
-    conf = make_conf(str(tmp_path))
-    placement.configure(conf)
-    return conf
-
-
 def add_accelerator(db: Database, host: str, local: str, *, rc: str = "FPGA",
                     traits: tuple[str, ...] = (), num: int = 1, status: str = "enabled",
                     **device: Any) -> dict[str, Any]:

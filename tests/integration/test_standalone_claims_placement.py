@@ -24,7 +24,6 @@ from acceld.conductor.placement_sync import PlacementSync
 from acceld.db.engine import Database
 from acceld.db.models import claim_consumers
 from acceld.db.placement_flags import provider_uuid
-from tests.conftest import make_conf
 from tests.helpers import ADMIN, fault, member, version
 from tests.support import inventory
 from tests.support.binds import RecordingNotifier
@@ -34,18 +33,6 @@ pytestmark = pytest.mark.integration
 
 ARQS = "/accelerator/v2/accelerator_requests"
 V28 = {**member("project-c"), **version("2.8")}
-
-
-@pytest.fixture
-def tag() -> str:
-    return uuidlib.uuid4().hex[:8].upper()
-
-
-@pytest.fixture
-def pconf(tmp_path, placement: PlacementServer):
-    conf = make_conf(str(tmp_path))
-    placement.configure(conf)
-    return conf
 
 
 @pytest.fixture
