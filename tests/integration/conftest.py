@@ -9,6 +9,7 @@ import pytest
 from oslo_config import cfg
 
 from tests.conftest import make_conf
+from tests.support import keystone
 from tests.support.placement import PlacementServer
 
 
@@ -37,3 +38,11 @@ def tag() -> str:
     """A per-test suffix for resource classes, traits and host names on the shared
     Placement, so that other tests' providers never answer."""
     return uuidlib.uuid4().hex[:8].upper()
+
+
+@pytest.fixture(scope="module")
+def ks(tmp_path_factory) -> Iterator[keystone.Keystone]:
+    """A real Keystone 30 (tests.support.keystone), one per test module that asks for it."""
+    server = keystone.start(tmp_path_factory.mktemp("keystone"))
+    yield server
+    server.stop()

@@ -20,17 +20,16 @@ PROFILE = "ks-fpga"
 
 
 @pytest.fixture(scope="module")
-def ks(tmp_path_factory) -> Iterator[keystone.Keystone]:
-    server = keystone.start(tmp_path_factory.mktemp("keystone"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def api(ks, tmp_path_factory) -> Iterator[dict]:
-    """`acceld api` on the port the catalog names, validating tokens with Keystone."""
+    """`acceld api` on the port the catalog names, validating tokens with Keystone, with
+    PROFILE made by demo-admin (here, not in a test: xdist may run this module's tests in
+    two processes, each with its own Keystone and API)."""
     with keystone.acceld_api(ks, tmp_path_factory.mktemp("acceld")) as client:
-        yield {**client, "tokens": set()}
+        api = {**client, "tokens": set()}
+        created = _call(api, ks, "POST", "/v2/device_profiles", "demo-admin",
+                        json=[{"name": PROFILE, "groups": [{"resources:FPGA": "1"}]}])
+        assert created.status_code == 201, created.text
+        yield api
 
 
 def _call(api: dict, ks: keystone.Keystone, method: str, path: str, user: str | None = None,
@@ -65,7 +64,7 @@ def test_garbage_token_is_401(api, ks) -> None:
 
 
 def test_member_cannot_create_a_profile_admin_can(api, ks) -> None:
-    body = [{"name": PROFILE, "groups": [{"resources:FPGA": "1"}]}]
+    body = [{"name": PROFILE + "-2", "groups": [{"resources:FPGA": "1"}]}]
     # Forged identity headers are replaced by what Keystone says about the token.
     forged = {"X-Roles": "admin", "X-Project-Id": "admin", "X-Service-Roles": "service"}
     denied = _call(api, ks, "POST", "/v2/device_profiles", "demo-member", json=body,
@@ -75,7 +74,8 @@ def test_member_cannot_create_a_profile_admin_can(api, ks) -> None:
     created = _call(api, ks, "POST", "/v2/device_profiles", "demo-admin", json=body)
     assert created.status_code == 201, created.text
     listed = _call(api, ks, "GET", "/v2/device_profiles", "demo-reader")
-    assert [p["name"] for p in listed.json()["device_profiles"]] == [PROFILE]
+    assert sorted(p["name"] for p in listed.json()["device_profiles"]) == [PROFILE,
+                                                                           PROFILE + "-2"]
 
 
 def test_manager_reads_inventory_member_does_not(api, ks) -> None:

@@ -84,13 +84,6 @@ def arq_states(api: dict, ks: keystone.Keystone, uuids: list[str]) -> dict[str, 
 
 
 @pytest.fixture(scope="module")
-def ks(tmp_path_factory) -> Iterator[keystone.Keystone]:
-    server = keystone.start(tmp_path_factory.mktemp("keystone"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def api(ks, tmp_path_factory) -> Iterator[dict]:
     with keystone.acceld_api(ks, tmp_path_factory.mktemp("acceld")) as client:
         yield client

@@ -44,13 +44,6 @@ class Admin:
 
 
 @pytest.fixture(scope="module")
-def ks(tmp_path_factory) -> Iterator[keystone.Keystone]:
-    server = keystone.start(tmp_path_factory.mktemp("keystone"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def limits(ks) -> dict:
     """The registered limit, demo2's project limit, and the service user's system reader."""
     admin = Admin(ks)

@@ -24,7 +24,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from acceld.db import migrate
 from acceld.db.engine import Database
-from tests.support import keystone
 from tests.support.net import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -55,13 +54,6 @@ def _stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-@pytest.fixture(scope="module")
-def ks(tmp_path_factory) -> Iterator[keystone.Keystone]:
-    server = keystone.start(tmp_path_factory.mktemp("keystone"))
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
