@@ -330,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
                        exc)
     # (outside the handler, so that the log line carries no exception of its own)
     prefix = f"acceld {args.command}: "
-    line = refusal if refusal.startswith(prefix) else prefix + refusal
+    # A refusal already naming its program (logs.setup's `acceld-db: ...`) keeps that name.
+    named = refusal.startswith((prefix, f"{logs.PRODUCT}-"))
+    line = refusal if named else prefix + refusal
     if logs.log_files():
         logging.getLogger("acceld.cli").error("%s", line)
     print(line, file=sys.stderr)

@@ -255,6 +255,18 @@ def setup(conf: cfg.ConfigOpts, service: str, *, starting: bool = True) -> None:
     oslo_handlers._get_binary_name = lambda: program_name(service)
     try:
         oslo_log.setup(conf, PRODUCT)
+    except OSError as exc:
+        if not starting or not (conf.log_file or conf.log_dir):
+            raise
+        # A log_dir nothing has created yet (`acceld db upgrade` before a unit's
+        # LogsDirectory= made it) or one the service's user cannot write: one line
+        # naming the option, not the FileHandler traceback.
+        options = ", ".join(f"{name} = {value}" for name, value in
+                            (("log_dir", conf.log_dir), ("log_file", conf.log_file)) if value)
+        raise SystemExit(f"{program_name(service)}: cannot open the log file "
+                         f"{exc.filename or conf.log_file} ([DEFAULT] {options}): "
+                         f"{exc.strerror or exc}; create the directory, writable by the "
+                         "user the service runs as") from None
     finally:
         oslo_handlers._get_binary_name = name_binary
     for handler in root.handlers:

@@ -131,6 +131,53 @@ def test_use_journal_without_the_systemd_bindings_is_one_line(tmp_path, monkeypa
     assert "python3-systemd" in str(exited.value)
 
 
+
+def test_a_log_dir_nothing_created_is_one_line_naming_the_option(tmp_path):
+    """The recipe's `acceld db upgrade` ran before any unit's LogsDirectory= made
+    /var/log/acceld: one line saying what to do, not the FileHandler traceback."""
+    missing = tmp_path / "log" / "acceld"
+    with pytest.raises(SystemExit) as exited:
+        logs.setup(make_conf(str(tmp_path), log_dir=str(missing)), "db")
+    assert str(exited.value) == (
+        f"acceld-db: cannot open the log file {missing}/acceld-db.log ([DEFAULT] log_dir = "
+        f"{missing}): No such file or directory; create the directory, writable by the user "
+        "the service runs as")
+    assert not missing.exists()
+
+
+def test_a_log_file_in_a_missing_directory_names_log_file(tmp_path):
+    path = tmp_path / "nowhere" / "api.log"
+    with pytest.raises(SystemExit) as exited:
+        logs.setup(make_conf(str(tmp_path), log_file=str(path)), "api")
+    assert str(exited.value).startswith(
+        f"acceld-api: cannot open the log file {path} ([DEFAULT] log_file = {path}): ")
+
+
+@pytest.mark.parametrize("args", [["db", "upgrade"], ["agent"], ["conductor"],
+                                  ["api"]])
+def test_every_command_with_a_missing_log_dir_says_it_in_one_line(tmp_path, args):
+    """The real command line, as an operator runs it: exit status 1, one line on stderr."""
+    import subprocess
+
+    from tests.support.net import free_port
+
+    missing = tmp_path / "log"
+    conf = tmp_path / "acceld.conf"
+    conf.write_text(f"[DEFAULT]\nlog_dir = {missing}\n[internal]\nshared_secret = {'0' * 64}\n"
+                    f"[api]\nport = {free_port()}\n[conductor]\nport = {free_port()}\n")
+    program = "import sys; from acceld.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", program, *args, "--config-file", str(conf),
+                           "--state-path", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    service = "db" if args[0] == "db" else args[0]
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"acceld-{service}: cannot open the log file {missing}/acceld-{service}.log "
+        f"([DEFAULT] log_dir = {missing}): No such file or directory; create the directory, "
+        "writable by the user the service runs as"], done.stderr
+    assert not missing.exists()
+
+
 # oslo.log's own defaults, as parsers of its lines (kolla's fluentd, OpenStack-Ansible's)
 # expect them: acceld adds no field.
 OSLO_CONTEXT_FORMAT = ("%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(name)s "
