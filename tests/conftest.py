@@ -10,7 +10,9 @@ name a server: the suite works only in databases it creates there itself
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
+import sys
 from typing import Iterator
 
 import pytest
@@ -64,6 +66,23 @@ def clear_tables(db: Database) -> None:
         for table in reversed(Base.metadata.sorted_tables):
             if table.name != "schema_migrations":  # the schema's record, as alembic_version
                 conn.execute(delete(table))
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging() -> Iterator[None]:
+    """A test that sets logging up as a service does (acceld.logs.setup, cli.main) gives
+    the run's logging back as it found it: a handler it added, on a stream its capture
+    fixture closes, would otherwise get every later test's records in this process
+    ('--- Logging error ---' on stderr, with the record's text)."""
+    root = logging.getLogger()
+    handlers, level, hook = root.handlers[:], root.level, sys.excepthook
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            handler.close()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    sys.excepthook = hook
 
 
 @pytest.fixture(autouse=True)

@@ -83,7 +83,8 @@ def test_setup_installs_the_redacting_formatter(tmp_path) -> None:
             handler.flush()
     finally:
         for handler in root.handlers:
-            handler.close()
+            if handler not in saved[0]:  # the run's own handlers stay open
+                handler.close()
         root.handlers[:], level = saved
         root.setLevel(level)
     written = (tmp_path / "acceld.log").read_text()

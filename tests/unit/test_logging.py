@@ -20,18 +20,10 @@ GLOBAL_ID = "req-0b4d7e4e-8a2f-4c59-9a0b-2f8d9a6c1e11"
 
 
 @pytest.fixture(autouse=True)
-def restore_root() -> Iterator[None]:
-    """Each test sets logging up as a service does; the test run's logging comes back."""
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    hook = sys.excepthook
+def restore_appended() -> Iterator[None]:
+    """Each test sets logging up as a service does (the root logger comes back by the
+    suite's own fixture, tests/conftest.py); a log_config_append file's logger too."""
     yield
-    for handler in root.handlers:
-        if handler not in saved[0]:
-            handler.close()
-    root.handlers[:], level = saved
-    root.setLevel(level)
-    sys.excepthook = hook
     for name in ("acceld.test.appended",):
         logging.getLogger(name).handlers[:] = []
 
