@@ -260,10 +260,9 @@ def failover_client(conf: cfg.ConfigOpts, secret: bytes | auth.Signer, *, prefer
 
 
 # What a hello that makes the conductor pull the agent's hardware may take beyond one that
-# does not: the conductor's GET /hardware of the agent takes up to [conductor]
-# hardware_pull_timeout (20 s; acceld.conductor.pulls), its reconcile the rest. Keep the
-# option under this.
-PULL_ALLOWANCE = 30.0
+# does not, besides the pull itself ([conductor] hardware_pull_timeout; acceld.conductor.
+# pulls): the reconcile of what it read.
+RECONCILE_ALLOWANCE = 10.0
 
 
 @dataclass(frozen=True)
@@ -290,7 +289,8 @@ def hello_timeouts(conf: cfg.ConfigOpts) -> HelloTimeouts:
     interval = conf.agent.heartbeat_interval
     answer = interval * (conf.conductor.agent_down_intervals - 1) / 2
     return HelloTimeouts(connect=min(conf.conductor.connect_timeout, answer), answer=answer,
-                         pull=answer + PULL_ALLOWANCE)
+                         pull=answer + conf.conductor.hardware_pull_timeout
+                         + RECONCILE_ALLOWANCE)
 
 
 class ConductorClient:

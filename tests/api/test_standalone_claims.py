@@ -14,13 +14,12 @@ import uuid
 import pytest
 from sqlalchemy import func, select
 
-from acceld.conductor.binding import BindWorker
 from acceld.db import claims as claims_db
 from acceld.db.models import (accelerator_requests, attach_handles, bind_jobs, claim_consumers,
                               device_events, devices)
 from tests.helpers import ADMIN, SERVICE, fault, member, version
 from tests.support import inventory
-from tests.support.binds import RecordingNotifier
+from tests.support.binds import run_binds
 
 ARQS = "/accelerator/v2/accelerator_requests"
 DPS = "/accelerator/v2/device_profiles"
@@ -45,14 +44,6 @@ def claim(client, body_claim=None, headers=None, **more):  # type: ignore[no-unt
             "claim": {} if body_claim is None else body_claim, **more}
     return client.simulate_post(ARQS, json=body, headers={**(headers or member(PROJECT)),
                                                          **V28})
-
-
-def bind_all(conf, db) -> RecordingNotifier:  # type: ignore[no-untyped-def]
-    notifier = RecordingNotifier()
-    worker = BindWorker(conf, db, notifier=notifier)
-    while worker.run_once():
-        pass
-    return notifier
 
 
 def show(client, arq_uuid: str, headers=None):  # type: ignore[no-untyped-def]
@@ -82,7 +73,7 @@ def test_claim_on_a_host_binds_without_nova_and_release_frees(client, conf, db, 
     assert arq["instance_uuid"] is None
     assert arq["consumer_uuid"] == arq["uuid"]  # its own consumer by default
     assert arq["project_id"] == PROJECT
-    notifier = bind_all(conf, db)
+    notifier = run_binds(conf, db)
     assert notifier.sent == []  # no Nova event for a standalone claim
     bound = show(client, arq["uuid"]).json
     assert bound["state"] == "Bound"
@@ -118,7 +109,7 @@ def test_claim_without_a_host_picks_one(client, conf, db, profile):
     [arq] = result.json["arqs"]
     assert (arq["hostname"], arq["device_rp_uuid"]) == ("free-node",
                                                         free["deployable"]["rp_uuid"])
-    bind_all(conf, db)
+    run_binds(conf, db)
     assert show(client, arq["uuid"]).json["state"] == "Bound"
 
 
@@ -130,7 +121,7 @@ def test_arqs_of_one_workload_share_a_consumer(client, conf, db, fpga):
     assert result.status_code == 201, result.text
     arqs = result.json["arqs"]
     assert len(arqs) == 2 and {a["consumer_uuid"] for a in arqs} == {consumer}
-    bind_all(conf, db)
+    run_binds(conf, db)
     shown = [show(client, a["uuid"]).json for a in arqs]
     assert [a["state"] for a in shown] == ["Bound", "Bound"]
     assert len({a["attach_handle_uuid"] for a in shown}) == 2  # no handle shared
@@ -151,7 +142,7 @@ def test_no_capacity_is_409_and_creates_nothing(client, conf, db, fpga, profile)
     result = claim(client, {"hostname": "claim-node"})
     assert result.status_code == 409, result.text
     assert "promised to 2 bind(s) in progress" in fault(result)
-    bind_all(conf, db)
+    run_binds(conf, db)
     result = claim(client, {"hostname": "claim-node"})
     assert result.status_code == 409
     assert "0 of 2 attach handles free" in fault(result)
@@ -233,7 +224,7 @@ def test_claim_and_release_rules(client, conf, db, fpga, profile, tmp_path):
 
 def test_nova_cannot_bind_or_unbind_a_claim(client, conf, db, fpga, profile):
     arq = claim(client, {"hostname": "claim-node"}).json["arqs"][0]
-    bind_all(conf, db)
+    run_binds(conf, db)
     for ops in ([{"op": "remove", "path": "/hostname"},
                  {"op": "remove", "path": "/device_rp_uuid"},
                  {"op": "remove", "path": "/instance_uuid"}],
@@ -270,7 +261,7 @@ def test_a_forced_host_retire_fails_the_claim_and_frees_its_allocation(client, c
                                                                        fpga, profile):
     from acceld.db import host_retire
     arq = claim(client, {"hostname": "claim-node"}).json["arqs"][0]
-    bind_all(conf, db)
+    run_binds(conf, db)
     host_retire.retire(db, "claim-node", force=True)
     assert show(client, arq["uuid"]).json["state"] == "BindFailed"
     with db.read() as conn:
@@ -284,7 +275,7 @@ def test_a_disable_after_the_claim_fails_its_bind(client, conf, db, fpga, profil
     arq = claim(client, {"hostname": "claim-node"}).json["arqs"][0]
     assert client.simulate_post(f"/accelerator/v2/devices/{fpga['device']['uuid']}/disable",
                                 headers=ADMIN).status_code == 200
-    bind_all(conf, db)
+    run_binds(conf, db)
     failed = show(client, arq["uuid"], headers=ADMIN).json
     assert failed["state"] == "BindFailed"
     assert failed["bind_failure_reason"] == (f"device {fpga['device']['uuid']} is disabled "
@@ -338,7 +329,7 @@ def test_a_placement_outage_is_logged_once_each_way_by_the_release_drain(
         result = claim(client, {"hostname": "claim-node"})
         assert result.status_code == 201, result.text
         made += [a["uuid"] for a in result.json["arqs"]]
-    bind_all(conf, db)
+    run_binds(conf, db)
     for arq in made:
         assert client.simulate_delete(f"{ARQS}/{arq}", headers=member(PROJECT)).status_code \
             == 204

@@ -27,23 +27,11 @@ from acceld.db.models import accelerator_requests, attach_handles, claim_consume
 from tests.helpers import ADMIN, SERVICE, member, version
 from tests.support import inventory
 from tests.support.binds import RecordingNotifier
-from tests.support.interleave import DEADLINE, Background
+from tests.support.interleave import DEADLINE, Background, Gate
 
 ARQS = "/accelerator/v2/accelerator_requests"
 HOST = "race-node"
 TOKEN = "claim-race"
-
-
-class Gate:
-    """Pause one thread at a hook until the test opens it."""
-
-    def __init__(self) -> None:
-        self.reached = threading.Event()
-        self.opened = threading.Event()
-
-    def pause(self) -> None:
-        self.reached.set()
-        assert self.opened.wait(DEADLINE), "the paused side was never let go"
 
 
 def pause_after_taking_a_handle(monkeypatch, thread_name: str) -> Gate:  # type: ignore[no-untyped-def]

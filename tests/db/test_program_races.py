@@ -37,7 +37,7 @@ from acceld.db.clock import db_now
 from acceld.db.models import attach_handles, deployables
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE, version
-from tests.support.interleave import DEADLINE, Background
+from tests.support.interleave import DEADLINE, Background, Gate
 from tests.support.programming import DATA, HOST, IMAGE, SECRET, Chain
 
 ARQS = "/accelerator/v2/accelerator_requests"
@@ -98,24 +98,6 @@ def loaded(chain: Chain) -> str | None:
 
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-class Gate:
-    """Pause one thread at a hook: ``reached`` once it got there, it goes on after ``open``."""
-
-    def __init__(self) -> None:
-        self.reached = threading.Event()
-        self.opened = threading.Event()
-
-    def pause(self) -> None:
-        self.reached.set()
-        assert self.opened.wait(DEADLINE), "the paused side was never let go"
-
-    def wait_reached(self) -> None:
-        assert self.reached.wait(DEADLINE), "the paused side never reached its hook"
-
-    def open(self) -> None:
-        self.opened.set()
 
 
 def pause_after_taking_a_handle(monkeypatch, thread_name: str) -> Gate:

@@ -26,7 +26,7 @@ from acceld.db.models import claim_consumers
 from acceld.db.placement_flags import provider_uuid
 from tests.helpers import ADMIN, fault, member, version
 from tests.support import inventory
-from tests.support.binds import RecordingNotifier
+from tests.support.binds import run_binds
 from tests.support.placement import PlacementServer
 
 pytestmark = pytest.mark.integration
@@ -72,14 +72,6 @@ def claim(api: testing.TestClient, **body: Any):  # type: ignore[no-untyped-def]
     return api.simulate_post(ARQS, json={"device_profile_name": "dp", **body}, headers=V28)
 
 
-def bind(pconf, db) -> RecordingNotifier:  # type: ignore[no-untyped-def]
-    notifier = RecordingNotifier()
-    worker = BindWorker(pconf, db, notifier=notifier)
-    while worker.run_once():
-        pass
-    return notifier
-
-
 def allocations(placement: PlacementServer, consumer: str) -> dict[str, dict[str, int]]:
     body = placement.get(f"/allocations/{consumer}").json()
     return {rp: a["resources"] for rp, a in body["allocations"].items()}
@@ -96,7 +88,7 @@ def test_claim_allocates_binds_and_release_removes(placement, pconf, db, api, ta
     assert result.status_code == 201, result.text
     [arq] = result.json["arqs"]
     assert (arq["hostname"], arq["device_rp_uuid"]) == (hosts[1], rps[1])
-    assert bind(pconf, db).sent == []  # no Nova event
+    assert run_binds(pconf, db).sent == []  # no Nova event
     bound = show(api, arq["uuid"])
     assert bound["state"] == "Bound" and bound["attach_handle_info"]
     assert allocations(placement, arq["consumer_uuid"]) == {rps[1]: {rc: 1}}
@@ -128,7 +120,7 @@ def test_placement_picks_the_host_and_one_consumer_holds_a_workload(placement, p
     arqs = result.json["arqs"]
     assert {(a["hostname"], a["device_rp_uuid"], a["consumer_uuid"]) for a in arqs} == {
         (hosts[1], rps[1], workload)}
-    bind(pconf, db)
+    run_binds(pconf, db)
     assert [show(api, a["uuid"])["state"] for a in arqs] == ["Bound", "Bound"]
     assert allocations(placement, workload) == {rps[1]: {rc: 2}}
     # One ARQ of the workload released: its part of the allocation goes, the other's stays.
@@ -152,7 +144,7 @@ def test_placement_refusing_the_allocation_fails_the_bind(placement, pconf, db, 
     assert placement.put(f"/allocations/{instance}", {
         "allocations": {rps[0]: {"resources": {rc: 1}}}, "project_id": "p", "user_id": "u",
         "consumer_generation": None, "consumer_type": "INSTANCE"}).status_code == 204
-    bind(pconf, db)
+    run_binds(pconf, db)
     failed = api.simulate_get(f"{ARQS}/{arq['uuid']}", headers={**ADMIN, **version("2.8")}).json
     assert failed["state"] == "BindFailed"
     # Its owner reads that it failed; the reason names hardware, for administrators.
@@ -168,7 +160,7 @@ def test_release_survives_a_conductor_dying_mid_write(placement, pconf, db, api,
     hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1)
     profile(api, rc, tag)
     [arq] = claim(api, claim={"hostname": hosts[0]}).json["arqs"]
-    bind(pconf, db)
+    run_binds(pconf, db)
     consumer = arq["consumer_uuid"]
     assert allocations(placement, consumer) == {rps[0]: {rc: 1}}
     assert api.simulate_delete(f"{ARQS}/{arq['uuid']}",
@@ -218,6 +210,6 @@ def test_a_bind_dying_after_its_allocation_is_taken_up_once(placement, pconf, db
     assert show(api, arq["uuid"])["state"] == "BindStarted"
     with db.write() as conn:
         conn.execute(update(bind_jobs).values(lease_expires_at=None))  # the lease lapsed
-    bind(pconf, db)
+    run_binds(pconf, db)
     assert show(api, arq["uuid"])["state"] == "Bound"
     assert allocations(placement, arq["consumer_uuid"]) == {rps[0]: {rc: 1}}

@@ -163,8 +163,6 @@ def bind_through_api(client: testing.TestClient, conf, db, profile: str, host: s
                      rp_uuid: str) -> str:
     """Create an ARQ of ``profile``, PATCH it bound to ``rp_uuid`` on ``host`` as Nova does,
     and run a bind worker until no job is left; returns the ARQ's uuid."""
-    from acceld.conductor.binding import BindWorker
-
     [arq] = client.simulate_post(ARQS, json={"device_profile_name": profile},
                                  headers=SERVICE).json["arqs"]
     ops = [{"op": "add", "path": "/hostname", "value": host},
@@ -172,10 +170,19 @@ def bind_through_api(client: testing.TestClient, conf, db, profile: str, host: s
            {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]
     assert client.simulate_patch(ARQS, json={arq["uuid"]: ops},
                                  headers=SERVICE).status_code == 202
-    worker = BindWorker(conf, db)
+    run_binds(conf, db)
+    return arq["uuid"]
+
+
+def run_binds(conf, db) -> RecordingNotifier:  # type: ignore[no-untyped-def]
+    """Run a bind worker until no bind job is left; the Nova events it sent."""
+    from acceld.conductor.binding import BindWorker
+
+    notifier = RecordingNotifier()
+    worker = BindWorker(conf, db, notifier=notifier)
     while worker.run_once():
         pass
-    return arq["uuid"]
+    return notifier
 
 
 def reconcile_with_a_bind_after_its_read(db, hostname: str, report: dict, bind,  # type: ignore[no-untyped-def]

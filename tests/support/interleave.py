@@ -118,3 +118,22 @@ class Background:
         if self.error is not None:
             raise self.error
         return self.result
+
+
+class Gate:
+    """Pause one thread at a hook: ``reached`` once it got there, it goes on after
+    ``opened`` is set (each wait bounded by DEADLINE)."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.opened = threading.Event()
+
+    def pause(self) -> None:
+        self.reached.set()
+        assert self.opened.wait(DEADLINE), "the paused side was never let go"
+
+    def wait_reached(self) -> None:
+        assert self.reached.wait(DEADLINE), "the paused side never reached its hook"
+
+    def open(self) -> None:
+        self.opened.set()

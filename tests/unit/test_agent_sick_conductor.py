@@ -106,7 +106,11 @@ def test_hello_timeouts_fit_the_down_window(tmp_path):
         # takes no connection or gives no answer leaves the next one time to answer.
         assert interval + max(timeouts.connect, timeouts.answer) < interval * down
         assert timeouts.connect <= conf.conductor.connect_timeout
-        assert timeouts.pull >= timeouts.answer + 30  # the conductor's pull may take 30 s
+        # A hello that may carry a pull waits for the pull ([conductor]
+        # hardware_pull_timeout) and the reconcile after it.
+        assert timeouts.pull > timeouts.answer + conf.conductor.hardware_pull_timeout
+    conf = make_conf(str(tmp_path), conductor__hardware_pull_timeout=45.0)
+    assert hello_timeouts(conf).pull > hello_timeouts(conf).answer + 45.0
 
 
 def test_an_agent_leaves_a_conductor_that_answers_503(cluster):
