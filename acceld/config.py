@@ -38,11 +38,14 @@ api_opts = [
     cfg.IntOpt("workers", default=2, min=1, deprecated_name="api_workers",
                help="Number of API worker processes (gunicorn workers, each serving with "
                     "[api] threads threads; acceld.services.api_worker)."),
-    cfg.IntOpt("threads", default=4, min=2,
-               help="Request threads per API worker. Idle and kept-alive connections, and "
-                    "requests whose headers are still arriving, wait in the worker's "
-                    "epoll, not in a thread; a thread is taken once a request's headers "
-                    "are complete, until its response is sent."),
+    cfg.IntOpt("threads", default=4, min=1,
+               help="Threads per API worker. One at a time runs the application (the "
+                    "serving slot: threads sharing one GIL and serving together cost more "
+                    "CPU per request than one alone); a thread that waits for the "
+                    "conductor, Placement or a client reading a large answer steps out and "
+                    "the next takes over, so this many such waits can run at once. Idle and "
+                    "kept-alive connections, and requests whose head or body is still "
+                    "arriving, wait in the worker's epoll, not in a thread."),
     cfg.FloatOpt("client_header_timeout", default=10.0, min=0.1,
                  help="Seconds a client has, from connecting (or from its next request's "
                       "first byte on a kept-alive connection), to send the complete request "

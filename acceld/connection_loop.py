@@ -23,6 +23,11 @@ that thread's until it re-arms it:
 - the thread that completes a request serves it itself (``serve``): the application
   reads the buffered body and writes the answer with blocking calls under the
   owner's deadlines, then re-arms the kept-alive connection. No hand-off, no queue;
+- with a ``slot`` (acceld.serving_slot; the public API's), a thread handles an event only
+  while it holds the slot, so one thread at a time runs the application and threads do
+  not trade the GIL at every system call; a request that waits for another service
+  steps out of the slot meanwhile. Without one (the internal API), the threads serve
+  side by side;
 - a new connection has ``header_timeout`` to send its whole head; a kept-alive one
   may idle ``idle_timeout``, then has ``header_timeout`` from its next first byte;
   a sweep (one thread at a time, twice a second) closes the late ones;
@@ -51,6 +56,7 @@ from http import HTTPStatus
 from typing import Any, Callable
 
 from acceld import request_framing
+from acceld.serving_slot import Slot
 
 LOG = logging.getLogger(__name__)
 
@@ -162,8 +168,10 @@ class ConnectionLoop:
                  max_connections: int, header_timeout: float, idle_timeout: float,
                  ssl_context: ssl.SSLContext | None = None, name: str = "http",
                  on_header_timeout: Callable[[Conn], None] | None = None,
-                 body: BodyBuffering | None = None) -> None:
+                 body: BodyBuffering | None = None, slot: Slot | None = None) -> None:
         self.serve = serve
+        # With a slot, one thread at a time handles events (acceld.serving_slot).
+        self.slot = slot
         self.body = body
         self.threads = threads
         self.max_connections = max_connections
@@ -259,23 +267,30 @@ class ConnectionLoop:
                 events = epoll.poll(SWEEP_INTERVAL, 1)
             except (OSError, ValueError):  # closed under us by stop()
                 return
-            for fd, mask in events:
-                if self._stopping:
-                    return
-                try:
-                    if fd in self._listeners:
-                        self._accept(self._listeners[fd])
-                    else:
-                        self._on_event(fd, mask)
-                except Exception:  # noqa: BLE001 - one connection's failure is its own
-                    LOG.exception("%s: connection handling failed", self.name)
-            now = time.monotonic()
-            if now >= self._next_sweep and self._sweeping.acquire(blocking=False):
-                try:
-                    self._next_sweep = now + SWEEP_INTERVAL
-                    self._sweep(now)
-                finally:
-                    self._sweeping.release()
+            if self.slot is None:
+                self._handle(events)
+            else:
+                with self.slot.held():
+                    self._handle(events)
+
+    def _handle(self, events: list[tuple[int, int]]) -> None:
+        for fd, mask in events:
+            if self._stopping:
+                return
+            try:
+                if fd in self._listeners:
+                    self._accept(self._listeners[fd])
+                else:
+                    self._on_event(fd, mask)
+            except Exception:  # noqa: BLE001 - one connection's failure is its own
+                LOG.exception("%s: connection handling failed", self.name)
+        now = time.monotonic()
+        if now >= self._next_sweep and self._sweeping.acquire(blocking=False):
+            try:
+                self._next_sweep = now + SWEEP_INTERVAL
+                self._sweep(now)
+            finally:
+                self._sweeping.release()
 
     def _accept(self, listener: socket.socket) -> None:
         try:

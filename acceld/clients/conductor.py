@@ -39,6 +39,7 @@ import requests
 from oslo_config import cfg
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
+from acceld import serving_slot
 from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
 from acceld.internal import auth
 from acceld.internal.auth import CONDUCTOR
@@ -334,9 +335,10 @@ class ConductorClient:
             # Not repeated at another conductor after a timeout (a saturated conductor
             # answering late): the PATCH would wait a bind_wait per conductor. Only a
             # conductor that surely never got the call is replaced by the next.
-            answer = self._client.call("POST", "/binds/wake",
-                                       {"arq_ids": arq_ids, "wait": seconds},
-                                       timeout=seconds + 0.5, repeatable=False)
+            with serving_slot.stepped_out():  # the worker serves others meanwhile
+                answer = self._client.call("POST", "/binds/wake",
+                                           {"arq_ids": arq_ids, "wait": seconds},
+                                           timeout=seconds + 0.5, repeatable=False)
             return int((answer or {}).get("resolved", 0))
         except (requests.RequestException, InternalError) as exc:
             LOG.debug("Could not wait for the binds at a conductor: %s", exc)
@@ -360,8 +362,10 @@ class ConductorClient:
 
     def call(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
         """A synchronous call (programming, ...); errors propagate to the caller. Moved to
-        another conductor only when it surely never reached the first."""
-        return self._client.call(method, path, body, timeout=timeout, repeatable=False)
+        another conductor only when it surely never reached the first. In an API worker,
+        the next request is served while the conductor works."""
+        with serving_slot.stepped_out():
+            return self._client.call(method, path, body, timeout=timeout, repeatable=False)
 
 
 def client_from_config(conf: cfg.ConfigOpts) -> ConductorClient | None:

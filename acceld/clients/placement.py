@@ -25,7 +25,7 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
-from acceld import request_ids
+from acceld import request_ids, serving_slot
 from acceld.clients import deadline as deadlines
 
 LOG = logging.getLogger(__name__)
@@ -130,7 +130,8 @@ class PlacementClient:
         if body is not None:
             kwargs["json"] = body
         try:
-            with deadlines.bounded(self.deadline, "Placement"):
+            # In an API worker, the next request is served while Placement answers.
+            with serving_slot.stepped_out(), deadlines.bounded(self.deadline, "Placement"):
                 resp = self.adapter.request(path, method, **kwargs)
         except deadlines.DeadlinePassed as exc:
             raise PlacementUnavailable(f"Placement did not answer {method} {path}: "

@@ -33,6 +33,7 @@ import errno
 import logging
 import os
 import select
+import socket
 import ssl
 import time
 from typing import Any
@@ -43,6 +44,7 @@ from gunicorn.http import wsgi
 from gunicorn.http.body import LengthReader
 from gunicorn.workers import base
 
+from acceld import serving_slot
 from acceld.api.errors import error_body
 from acceld.connection_loop import BodyBuffering, Conn, ConnectionLoop, Outcome, send_refusal
 
@@ -127,17 +129,29 @@ class ClientSocket:
         return len(data)
 
     def flush(self) -> None:
+        """Send what is gathered: at once what the socket's buffer takes (nearly every
+        answer), and the rest outside the serving slot, as a client that reads slowly
+        must not stop the worker's other requests."""
         if not self._pending:
             return
         data = b"".join(self._pending)
         self._pending.clear()
         self._pending_bytes = 0
         self.sent += len(data)
-        self._sock.settimeout(self._send_timeout)
-        try:
-            self._sock.sendall(data)
-        finally:
-            self._sock.settimeout(None)
+        sent = 0
+        if not isinstance(self._sock, ssl.SSLSocket):  # TLS sockets take no flags
+            try:
+                sent = self._sock.send(data, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            if sent == len(data):
+                return
+        with serving_slot.stepped_out():
+            self._sock.settimeout(self._send_timeout)
+            try:
+                self._sock.sendall(memoryview(data)[sent:])
+            finally:
+                self._sock.settimeout(None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
@@ -167,7 +181,8 @@ class LoopWorker(base.Worker):
             max_connections=self.cfg.worker_connections,
             header_timeout=self.header_timeout, idle_timeout=max(1, self.cfg.keepalive),
             ssl_context=context, name="api", on_header_timeout=self._header_timeout,
-            body=BodyBuffering(self.max_body, self.body_timeout, refuse=self._refuse_body))
+            body=BodyBuffering(self.max_body, self.body_timeout, refuse=self._refuse_body),
+            slot=serving_slot.Slot())
         self.loop.start()
         try:
             while self.alive:

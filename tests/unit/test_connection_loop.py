@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from acceld import serving_slot
 from acceld.connection_loop import HEAD_END, Conn, ConnectionLoop, Outcome
 
 
@@ -77,6 +78,10 @@ class Server:
         self.gates = collections.defaultdict(threading.Event)
         self.entered = collections.defaultdict(threading.Event)
         self.late: list[str] = []
+        self.active = 0  # serve calls running now, and the most at once
+        self.most_active = 0
+        self.slot_after_step_out: list[bool] = []
+        self._count = threading.Lock()
         options = {"max_connections": 64, "header_timeout": 5.0, "idle_timeout": 5.0}
         options.update(limits)
         self.loop = ConnectionLoop([self.listener], self.serve, threads=threads,
@@ -84,6 +89,16 @@ class Server:
                                    **options).start()  # type: ignore[arg-type]
 
     def serve(self, conn: Conn) -> Outcome:
+        with self._count:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        try:
+            return self._serve(conn)
+        finally:
+            with self._count:
+                self.active -= 1
+
+    def _serve(self, conn: Conn) -> Outcome:
         end = conn.buffer.index(HEAD_END)
         word = bytes(conn.buffer[:end]).split(b" ")[1].lstrip(b"/")
         del conn.buffer[:end + len(HEAD_END)]
@@ -95,6 +110,18 @@ class Server:
         if word.startswith(b"wait-"):  # waits for its own gate
             self.entered[word].set()
             assert self.gates[word].wait(10)
+        if word.startswith(b"out-"):  # waits for its gate outside the serving slot
+            with self._count:
+                self.active -= 1  # not serving while stepped out
+            with serving_slot.stepped_out():
+                self.entered[word].set()
+                assert self.gates[word].wait(10)
+            with self._count:
+                self.active += 1
+                self.most_active = max(self.most_active, self.active)
+            self.slot_after_step_out.append(serving_slot.holds_slot())
+        if word == b"yield":  # gives the GIL away mid-request, as a database call does
+            time.sleep(0.001)
         if word == b"boom":
             raise RuntimeError("boom")
         body = word + b"!"
@@ -315,3 +342,74 @@ def test_stop_waits_for_a_request_being_served():
     stopper.join(10)
     assert not stopper.is_alive()
     srv.listener.close()
+
+
+# The serving slot (acceld.serving_slot): one thread at a time handles events.
+
+def test_with_a_slot_requests_are_served_one_at_a_time():
+    """Four threads, four clients sending requests that give the GIL away mid-request:
+    never two served at once (without a slot, all four threads serve together)."""
+    srv = Server(threads=4, slot=serving_slot.Slot())
+    try:
+        socks = [srv.connect() for _ in range(4)]
+
+        def client(sock: socket.socket) -> None:
+            for _ in range(25):
+                assert _get(sock, "yield") == b"yield!"
+
+        workers = [threading.Thread(target=client, args=(s,)) for s in socks]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+        assert srv.words.count("yield") == 100
+        assert srv.most_active == 1
+        assert len(set(srv.served_by)) > 1  # served by the loop's threads in turn
+    finally:
+        srv.stop()
+
+
+def test_without_a_slot_threads_serve_at_once():
+    """The other side of the test above: the internal API's loop has no slot."""
+    srv = Server(threads=2)
+    try:
+        a, b = srv.connect(), srv.connect()
+        a.sendall(b"GET /wait-a HTTP/1.1\r\nHost: x\r\n\r\n")
+        b.sendall(b"GET /wait-b HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert srv.entered[b"wait-a"].wait(5) and srv.entered[b"wait-b"].wait(5)
+        assert srv.most_active == 2
+    finally:
+        srv.stop()
+
+
+def test_a_request_stepped_out_of_the_slot_lets_the_next_be_served():
+    """A wait for another service (the conductor, a slow reader) runs outside the slot:
+    other requests are served meanwhile, and the waiter takes the slot back before it
+    answers."""
+    srv = Server(threads=2, slot=serving_slot.Slot())
+    try:
+        waiting, other = srv.connect(), srv.connect()
+        waiting.sendall(b"GET /out-a HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert srv.entered[b"out-a"].wait(5)
+        assert _get(other, "free") == b"free!"  # while out-a waits for its gate
+        srv.gates[b"out-a"].set()
+        assert _answer(waiting) == b"out-a!"
+        assert srv.slot_after_step_out == [True]
+        assert srv.most_active == 1
+    finally:
+        srv.stop()
+
+
+def test_a_request_holding_the_slot_keeps_the_others_waiting():
+    srv = Server(threads=2, slot=serving_slot.Slot())
+    try:
+        blocked, other = srv.connect(), srv.connect()
+        blocked.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert srv.blocked.wait(5)
+        other.sendall(b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+        srv.release.set()
+        assert _answer(blocked) == b"block!"
+        assert _answer(other) == b"after!"
+        assert srv.words == ["block", "after"] and srv.most_active == 1
+    finally:
+        srv.stop()
