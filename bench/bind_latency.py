@@ -75,12 +75,9 @@ def measure(stack: AcceldStack, nova: RecordingNova, rp_uuid: str,
             "patch_p50_ms": statistics.median(patch_answer) * 1000}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--binds", type=int, default=200)
-    parser.add_argument("--workdir")
-    args = parser.parse_args(argv)
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="acceld-bind-latency-"))
+def run(workdir: Path, binds: int) -> dict[str, float]:
+    """An idle all-in-one of its own (API, conductor, agent, a recording Nova), warmed up
+    with a tenth of the binds, then ``binds`` binds measured one at a time."""
     nova = RecordingNova().start()
     stack = AcceldStack(workdir, _free_port(), _free_port(), _free_port(), extra_config=(
         f"\n[nova]\nauth_type = none\nendpoint_override = {nova.url}\n"))
@@ -89,11 +86,20 @@ def main(argv: list[str] | None = None) -> int:
         stack.start_backend()
         stack.start_api()
         rp_uuid = stack.wait_for_device()["rp_uuid"]
-        result = measure(stack, nova, rp_uuid, max(10, args.binds // 10))  # warm up
-        result = measure(stack, nova, rp_uuid, args.binds)
+        measure(stack, nova, rp_uuid, max(10, binds // 10))  # warm up
+        return measure(stack, nova, rp_uuid, binds)
     finally:
         stack.stop()
         nova.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--binds", type=int, default=200)
+    parser.add_argument("--workdir")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="acceld-bind-latency-"))
+    result = run(workdir, args.binds)
     print(f"PATCH to Nova's bound event, {result['binds']} binds one at a time: median "
           f"{result['p50_ms']:.1f} ms, p90 {result['p90_ms']:.1f} ms (PATCH answered in "
           f"{result['patch_p50_ms']:.1f} ms median)")
