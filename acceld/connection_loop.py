@@ -188,6 +188,14 @@ class ConnectionLoop:
         self._wake_r, self._wake_w = socket.socketpair()
         # Level-triggered and never read: once written, it wakes every thread to stop.
         self._epoll.register(self._wake_r.fileno(), select.EPOLLIN)
+        # A thread back from a wait wants the slot: wakes the holder out of its epoll.
+        self._want_r, self._want_w = socket.socketpair()
+        self._want_r.setblocking(False)
+        self._want_w.setblocking(False)
+        self._want_fd = self._want_r.fileno()
+        self._epoll.register(self._want_fd, select.EPOLLIN)
+        if slot is not None:
+            slot.on_wanted = self._signal_want
         self._conns: dict[int, Conn] = {}
         self._lock = threading.Lock()
         self._sweeping = threading.Lock()
@@ -243,6 +251,8 @@ class ConnectionLoop:
             self._wake_w.send(b"x")
         except OSError:
             pass
+        if self.slot is not None:
+            self.slot.close()  # the threads waiting for it go on, see the stop, and end
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout=max(0.1, until - time.monotonic()) + 1)
@@ -253,32 +263,40 @@ class ConnectionLoop:
             if not conn.busy:
                 _close_now(conn.sock)
         self._epoll.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        for sock in (self._wake_r, self._wake_w, self._want_r, self._want_w):
+            sock.close()
 
     # One thread's loop
 
     def _run(self) -> None:
         epoll = self._epoll
-        while not self._stopping:
-            try:
-                # One event a wait: events taken in a batch would be disarmed (one-shot)
-                # and wait behind this thread's request while other threads are idle.
-                events = epoll.poll(SWEEP_INTERVAL, 1)
-            except (OSError, ValueError):  # closed under us by stop()
-                return
-            if self.slot is None:
+        slot = self.slot
+        if slot is not None:
+            slot.take()  # only the slot's holder polls (acceld.serving_slot)
+        try:
+            while not self._stopping:
+                try:
+                    # One event a wait: events taken in a batch would be disarmed
+                    # (one-shot) and wait behind this thread's request.
+                    events = epoll.poll(SWEEP_INTERVAL, 1)
+                except (OSError, ValueError):  # closed under us by stop()
+                    return
                 self._handle(events)
-            else:
-                with self.slot.held():
-                    self._handle(events)
+                if slot is not None and slot.wanted():
+                    slot.give()  # to a thread back from a wait; then wait our turn
+                    slot.take()
+        finally:
+            if slot is not None:
+                slot.give()
 
     def _handle(self, events: list[tuple[int, int]]) -> None:
         for fd, mask in events:
             if self._stopping:
                 return
             try:
-                if fd in self._listeners:
+                if fd == self._want_fd:
+                    self._drain_wants()
+                elif fd in self._listeners:
                     self._accept(self._listeners[fd])
                 else:
                     self._on_event(fd, mask)
@@ -291,6 +309,19 @@ class ConnectionLoop:
                 self._sweep(now)
             finally:
                 self._sweeping.release()
+
+    def _signal_want(self) -> None:
+        try:
+            self._want_w.send(b"w")
+        except OSError:  # full (wakes pending already) or closed by stop()
+            pass
+
+    def _drain_wants(self) -> None:
+        try:
+            while self._want_r.recv(4096):
+                pass
+        except OSError:
+            pass
 
     def _accept(self, listener: socket.socket) -> None:
         try:

@@ -346,9 +346,10 @@ def test_stop_waits_for_a_request_being_served():
 
 # The serving slot (acceld.serving_slot): one thread at a time handles events.
 
-def test_with_a_slot_requests_are_served_one_at_a_time():
+def test_with_a_slot_one_thread_serves_while_none_waits_elsewhere():
     """Four threads, four clients sending requests that give the GIL away mid-request:
-    never two served at once (without a slot, all four threads serve together)."""
+    never two served at once, and all by the slot's holder: the other threads sleep
+    (without a slot, all four threads serve together)."""
     srv = Server(threads=4, slot=serving_slot.Slot())
     try:
         socks = [srv.connect() for _ in range(4)]
@@ -364,7 +365,7 @@ def test_with_a_slot_requests_are_served_one_at_a_time():
             worker.join(30)
         assert srv.words.count("yield") == 100
         assert srv.most_active == 1
-        assert len(set(srv.served_by)) > 1  # served by the loop's threads in turn
+        assert len(set(srv.served_by)) == 1
     finally:
         srv.stop()
 
@@ -396,6 +397,8 @@ def test_a_request_stepped_out_of_the_slot_lets_the_next_be_served():
         assert _answer(waiting) == b"out-a!"
         assert srv.slot_after_step_out == [True]
         assert srv.most_active == 1
+        assert srv.served_by[0] != srv.served_by[1]  # the next thread took over the loop
+        assert _get(other, "again") == b"again!"  # and the loop goes on after the hand-back
     finally:
         srv.stop()
 
