@@ -18,7 +18,7 @@ STAMP_KEYSTONE := .keystone/template-30.0.0/template.json
 PLACEMENT_VENV := .placement/venv
 STAMP_PLACEMENT := $(PLACEMENT_VENV)/.installed
 
-.PHONY: run test test-tools upstream nova bench bench-scale venv clean gpu-wheelhouse samples
+.PHONY: run test test-tools upstream nova bench bench-servers bench-scale venv clean gpu-wheelhouse samples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -89,10 +89,30 @@ test-tools: $(STAMP_TOOLS)
 test: $(STAMP_TEST) $(STAMP_KEYSTONE) $(STAMP_PLACEMENT) $(STAMP_TOOLS) $(STAMP_UPSTREAM) $(STAMP_NOVA)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
-# acceld against upstream Cyborg 17.0.0 (installed into .upstream/venv on first use), then the
-# scale simulation; prints the table and writes it to docs/performance.md. Not part of `make test`.
-bench: $(STAMP_TEST) $(STAMP_PLACEMENT)
+# wrk, the C load generator the benches drive the APIs with (Debian's package), installed
+# once where this runs as root with apt-get; elsewhere bench.run falls back to its Python
+# load generator and says so.
+STAMP_WRK := $(VENV)/.acceld-bench-wrk
+$(STAMP_WRK): | $(BIN)/python
+	@if command -v wrk >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends wrk \
+			>/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y --no-install-recommends wrk >/dev/null; } \
+		|| echo "make: wrk not installed; the benches use their Python load generator"; \
+	else echo "make: not root or no apt-get: install wrk for the benches"; fi
+	touch $@
+
+# acceld against upstream Cyborg 17.0.0 (installed into .upstream/venv on first use), the bind
+# latency, then the scale simulation; prints each goal with its margin and writes the table to
+# docs/performance.md. Not part of `make test`.
+bench: $(STAMP_TEST) $(STAMP_PLACEMENT) $(STAMP_WRK)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# The serving-layer comparison (issue 26): acceld's loop at several thread counts beside
+# gunicorn's sync worker, uwsgi and granian (installed into .bench/granian on first use).
+bench-servers: $(STAMP_TEST) $(STAMP_WRK)
+	$(BIN)/python -m bench.server_compare $(SERVER_ARGS)
 
 # Issue 15's scale bench: 2 conductors, 2 API processes, PostgreSQL (a database is made
 # and dropped on ACCELD_BENCH_POSTGRES_URL's server), simulated nodes, binds throughout,
