@@ -234,7 +234,7 @@ conductor_opts = [
                  help="Seconds between the conductor's coalesced writes of its agents' "
                       "last contact: a heartbeat that changes nothing is answered from "
                       "memory and stamped in one UPDATE per interval for every host heard "
-                      "(acceld.conductor.liveness). 0: one transaction per heartbeat."),
+                      "(acceld.conductor.fleet.liveness). 0: one transaction per heartbeat."),
     cfg.FloatOpt("agent_check_interval", default=2.0, min=0.05,
                  help="Seconds between liveness sweeps: each conductor marks down the "
                       "silent agents among the hosts it owns."),

@@ -1,7 +1,7 @@
 """What Placement should hold for each deployable, derived from the database's rows.
 
-The conductor's Placement sync writes it (acceld.conductor.placement_sync) and audits it
-(acceld.conductor.placement_audit); the API's explain (acceld.explain) judges providers
+The conductor's Placement sync writes it (acceld.conductor.placement.sync) and audits it
+(acceld.conductor.placement.audit); the API's explain (acceld.explain) judges providers
 against it. It lives below both so the API never imports the conductor.
 """
 

@@ -5,8 +5,8 @@ return of a device; they live below both (the API never imports the conductor). 
 reconciled report carries every device's health (acceld.drivers.health). Applied here, in
 the report's transaction:
 
-* ``unhealthy`` quarantines the device: no new bind (acceld.conductor.bind_target), its
-  Placement providers ``reserved = total`` (acceld.conductor.placement_sync), one WARNING
+* ``unhealthy`` quarantines the device: no new bind (acceld.conductor.binding.target), its
+  Placement providers ``reserved = total`` (acceld.conductor.placement.sync), one WARNING
   naming device, host and reason. ARQs already bound stay bound.
 * A quarantined device returns after ``[conductor] health_recovery_reports`` healthy reports
   *in a row*; any other report (degraded, unknown, unhealthy) starts the count again, so a

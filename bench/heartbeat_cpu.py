@@ -46,7 +46,7 @@ def _conf(state_path: str):  # type: ignore[no-untyped-def]
 def run(db_url: str, calls: int) -> dict:
     import acceld
     from acceld.agent.service import Agent
-    from acceld.conductor.agents import AgentsComponent
+    from acceld.conductor.fleet.agents import AgentsComponent
     from acceld.conductor.service import Conductor
     from acceld.db import migrate
     from acceld.db.engine import Database

@@ -325,7 +325,7 @@ class ConductorClient:
 
     def wait_for_binds(self, arq_ids: list[int], seconds: float) -> int:
         """Wake a conductor and wait, at most ``seconds``, until it resolved the binds of
-        ``arq_ids`` (acceld.conductor.bind_wakes); return how many it resolved. More ARQs
+        ``arq_ids`` (acceld.conductor.binding.wakes); return how many it resolved. More ARQs
         than a wake may name, or any failure, fall back to :meth:`wake_binds`: the jobs are
         committed, and a worker takes them whenever it is woken or its scan finds them."""
         if len(arq_ids) > MOST_ARQS_WAITED_FOR:

@@ -22,7 +22,7 @@ A program never runs under an instance: under the lease it locks the
 deployable row, answers 409 naming the ARQs while any of its attach handles is
 in use or being taken, and marks the deployable as being programmed until the
 result is recorded; binds refuse its handles meanwhile
-(acceld.conductor.bind_target.lock_deployable).
+(acceld.conductor.binding.target.lock_deployable).
 
 Fencing. The transaction that marks the deployable also takes its next fencing token
 (acceld.db.fences), sent with the agent call; right before the call the mark is checked

@@ -4,15 +4,15 @@ The conductor is assembled from components. Each contributes internal routes
 (served on ``[conductor] port``) and periodic tasks; a task marked ``exclusive``
 runs on one conductor at a time when several share a database (a lease row
 decides which): cloud-wide cheap sweeps. Per-host periodic work is divided among
-the live conductors by a hash ring (acceld.conductor.membership): a component
+the live conductors by a hash ring (acceld.conductor.fleet.membership): a component
 with ``use_ownership`` is given this conductor's :class:`Membership` and skips
 the hosts other conductors own. Components:
 
-- binding (acceld.conductor.binding): completes bind jobs, notifies Nova;
-- agents and reconciliation (acceld.conductor.agents, .reconcile): hello,
+- binding (acceld.conductor.binding.worker): completes bind jobs, notifies Nova;
+- agents and reconciliation (acceld.conductor.fleet.agents, acceld.conductor.reconcile): hello,
   heartbeats, inventory diffs, liveness;
-- placement (acceld.conductor.placement_sync): mirrors inventory to Placement;
-- handle release (acceld.conductor.handle_release): runs queued attach-handle releases.
+- placement (acceld.conductor.placement.sync): mirrors inventory to Placement;
+- handle release (acceld.conductor.binding.handle_release): runs queued attach-handle releases.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Callable, Protocol
 
 from oslo_config import cfg
 
-from acceld.conductor.membership import Membership, member_name
+from acceld.conductor.fleet.membership import Membership, member_name
 from acceld.db import leases
 from acceld.db.nonces import DatabaseReplay
 from acceld.internal.auth import CONDUCTOR, new_conductor_instance
@@ -200,13 +200,13 @@ class Conductor:
 # The conductor's components, in start order, as "module:class"; each class takes
 # (conf, db). Imported when the conductor is built: their modules import this one.
 COMPONENTS: list[str] = [
-    "acceld.conductor.binding:BindingComponent",
-    "acceld.conductor.placement_sync:PlacementSync",
+    "acceld.conductor.binding.worker:BindingComponent",
+    "acceld.conductor.placement.sync:PlacementSync",
     "acceld.conductor.programming:ProgrammingComponent",
-    "acceld.conductor.agents:AgentsComponent",
-    "acceld.conductor.handle_release:HandleReleaseComponent",
-    "acceld.conductor.claim_allocations:ClaimAllocationComponent",
-    "acceld.conductor.device_event_purge:DeviceEventPurge",
+    "acceld.conductor.fleet.agents:AgentsComponent",
+    "acceld.conductor.binding.handle_release:HandleReleaseComponent",
+    "acceld.conductor.placement.claim_allocations:ClaimAllocationComponent",
+    "acceld.conductor.health.device_event_purge:DeviceEventPurge",
 ]
 
 

@@ -262,7 +262,7 @@ def delete_locked(conn: Connection, rows: Sequence[Row]) -> int:
     release_handles(conn, (r.attach_handle_id for r in rows))
     conn.execute(bind_jobs.DELETE_OF_ARQS, {"arq_ids": ids})
     # A standalone claim's allocation goes with it: its consumer is written again by a
-    # conductor (acceld.conductor.claim_allocations), however often one crashes first.
+    # conductor (acceld.conductor.placement.claim_allocations), however often one crashes first.
     claims.mark_due(conn, (r.consumer_uuid for r in rows))
     return conn.execute(_DELETE_ARQS, {"ids": ids}).rowcount
 

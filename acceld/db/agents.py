@@ -142,7 +142,7 @@ def reachability(conn: Connection, hostname: str) -> Any:
 
 
 def touch_up(conn: Connection, hostnames: list[str]) -> int:
-    """Coalesced heartbeats (acceld.conductor.liveness): the agents of ``hostnames`` that
+    """Coalesced heartbeats (acceld.conductor.fleet.liveness): the agents of ``hostnames`` that
     are up were seen now, by the database's clock; one UPDATE for all of them."""
     if not hostnames:
         return 0

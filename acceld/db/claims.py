@@ -3,8 +3,8 @@ allocates for them.
 
 A claim's ARQs are inserted already ``BindStarted`` with the host and provider acceld chose,
 ``instance_uuid`` NULL and ``consumer_uuid`` set, each with a bind job: the conductor binds
-them as it binds Nova's (acceld.conductor.binding), writing the consumer's Placement
-allocation first (acceld.conductor.claim_allocations).
+them as it binds Nova's (acceld.conductor.binding.worker), writing the consumer's Placement
+allocation first (acceld.conductor.placement.claim_allocations).
 
 A consumer's allocation is never edited by difference: it is always :func:`desired`, the
 sum of its ARQs that are ``BindStarted`` or ``Bound``, one unit of their provider's resource

@@ -32,7 +32,7 @@ class Member:
     heartbeat_at: dt.datetime
     age: float  # seconds since its heartbeat, by the database's clock
     # Seconds since every heartbeat it had read was written (``heard_through``, else its
-    # own heartbeat): how far the liveness sweep waits for it (acceld.conductor.liveness).
+    # own heartbeat): how far the liveness sweep waits for it (acceld.conductor.fleet.liveness).
     written_ago: float = 0.0
 
 

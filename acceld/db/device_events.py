@@ -5,7 +5,7 @@ Written in the transaction that makes the change, so an event exists exactly whe
 committed. Stamped by the database's clock (acceld.db.clock) so that events written by
 several conductors and API workers order truthfully; listed newest first by id (the order
 of insertion) through the ``(device_uuid, id)`` index; purged by time through the
-``created_at`` index (acceld.conductor.device_event_purge).
+``created_at`` index (acceld.conductor.health.device_event_purge).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ bind jobs; devices, then attach handles, then release rows):
 * a hello of the agent and a reconcile lock the agent row first, so they wait for the
   retire or it waits for them and sees the agent ``up``;
 * a bind locks its ARQ, then (shared) its device before taking a handle
-  (acceld.conductor.bind_target); the retire locks the ARQs it read, then the host's
+  (acceld.conductor.binding.target); the retire locks the ARQs it read, then the host's
   devices and handles, and re-reads who holds a handle as committed now. A holder that
   committed after the ARQ read (a bind that took a handle meanwhile) is not locked by this
   transaction: it rolls back and starts again, so that the ARQ is seen, refused or failed

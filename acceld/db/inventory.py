@@ -20,7 +20,7 @@ once; SQLite's write lock serialises them). So a removal never trusts the read
 alone: before removing a device or a deployable it locks the device row
 (``FOR UPDATE``), then the handles, and reads ``in_use`` as committed now; a
 handle is deleted only ``WHERE in_use = false``. A bind locks the device row
-(``FOR SHARE``) before it takes a handle (acceld.conductor.bind_target), so
+(``FOR SHARE``) before it takes a handle (acceld.conductor.binding.target), so
 either the bind commits first and the removal sees the handle in use, or the
 removal commits first and the bind finds no device. Locks follow one order,
 device (through its ``uuid`` index, then the row: MariaDB locks index entries) then
@@ -600,7 +600,7 @@ def _lock_device(conn: Connection, device_id: int) -> None:
     """Lock the device row exclusively through its ``uuid`` index, the way a bind reaches it.
 
     MariaDB locks index entries: a bind's shared lock goes through the ``uuid`` index entry
-    and then the row (acceld.conductor.bind_target.lock_device). Locked through the primary
+    and then the row (acceld.conductor.binding.target.lock_device). Locked through the primary
     key only, a removal would meet a bind that holds the ``uuid`` entry and waits for the
     row when its DELETE needs that entry: a deadlock (1213). Locking the entry first makes
     the later of the two wait for the earlier, as on PostgreSQL (acceld.db.host_retire

@@ -140,7 +140,7 @@ class Deployable(TimestampMixin, Base):
     program_started_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     # Set while a program (a bind's or the API's) is rewriting the device: who runs it and
     # until when it counts (a crashed holder's lapses). No bind takes a handle meanwhile
-    # (acceld.conductor.bind_target.lock_deployable; docs/architecture.md).
+    # (acceld.conductor.binding.target.lock_deployable; docs/architecture.md).
     programming_owner: Mapped[str | None] = mapped_column(String(64))
     programming_until: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     # Grows by one with each claim that may make the agent rewrite the device (a program);
@@ -282,7 +282,7 @@ class ClaimConsumer(TimestampMixin, Base):
     (acceld.db.claims.desired): ``due`` marks it to be written again (a claim refused, an ARQ
     released), in the transaction that made the change; a conductor claims due rows with a
     lease, writes Placement, and clears ``due`` (or deletes the row once no ARQ names it), so
-    an allocation removal survives a conductor crash (acceld.conductor.claim_allocations).
+    an allocation removal survives a conductor crash (acceld.conductor.placement.claim_allocations).
     """
 
     __tablename__ = "claim_consumers"
@@ -334,7 +334,7 @@ class Conductor(Base):
     heartbeat_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
     # Every heartbeat this conductor had read before this time (the database's clock) is
     # written to its agent's row: the liveness sweep judges silence only up to the oldest
-    # of these among the live conductors (acceld.conductor.liveness). NULL: heartbeat_at.
+    # of these among the live conductors (acceld.conductor.fleet.liveness). NULL: heartbeat_at.
     heard_through: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
 

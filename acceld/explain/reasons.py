@@ -1,7 +1,7 @@
 """acceld's view: every reason that keeps one provider from serving one request group.
 
-The checks are the bind's (acceld.conductor.bind_target) and the Placement sync's
-(acceld.conductor.placement_sync), asked all at once instead of stopping at the first:
+The checks are the bind's (acceld.conductor.binding.target) and the Placement sync's
+(acceld.conductor.placement.sync), asked all at once instead of stopping at the first:
 an operator fixing one reason should not discover the next only on the next boot.
 Each reason is ``(code, message)``; the codes are part of the API (docs/explain.md).
 """

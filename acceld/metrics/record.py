@@ -83,7 +83,7 @@ _BINDS_SEEN = _Seen()
 
 
 def binds_resolved(rows: Iterable[Any]) -> None:
-    """Resolved bind jobs about to be announced to Nova (acceld.conductor.binding._notify):
+    """Resolved bind jobs about to be announced to Nova (acceld.conductor.binding.worker._notify):
     each row has ``id``, ``created_at`` (when the PATCH made the job), ``state``,
     ``bind_failure_reason`` and ``db_now`` (the database's clock, which stamped
     ``created_at``)."""

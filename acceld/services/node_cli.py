@@ -100,8 +100,8 @@ def format_damaged(rows) -> str:  # type: ignore[no-untyped-def]
 
 def format_conductors(members, dead_after: float, hosts: list[str]) -> str:  # type: ignore[no-untyped-def]
     """The conductors sharing the database, live or not, and how many hosts the ring over
-    the live ones gives each (acceld.conductor.membership)."""
-    from acceld.conductor.hashring import HashRing
+    the live ones gives each (acceld.conductor.fleet.membership)."""
+    from acceld.conductor.fleet.hashring import HashRing
 
     if not members:
         return ""
@@ -137,7 +137,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError
 
     from acceld.cmd.arqs_check import damaged_bound_arqs
-    from acceld.conductor.membership import dead_after
+    from acceld.conductor.fleet.membership import dead_after
     from acceld.db import agents as agents_db
     from acceld.db import conductors as conductors_db
     from acceld.db import migrate

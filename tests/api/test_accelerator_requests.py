@@ -12,7 +12,7 @@ import orjson
 import pytest
 from sqlalchemy import func, select, update
 
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding.worker import BindWorker
 from acceld.db.models import accelerator_requests, attach_handles, bind_jobs, devices
 from tests.conftest import count_queries
 from acceld.api.handlers.accelerator_requests import WITHHELD_REASON

@@ -290,7 +290,7 @@ NOVA = {**member("project-a"), "X-Service-Roles": "service"}
 
 def _bound_state_after_bind(client, conf, db, fpga, instance=None):
     """Create an ARQ for the fake FPGA, bind it to the deployable, run the bind worker."""
-    from acceld.conductor.binding import BindWorker
+    from acceld.conductor.binding.worker import BindWorker
 
     [arq] = client.simulate_post(ARQ_URL, json={"device_profile_name": "dp-fpga"},
                                  headers=NOVA).json["arqs"]

@@ -96,7 +96,7 @@ def test_claim_on_a_host_binds_without_nova_and_release_frees(client, conf, db, 
             device_events.c.id)).all())
     assert kinds == [("claimed", "conductor"), ("released", "user-project-a")]
     # The conductor's drain (no Placement here: nothing to write) drops the consumer.
-    from acceld.conductor.claim_allocations import ClaimAllocationWorker
+    from acceld.conductor.placement.claim_allocations import ClaimAllocationWorker
     assert ClaimAllocationWorker(conf, db).run_once() == 1
     assert counts(db)["consumers"] == 0
 
@@ -320,7 +320,7 @@ def test_a_placement_outage_is_logged_once_each_way_by_the_release_drain(
     import logging
 
     from acceld import outages
-    from acceld.conductor.claim_allocations import ClaimAllocationWorker
+    from acceld.conductor.placement.claim_allocations import ClaimAllocationWorker
 
     for n in range(2):  # three claims on the host: three devices
         inventory.add_fpga(db, hostname="claim-node", name=f"More{n}")

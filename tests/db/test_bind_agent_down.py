@@ -16,7 +16,7 @@ import logging
 
 from sqlalchemy import insert, select, update
 
-from acceld.conductor.binding import MAX_BIND_ATTEMPTS, BindWorker
+from acceld.conductor.binding.worker import MAX_BIND_ATTEMPTS, BindWorker
 from acceld.db.models import agents, bind_jobs, utcnow
 from tests.conftest import make_conf
 from tests.support import inventory

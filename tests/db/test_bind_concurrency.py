@@ -17,7 +17,7 @@ import uuid
 import pytest
 from sqlalchemy import event, update
 
-from acceld.conductor.binding import BindingComponent, BindWorker
+from acceld.conductor.binding.worker import BindingComponent, BindWorker
 from acceld.db import bind_jobs as jobs_db
 from acceld.db.models import attach_handles, deployables
 from tests.conftest import make_conf

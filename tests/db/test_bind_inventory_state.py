@@ -9,7 +9,7 @@ import uuid as uuidlib
 import pytest
 from sqlalchemy import insert, update
 
-from acceld.conductor.bind_target import AgentDown, BindRefused, BindTarget, check_and_take
+from acceld.conductor.binding.target import AgentDown, BindRefused, BindTarget, check_and_take
 from acceld.db import inventory
 from acceld.db.models import agents, attach_handles, utcnow
 from acceld.drivers.fake import FakeDriver

@@ -18,7 +18,7 @@ from falcon import testing
 from sqlalchemy import select
 
 from acceld.api.app import build_app
-from acceld.conductor.binding import BindingComponent
+from acceld.conductor.binding.worker import BindingComponent
 from acceld.db import bind_jobs as jobs_db
 from acceld.db.models import accelerator_requests, bind_jobs, utcnow
 from tests.conftest import make_conf

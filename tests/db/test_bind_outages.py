@@ -25,8 +25,8 @@ import pytest
 
 from sqlalchemy import select
 
-from acceld.conductor.binding import MAX_BIND_ATTEMPTS, BindWorker
-from acceld.conductor.placement_checks import BindPlacementCheck
+from acceld.conductor.binding.worker import MAX_BIND_ATTEMPTS, BindWorker
+from acceld.conductor.placement.checks import BindPlacementCheck
 from acceld.db.models import bind_jobs, utcnow
 from tests.conftest import make_conf
 from tests.support import inventory
@@ -224,7 +224,7 @@ def test_running_conductor_resumes_its_claims_when_the_database_is_back(db, tmp_
     """The component's worker thread loses the database mid-bind; once it answers again,
     the periodic bind-scan wakes the worker, which gives its claim back and binds, well
     within the 60 s lease that the claim would otherwise have waited out."""
-    from acceld.conductor.binding import BindingComponent
+    from acceld.conductor.binding.worker import BindingComponent
 
     conf = make_conf(str(tmp_path), conductor__bind_workers=1)
     fpga = inventory.add_fpga(db, hostname=HOST, handles=1)

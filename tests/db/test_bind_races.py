@@ -17,7 +17,7 @@ from falcon import testing
 from sqlalchemy import func, select
 
 from acceld.api.app import build_app
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding.worker import BindWorker
 from acceld.db import bind_jobs as jobs_db
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests, attach_handles, bind_jobs

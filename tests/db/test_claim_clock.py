@@ -20,9 +20,9 @@ import datetime as dt
 import pytest
 from sqlalchemy import insert, select, update
 
-from acceld.conductor.agents import AgentsComponent
-from acceld.conductor.binding import BindWorker
-from acceld.conductor.placement_checks import BindPlacementCheck
+from acceld.conductor.fleet.agents import AgentsComponent
+from acceld.conductor.binding.worker import BindWorker
+from acceld.conductor.placement.checks import BindPlacementCheck
 from acceld.conductor.programming import ProgrammingComponent
 from acceld.db import agents as agents_db
 from acceld.db import bind_jobs as jobs_db

@@ -20,8 +20,8 @@ from falcon import testing
 from sqlalchemy import func, select
 
 from acceld.api.app import build_app
-from acceld.conductor import bind_target
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding import target as bind_target
+from acceld.conductor.binding.worker import BindWorker
 from acceld.db import bind_jobs
 from acceld.db.models import accelerator_requests, attach_handles, claim_consumers
 from tests.helpers import ADMIN, SERVICE, member, version

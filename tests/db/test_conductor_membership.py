@@ -13,9 +13,9 @@ import threading
 import pytest
 from sqlalchemy import select, update
 
-from acceld.conductor.handle_release import ReleaseWorker
-from acceld.conductor.hashring import HashRing
-from acceld.conductor.membership import Membership, dead_after
+from acceld.conductor.binding.handle_release import ReleaseWorker
+from acceld.conductor.fleet.hashring import HashRing
+from acceld.conductor.fleet.membership import Membership, dead_after
 from acceld.db import conductors as conductors_db
 from acceld.db import handle_releases
 from acceld.db.clock import sql_now
@@ -77,7 +77,7 @@ def test_a_dead_conductor_is_dropped_once_silent_past_the_bound_and_its_hosts_mo
     b.beat()
     assert b.ring.members == {"cond-a", "cond-b"}
     silence(db, "cond-a", DEAD_AFTER + 1)  # past it: dropped at b's next beat
-    with caplog.at_level("INFO", logger="acceld.conductor.membership"):
+    with caplog.at_level("INFO", logger="acceld.conductor.fleet.membership"):
         b.beat()
     assert b.ring.members == {"cond-b"}
     assert all(b.owns(h) for h in hosts)  # a's hosts moved to b

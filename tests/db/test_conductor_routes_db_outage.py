@@ -14,7 +14,7 @@ import logging
 import orjson
 from falcon import testing
 
-from acceld.conductor.agents import AgentsComponent
+from acceld.conductor.fleet.agents import AgentsComponent
 from acceld.db import nonces
 from acceld.internal import auth
 from acceld.internal.server import build_app

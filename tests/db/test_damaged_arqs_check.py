@@ -134,7 +134,7 @@ def test_the_documented_repair_brings_the_inventory_and_the_binding_back(db, tmp
     from falcon import testing
 
     from acceld.api.app import build_app
-    from acceld.conductor.binding import BindWorker
+    from acceld.conductor.binding.worker import BindWorker
     from tests.helpers import SERVICE
     from tests.support.binds import ARQS, arq_state, request_binds
 

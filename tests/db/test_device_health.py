@@ -18,8 +18,9 @@ from falcon import testing
 from acceld.agent.hardware import digest
 from acceld.api.app import build_app
 from acceld import quarantine
-from acceld.conductor import bind_target, device_event_purge
-from acceld.conductor.agents import AgentsComponent
+from acceld.conductor.binding import target as bind_target
+from acceld.conductor.health import device_event_purge
+from acceld.conductor.fleet.agents import AgentsComponent
 from acceld.placement_model import desired_providers
 from acceld.conductor.reconcile import apply_report
 from acceld.db import agents as agents_db

@@ -29,8 +29,8 @@ from sqlalchemy import select, update
 
 from acceld.agent import attach as agent_attach
 from acceld.agent import programming as agent_programming
-from acceld.conductor.binding import BindWorker
-from acceld.conductor.handle_release import ReleaseWorker
+from acceld.conductor.binding.worker import BindWorker
+from acceld.conductor.binding.handle_release import ReleaseWorker
 from acceld.conductor.programming import Programmer, ProgramError
 from acceld.db import handle_releases
 from acceld.db.models import agents, bind_jobs, deployables, utcnow
@@ -133,7 +133,7 @@ def test_a_stalled_release_is_refused_after_a_new_bind_prepared_the_mdev(node, c
         return real_release(hostname, body)  # A resumes its call
 
     stalled.client.release = stall_then_resume
-    with caplog.at_level(logging.WARNING, logger="acceld.conductor.handle_release"):
+    with caplog.at_level(logging.WARNING, logger="acceld.conductor.binding.handle_release"):
         assert stalled.run_once() == 1
     assert node.prepared() == {mdev}  # the Bound ARQ's mdev stays
     assert node.arq(later["arq"])["state"] == "Bound"

@@ -1,4 +1,4 @@
-"""Coalesced heartbeats (acceld.conductor.liveness): an unchanged hello writes nothing by
+"""Coalesced heartbeats (acceld.conductor.fleet.liveness): an unchanged hello writes nothing by
 itself; one flush stamps every host heard, by the database's clock; anything that differs
 from the remembered row, a row marked down or gone, goes the full way. Every backend."""
 
@@ -11,8 +11,8 @@ import pymysql
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import OperationalError
 
-from acceld.conductor import liveness as liveness_module
-from acceld.conductor.liveness import Liveness
+from acceld.conductor.fleet import liveness as liveness_module
+from acceld.conductor.fleet.liveness import Liveness
 from acceld.db import agents as agents_db
 from acceld.db import conductors as conductors_db
 from acceld.db.clock import db_now
@@ -115,7 +115,7 @@ def test_a_host_marked_down_before_the_flush_is_brought_back_up(db, caplog):
         assert agents_db.mark_down(conn, row)
     _clock_past_marks(db)
     assert live.unchanged("n1", "n1:9000", 10, "d1", 3)  # heard after the mark
-    caplog.set_level("INFO", logger="acceld.conductor.liveness")
+    caplog.set_level("INFO", logger="acceld.conductor.fleet.liveness")
     live.flush()
     assert _row(db, "n1").state == "up"
     assert "Agent of host n1 is back" in caplog.text

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select, update
 
-from acceld.conductor import bind_target
+from acceld.conductor.binding import target as bind_target
 from acceld.db import agents as agents_db
 from acceld.db import host_retire
 from acceld.db.models import agents

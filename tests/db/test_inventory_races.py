@@ -26,8 +26,8 @@ from sqlalchemy import select
 from sqlalchemy import update as sa_update
 
 from acceld.api.app import build_app
-from acceld.conductor import bind_target
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding import target as bind_target
+from acceld.conductor.binding.worker import BindWorker
 from acceld.conductor.reconcile import apply_report
 from acceld.db import inventory
 from acceld.db.models import agents, attach_handles, devices
@@ -290,7 +290,7 @@ def test_disable_committed_while_the_host_step_runs_fails_the_bind(db, tmp_path,
     """A handle with a host step (an mdev) is prepared between the bind's two transactions:
     a disable that commits meanwhile fails the bind, and the prepared mdev is released."""
     from acceld.agent.attach import AttachSteps
-    from acceld.conductor import bind_attach
+    from acceld.conductor.binding import attach as bind_attach
     from acceld.internal.auth import agent_destination
     from acceld.internal.server import InternalServer, build_app as internal_app
     from tests.unit.test_attach_handles import HOST as NODE_HOST, SECRET, Node

@@ -1,5 +1,5 @@
 """The liveness sweep judges an agent's silence only as far as the conductors have written
-what they heard (acceld.conductor.liveness, acceld.db.conductors ``furthest_behind``).
+what they heard (acceld.conductor.fleet.liveness, acceld.db.conductors ``furthest_behind``).
 
 A conductor answers unchanged hellos from memory and writes them at its next flush; a
 conductor whose flushes run late (saturated, or a slow database) holds hellos the database
@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import OperationalError
 
-from acceld.conductor.agents import AgentsComponent
+from acceld.conductor.fleet.agents import AgentsComponent
 from acceld.db import agents as agents_db
 from acceld.db.clock import sql_now
 from acceld.db.models import agents, conductors
@@ -95,7 +95,7 @@ def test_no_conductor_rows_judge_by_the_database_clock(db, sweeper):
 
 
 def test_the_lag_is_logged_when_it_starts_and_when_it_ends(db, sweeper, caplog):
-    caplog.set_level("INFO", logger="acceld.conductor.agents")
+    caplog.set_level("INFO", logger="acceld.conductor.fleet.agents")
     conductor(db, "behind", beat_ago=0.5, heard_ago=20)
     sweeper.sweep()
     sweeper.sweep()
@@ -113,7 +113,7 @@ def test_a_sweep_chosen_as_a_deadlock_victim_marks_and_logs_once(db, sweeper, ca
                                                                    monkeypatch):
     """The marks lock agent rows a flush may lock too: a deadlock runs the marks again
     (in the flushes' host order) and the WARNING is logged for the kept marks only."""
-    caplog.set_level("WARNING", logger="acceld.conductor.agents")
+    caplog.set_level("WARNING", logger="acceld.conductor.fleet.agents")
     agent(db, "b-silent", silent_for=40)
     agent(db, "a-silent", silent_for=40)
     real_mark_down = agents_db.mark_down

@@ -1,5 +1,5 @@
 """A conductor's flush brings a host marked down back up only for a hello it received
-after the down mark (acceld.conductor.liveness, acceld.db.agents.bring_up): a conductor
+after the down mark (acceld.conductor.fleet.liveness, acceld.db.agents.bring_up): a conductor
 that froze holding hellos heard before the agent died must not revive it. Every backend.
 """
 
@@ -10,7 +10,7 @@ import time
 
 from sqlalchemy import insert, select, update
 
-from acceld.conductor.liveness import Liveness
+from acceld.conductor.fleet.liveness import Liveness
 from acceld.db import agents as agents_db
 from acceld.db.clock import db_now
 from acceld.db.models import agents, handle_releases
@@ -69,7 +69,7 @@ def test_a_hello_heard_before_the_down_mark_does_not_bring_the_host_back(db, cap
     _clock_past(db, heard_by)  # ...A freezes; the agent dies; a peer marks the host down
     mark = _peer_marks_down(db)
     assert mark > heard_by
-    caplog.set_level("INFO", logger="acceld.conductor.liveness")
+    caplog.set_level("INFO", logger="acceld.conductor.fleet.liveness")
     assert live.flush() == 1  # A resumes and flushes what it heard before the freeze
     row = _row(db)
     assert row.state == "down"
@@ -95,7 +95,7 @@ def test_a_hello_received_after_the_down_mark_brings_the_host_back(db, caplog):
     _clock_past(db, mark)
     # The agent is alive after all: its next hello, answered from memory, is after the mark.
     assert live.unchanged("n1", *HELLO)
-    caplog.set_level("INFO", logger="acceld.conductor.liveness")
+    caplog.set_level("INFO", logger="acceld.conductor.fleet.liveness")
     live.flush()
     row = _row(db)
     assert row.state == "up" and row.last_seen_at > mark

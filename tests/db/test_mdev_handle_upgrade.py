@@ -25,8 +25,8 @@ from sqlalchemy import insert, select, update
 
 from acceld.agent.attach import AttachSteps
 from acceld.api.app import build_app
-from acceld.conductor import bind_target
-from acceld.conductor.handle_release import ReleaseWorker
+from acceld.conductor.binding import target as bind_target
+from acceld.conductor.binding.handle_release import ReleaseWorker
 from acceld.placement_model import desired_providers
 from acceld.conductor.reconcile import apply_report
 from acceld.db import handle_releases

@@ -18,8 +18,8 @@ from acceld import cli
 from acceld.agent.service import Agent
 from acceld.clients.agent import AgentCallError, AgentCaller
 from acceld.clients.internal import InternalClient, InternalError
-from acceld.conductor.agents import AgentsComponent
-from acceld.conductor.handle_release import HOST_STEPS_PATH, HandleReleaseComponent
+from acceld.conductor.fleet.agents import AgentsComponent
+from acceld.conductor.binding.handle_release import HOST_STEPS_PATH, HandleReleaseComponent
 from acceld.conductor.service import Conductor
 from acceld.db import node_keys
 from acceld.db.models import agents

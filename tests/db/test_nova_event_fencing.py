@@ -20,7 +20,7 @@ from sqlalchemy import select, update
 
 from acceld.clients import deadline as deadlines
 from acceld.clients import nova
-from acceld.conductor.binding import BindingComponent, BindWorker
+from acceld.conductor.binding.worker import BindingComponent, BindWorker
 from acceld.db import bind_jobs as jobs_db
 from acceld.db.models import bind_jobs, utcnow
 from tests.conftest import make_conf

@@ -28,9 +28,10 @@ import uuid
 import pytest
 from sqlalchemy import update as sa_update
 
-from acceld.conductor import bind_target, programming
-from acceld.conductor.bind_programming import BindProgramming
-from acceld.conductor.binding import BindWorker
+from acceld.conductor import programming
+from acceld.conductor.binding import target as bind_target
+from acceld.conductor.binding.programming import BindProgramming
+from acceld.conductor.binding.worker import BindWorker
 from acceld.conductor.programming import Programmer, ProgramError
 from acceld.db import bind_jobs
 from acceld.db.clock import db_now

@@ -3,7 +3,7 @@ forced at the exact point, on SQLite, PostgreSQL and MariaDB (issue 11 item 2, a
 while doing item 8).
 
 MariaDB locks index entries, not just rows: a bind's shared lock on the device goes
-through the ``uuid`` index (acceld.conductor.bind_target.lock_device), and deleting the
+through the ``uuid`` index (acceld.conductor.binding.target.lock_device), and deleting the
 device needs that index entry too. A removal that locked the device only through its
 primary key would wait for the bind's ``uuid`` entry while the bind waits for the row: a
 deadlock (error 1213), one of the two rolled back with a traceback. The removal locks the
@@ -20,7 +20,7 @@ import logging
 
 import pytest
 
-from acceld.conductor import bind_target
+from acceld.conductor.binding import target as bind_target
 from acceld.conductor.reconcile import apply_report
 from acceld.db import inventory
 from tests.db.test_inventory_races import VANISHED, HOST, Rig, _assert_held_then_removed

@@ -14,7 +14,7 @@ from falcon import testing
 from acceld.api.app import build_app
 from acceld.clients.conductor import ConductorClient
 from acceld.clients.internal import InternalError
-from acceld.conductor.binding import BindingComponent
+from acceld.conductor.binding.worker import BindingComponent
 from acceld.conductor.service import Conductor
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE

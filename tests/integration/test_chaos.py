@@ -69,7 +69,7 @@ from sqlalchemy import select
 
 from acceld.api.app import build_app
 from acceld.clients.conductor import FailoverClient
-from acceld.conductor.hashring import HashRing
+from acceld.conductor.fleet.hashring import HashRing
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arq_table
 from acceld.db.models import attach_handles, bind_jobs, deployables, devices, handle_releases
@@ -453,7 +453,7 @@ class Cloud:
         self.db.dispose()
 
     def ring_lines(self, name: str) -> list[str]:
-        """The ring changes a conductor logged (acceld.conductor.membership)."""
+        """The ring changes a conductor logged (acceld.conductor.fleet.membership)."""
         return [line for line in self.processes[name].log_path.read_text(
             errors="replace").splitlines() if "Conductor ring of " in line]
 

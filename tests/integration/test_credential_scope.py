@@ -211,7 +211,7 @@ class NonceWrites:
 
 
 def hello_conductor(conf, db, name: str) -> Conductor:
-    from acceld.conductor.agents import AgentsComponent
+    from acceld.conductor.fleet.agents import AgentsComponent
 
     node = Conductor(conf, db, [AgentsComponent(conf, db)], instance_id=name)
     node.start()

@@ -17,7 +17,7 @@ import pytest
 
 from sqlalchemy import select
 
-from acceld.conductor.placement_sync import PlacementSync
+from acceld.conductor.placement.sync import PlacementSync
 from acceld.conductor.reconcile import apply_report
 from acceld.db import cyborg_import
 from acceld.db.models import (accelerator_requests, attach_handles, attributes, deployables,

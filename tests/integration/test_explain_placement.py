@@ -1,7 +1,7 @@
 """Explain against a real Placement (openstack-placement 16.0.0): Placement's candidates for
 each group beside acceld's view, drift both ways, and Placement away.
 
-The conductor's own sync (acceld.conductor.placement_sync) writes the providers, as in a
+The conductor's own sync (acceld.conductor.placement.sync) writes the providers, as in a
 deployment; each test names its own compute nodes and gives its resource class and
 traits a per-test suffix, so the shared Placement's other providers never answer.
 """
@@ -16,7 +16,7 @@ from falcon import testing
 from sqlalchemy import insert, select, update
 
 from acceld.api.app import build_app
-from acceld.conductor.placement_sync import PlacementSync
+from acceld.conductor.placement.sync import PlacementSync
 from acceld.db.engine import Database
 from acceld.db.models import (accelerator_requests, agents, attach_handles, device_profiles,
                                devices, utcnow)

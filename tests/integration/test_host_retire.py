@@ -12,7 +12,7 @@ import uuid as uuidlib
 import pytest
 from sqlalchemy import select, update
 
-from acceld.conductor.placement_sync import HELD, PlacementSync
+from acceld.conductor.placement.sync import HELD, PlacementSync
 from acceld.db import host_retire
 from acceld.db.models import agents, placement_sync
 from tests.support.placement import PlacementServer

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import delete, update
 
 from acceld.clients import placement as pl
-from acceld.conductor.placement_sync import HELD, PlacementSync
+from acceld.conductor.placement.sync import HELD, PlacementSync
 from acceld.db.engine import Database
 from acceld.db.models import attributes, devices
 from acceld.db.placement_flags import mark_dirty

@@ -14,8 +14,8 @@ import logging
 
 import pytest
 
-from acceld.conductor.binding import BindWorker
-from acceld.conductor.placement_sync import PlacementSync
+from acceld.conductor.binding.worker import BindWorker
+from acceld.conductor.placement.sync import PlacementSync
 from tests.integration.test_placement_audit import conf_for, host, own_placement  # noqa: F401
 from tests.integration.test_placement_sync import allocate
 from tests.support import inventory

@@ -10,7 +10,7 @@ import uuid as uuidlib
 import pytest
 from sqlalchemy import update
 
-from acceld.conductor.placement_sync import PlacementSync
+from acceld.conductor.placement.sync import PlacementSync
 from acceld.db.clock import sql_now
 from acceld.db.models import leases
 from tests.integration.test_placement_sync import add_accelerator, sync_rows

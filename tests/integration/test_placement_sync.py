@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import delete, insert, select, update
 
 from acceld.clients import placement as pl
-from acceld.conductor import placement_checks
-from acceld.conductor.bind_target import BindRefused
-from acceld.conductor.placement_sync import HELD, PlacementSync
+from acceld.conductor.placement import checks as placement_checks
+from acceld.conductor.binding.target import BindRefused
+from acceld.conductor.placement.sync import HELD, PlacementSync
 from acceld.db.placement_flags import mark_dirty, provider_uuid
 from acceld.db.engine import Database
 from acceld.db.models import agents, attributes, deployables, devices, placement_sync, utcnow
@@ -155,7 +155,7 @@ def test_refused_provider_is_logged_and_retried_by_the_full_pass(placement, pcon
     good = add_accelerator(db, host, "0000:5f:00.0")
     sync = PlacementSync(pconf, db)
 
-    with caplog.at_level(logging.ERROR, logger="acceld.conductor.placement_sync"):
+    with caplog.at_level(logging.ERROR, logger="acceld.conductor.placement.sync"):
         result = sync.sync_once()
     assert result.failed == [bad["rp"]] and result.written == [good["rp"]]
     assert "HW_NO_SUCH_STANDARD_TRAIT" in caplog.text
@@ -231,7 +231,7 @@ def test_removed_but_allocated_provider_is_held_then_deleted(placement, pconf, s
 
     with db.write() as conn:
         conn.execute(delete(devices).where(devices.c.id == acc["device"]["id"]))
-    with caplog.at_level(logging.WARNING, logger="acceld.conductor.placement_sync"):
+    with caplog.at_level(logging.WARNING, logger="acceld.conductor.placement.sync"):
         result = sync.sync_once()
 
     assert result.held == [acc["rp"]] and result.deleted == []
@@ -359,7 +359,7 @@ def test_missing_compute_node_waits_and_others_go_on(placement, pconf, sqlite_db
     fine = add_accelerator(db, other, "0000:5e:00.0")
     sync = PlacementSync(pconf, db)
 
-    with caplog.at_level(logging.WARNING, logger="acceld.conductor.placement_sync"):
+    with caplog.at_level(logging.WARNING, logger="acceld.conductor.placement.sync"):
         result = sync.sync_once()
     assert result.written == [fine["rp"]]
     assert result.waiting_hosts == [host]
@@ -437,7 +437,7 @@ def test_slow_placement_times_out_and_is_retried(placement, pconf, sqlite_db, ho
 def test_without_placement_configured_the_component_does_nothing(tmp_path, sqlite_db, caplog):
     conf = make_conf(str(tmp_path))
     sync = PlacementSync(conf, sqlite_db)
-    with caplog.at_level(logging.INFO, logger="acceld.conductor.placement_sync"):
+    with caplog.at_level(logging.INFO, logger="acceld.conductor.placement.sync"):
         sync.start()
     assert sync.client is None
     assert sync.periodic_tasks() == []

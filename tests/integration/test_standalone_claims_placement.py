@@ -17,10 +17,10 @@ from falcon import testing
 from sqlalchemy import select, update
 
 from acceld.api.app import build_app
-from acceld.conductor import claim_allocations
-from acceld.conductor.binding import BindWorker
-from acceld.conductor.claim_allocations import ClaimAllocationWorker
-from acceld.conductor.placement_sync import PlacementSync
+from acceld.conductor.placement import claim_allocations
+from acceld.conductor.binding.worker import BindWorker
+from acceld.conductor.placement.claim_allocations import ClaimAllocationWorker
+from acceld.conductor.placement.sync import PlacementSync
 from acceld.db.engine import Database
 from acceld.db.models import claim_consumers
 from acceld.db.placement_flags import provider_uuid
@@ -190,7 +190,7 @@ def test_a_bind_dying_after_its_allocation_is_taken_up_once(placement, pconf, db
     """The conductor dies between writing the claim's allocation and its bind transaction:
     the job's lease lapses, the next try writes the same allocation again (not twice) and
     binds."""
-    from acceld.conductor import bind_target
+    from acceld.conductor.binding import target as bind_target
     from acceld.db.models import bind_jobs
     hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=2)
     profile(api, rc, tag)

@@ -176,7 +176,7 @@ def bind_through_api(client: testing.TestClient, conf, db, profile: str, host: s
 
 def run_binds(conf, db) -> RecordingNotifier:  # type: ignore[no-untyped-def]
     """Run a bind worker until no bind job is left; the Nova events it sent."""
-    from acceld.conductor.binding import BindWorker
+    from acceld.conductor.binding.worker import BindWorker
 
     notifier = RecordingNotifier()
     worker = BindWorker(conf, db, notifier=notifier)

@@ -152,7 +152,7 @@ def claims_of(db: Database, pid: int) -> dict[str, int]:
     handle releases (``release``).
 
     The lease tokens of its bind and release workers start with ``<hostname[:30]>-<pid>-``
-    (acceld.conductor.binding.BindWorker.owner, acceld.conductor.handle_release).
+    (acceld.conductor.binding.worker.BindWorker.owner, acceld.conductor.binding.handle_release).
     """
     prefix = f"{socket.gethostname()[:30]}-{pid}-%"
     with db.read() as conn:

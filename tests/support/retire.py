@@ -11,7 +11,7 @@ from falcon import testing
 from sqlalchemy import func, insert, select
 
 from acceld.api.app import build_app
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding.worker import BindWorker
 from acceld.db import inventory
 from acceld.db.models import (accelerator_requests, agents, attach_handles, bind_jobs,
                               deployables, devices, handle_releases, placement_sync, utcnow)

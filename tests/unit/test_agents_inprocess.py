@@ -17,7 +17,7 @@ from sqlalchemy import func, select, update
 
 from acceld.agent.service import Agent
 from acceld.clients.internal import InternalClient, InternalError
-from acceld.conductor.agents import AgentsComponent, host_is_up
+from acceld.conductor.fleet.agents import AgentsComponent, host_is_up
 from acceld.conductor.service import Conductor
 from acceld.db.models import agents, devices
 from acceld.drivers.base import Driver, HardwareRecord

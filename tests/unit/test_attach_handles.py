@@ -18,8 +18,8 @@ from sqlalchemy import insert, select, update
 
 from acceld.agent.attach import AttachFailed, AttachSteps
 from acceld.api.app import build_app
-from acceld.conductor.binding import BindWorker
-from acceld.conductor.handle_release import ReleaseWorker
+from acceld.conductor.binding.worker import BindWorker
+from acceld.conductor.binding.handle_release import ReleaseWorker
 from acceld.db import handle_releases, inventory
 from acceld.db.models import agents, attach_handles, bind_jobs, utcnow
 from acceld.db.models import handle_releases as releases_table

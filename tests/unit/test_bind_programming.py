@@ -12,7 +12,7 @@ import uuid
 import pytest
 from sqlalchemy import select, update
 
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding.worker import BindWorker
 from acceld.conductor.programming import Programmer
 from acceld.db.models import attach_handles, deployables
 from tests.conftest import make_conf

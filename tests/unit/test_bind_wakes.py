@@ -1,11 +1,11 @@
 """Wake-ups of the bind workers and waits for the binds they resolve
-(acceld.conductor.bind_wakes)."""
+(acceld.conductor.binding.wakes)."""
 
 from __future__ import annotations
 
 import threading
 
-from acceld.conductor.bind_wakes import ResolvedWatch, WakeCalls
+from acceld.conductor.binding.wakes import ResolvedWatch, WakeCalls
 
 
 def test_each_wake_lets_one_worker_go_and_none_is_lost() -> None:
@@ -27,7 +27,7 @@ def test_each_wake_lets_one_worker_go_and_none_is_lost() -> None:
 
 def test_one_wake_runs_one_workers_pass(monkeypatch, tmp_path, sqlite_db) -> None:
     """Four workers, one wake: one pass (an Event woke all four, each claiming for nothing)."""
-    from acceld.conductor.binding import BindingComponent
+    from acceld.conductor.binding.worker import BindingComponent
     from tests.conftest import make_conf
 
     conf = make_conf(str(tmp_path), conductor__bind_workers=4)

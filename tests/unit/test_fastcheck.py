@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 
 import acceld.api.schemas as schemas_pkg
 from acceld import fastcheck
-from acceld.conductor.agents import HELLO_SCHEMA
+from acceld.conductor.fleet.agents import HELLO_SCHEMA
 
 ANY_JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 2**33) | st.floats(allow_nan=False)

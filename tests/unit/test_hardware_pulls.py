@@ -6,7 +6,7 @@ endpoints on real sockets (tests/support/hostile_peer.py): a trickling answer en
 the pull's deadline and holds no other host's hello; hellos of the same host while its
 pull runs, and hellos beyond the pull slots, are answered without a pull; a huge answer
 is cut at the cap by the bytes read; no redirect is followed; the 502 never carries what
-the peer said; an endpoint must be where its hello came from (acceld.conductor.endpoints).
+the peer said; an endpoint must be where its hello came from (acceld.conductor.fleet.endpoints).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from sqlalchemy import func, select
 
 from acceld.agent.service import Agent
 from acceld.clients.internal import READ_CHUNK, InternalClient, InternalError
-from acceld.conductor import endpoints
-from acceld.conductor.agents import AgentsComponent, host_is_up
+from acceld.conductor.fleet import endpoints
+from acceld.conductor.fleet.agents import AgentsComponent, host_is_up
 from acceld.conductor.service import Conductor
 from acceld.db.models import agents, devices
 from acceld.drivers.fake import FakeDriver
@@ -181,7 +181,7 @@ def test_a_huge_answer_is_cut_at_the_cap(setup, caplog, declare):
     good = agent("good")
     wait_for(lambda: registered(db, "good"))
     huge = peer("huge", size=128 * 1024 * 1024, declare=declare)
-    with caplog.at_level(logging.WARNING, logger="acceld.conductor.pulls"):
+    with caplog.at_level(logging.WARNING, logger="acceld.conductor.fleet.pulls"):
         threads, results = in_threads([lambda: hello(conf, "evil", huge.endpoint)])
         good_hello_answered(conf, good)
         threads[0].join(PULL_TIMEOUT + 10)
@@ -221,7 +221,7 @@ def test_a_redirect_is_not_followed(setup):
 def test_the_502_says_nothing_the_peer_said(setup, caplog, payload, reason):
     conf, db, component, agent, peer = setup
     raw = peer("raw", payload=payload)
-    with caplog.at_level(logging.WARNING, logger="acceld.conductor.pulls"):
+    with caplog.at_level(logging.WARNING, logger="acceld.conductor.fleet.pulls"):
         failed = hello(conf, "evil", raw.endpoint)
     assert isinstance(failed, InternalError) and failed.status == 502
     assert reason in failed.message
@@ -235,7 +235,7 @@ def test_the_502_says_nothing_the_peer_said(setup, caplog, payload, reason):
 def test_repeated_failures_are_logged_once(setup, caplog):
     conf, db, component, agent, peer = setup
     raw = peer("raw", payload=b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n")
-    with caplog.at_level(logging.WARNING, logger="acceld.conductor.pulls"):
+    with caplog.at_level(logging.WARNING, logger="acceld.conductor.fleet.pulls"):
         for _ in range(3):
             assert hello(conf, "evil", raw.endpoint).status == 502
     assert len([r for r in caplog.records if "Cannot pull" in r.getMessage()]) == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from acceld.conductor.hashring import HashRing
+from acceld.conductor.fleet.hashring import HashRing
 
 HOSTS = [f"compute-{i:05d}" for i in range(10000)]
 

@@ -21,9 +21,9 @@ import threading
 import pytest
 from sqlalchemy import select, update
 
-from acceld.conductor.attach import AttachError
-from acceld.conductor.binding import BindWorker
-from acceld.conductor.handle_release import ReleaseWorker
+from acceld.conductor.binding.attach_client import AttachError
+from acceld.conductor.binding.worker import BindWorker
+from acceld.conductor.binding.handle_release import ReleaseWorker
 from acceld.db import handle_releases
 from acceld.db.models import attach_handles, bind_jobs
 from tests.support.interleave import Background

@@ -21,8 +21,8 @@ from acceld.agent.attach import AttachFailed, AttachSteps
 from acceld.agent.host_steps import HostStepJournal, host_steps
 from acceld.agent.service import Agent
 from acceld.clients.internal import InternalClient, InternalError
-from acceld.conductor.agents import AgentsComponent
-from acceld.conductor.handle_release import HandleReleaseComponent, ReleaseWorker
+from acceld.conductor.fleet.agents import AgentsComponent
+from acceld.conductor.binding.handle_release import HandleReleaseComponent, ReleaseWorker
 from acceld.conductor.service import Conductor
 from acceld.db import handle_releases
 from acceld.db.models import agents, attach_handles

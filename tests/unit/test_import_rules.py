@@ -3,6 +3,13 @@ the API (and explain, which it serves) never imports the conductor or the agent,
 never imports the conductor, and drivers import neither, directly or through any module
 they import (every ``import`` statement counts, those inside functions included).
 
+Inside the conductor the packages keep the layout's direction (docs/architecture.md, "The
+conductor's layout"): the fleet knows nothing of binding, placement or programming; the
+Placement mirror (sync, audit) and binding know nothing of each other, and the rest of
+placement only the bind target its checks judge (binding.target); programming, fencing,
+reconcile and health nothing of binding or placement; service.py no component (COMPONENTS
+names them as strings).
+
 The agent and drivers also never load the database layer: importing every module of
 ``acceld.agent`` and ``acceld.drivers`` (in a fresh interpreter) loads no ``acceld.db``,
 ``acceld.conductor``, ``acceld.api`` nor SQLAlchemy. That one is checked by loading, not on
@@ -65,11 +72,14 @@ def _reachable(start: str) -> dict[str, str]:
     return seen
 
 
-def _violations(layer: str, forbidden: tuple[str, ...]) -> list[str]:
+def _violations(layer: str, forbidden: tuple[str, ...],
+                allowed: frozenset[str] = frozenset()) -> list[str]:
+    """Each module of ``layer`` that reaches a module under ``forbidden`` (one named in
+    ``allowed`` excepted), with the chain's last link."""
     out = []
     for module in sorted(m for m in GRAPH if m == layer or m.startswith(layer + ".")):
         for target, via in _reachable(module).items():
-            if target.startswith(forbidden):
+            if target.startswith(forbidden) and target not in allowed:
                 out.append(f"{module} reaches {target} (imported by {via})")
     return out
 
@@ -84,12 +94,43 @@ def test_layers_keep_their_import_rules(layer: str, forbidden: tuple[str, ...]) 
     assert _violations(layer, forbidden) == []
 
 
+C = "acceld.conductor."
+
+
+@pytest.mark.parametrize("layer, forbidden, allowed", [
+    # Who is alive, where, and what it holds: nothing of what is done with the hosts.
+    (C + "fleet", (C + "binding", C + "placement", C + "programming", C + "fencing",
+                   C + "health"), ()),
+    # The inventory mirror never binds; a bind never writes the mirror.
+    (C + "placement.sync", (C + "binding",), ()),
+    (C + "placement.audit", (C + "binding",), ()),
+    (C + "binding", (C + "placement.sync", C + "placement.audit"), ()),
+    # A bind's Placement checks and claim allocations refuse the bind target they judge.
+    (C + "placement", (C + "binding",), (C + "binding", C + "binding.target")),
+    # Binding uses programming, never the reverse; fencing serves both and needs neither.
+    (C + "programming", (C + "binding", C + "placement", C + "health", C + "reconcile"), ()),
+    (C + "fencing", ("acceld.conductor",), ()),
+    # A report's diff is the database's business only.
+    (C + "reconcile", ("acceld.conductor",), ()),
+    (C + "health", (C + "binding", C + "placement", C + "programming", C + "reconcile",
+                    C + "fencing"), ()),
+    # Components import service.py; it builds them from COMPONENTS' strings, and holds
+    # only the ring it gives them.
+    (C + "service", ("acceld.conductor",), (C + "fleet.membership", C + "fleet.hashring")),
+])
+def test_the_conductors_packages_keep_their_direction(layer: str, forbidden: tuple[str, ...],
+                                                       allowed: tuple[str, ...]) -> None:
+    assert any(m == layer or m.startswith(layer + ".") for m in GRAPH), layer  # it exists
+    assert _violations(layer, forbidden, frozenset(allowed)) == []
+
+
 def test_the_graph_is_read() -> None:
     """The rules above would pass on an empty graph: it holds known edges, and a
     violation is found where one exists."""
     assert "acceld.quarantine" in GRAPH["acceld.api.handlers.devices"]
     assert "acceld.db.models" in _reachable("acceld.quarantine")
     assert _violations("acceld.conductor", ("acceld.db",))
+    assert _violations(C + "placement", (C + "binding",))  # without its allowance
 
 
 _LOAD = """

@@ -20,8 +20,8 @@ from sqlalchemy import func, select
 from acceld.agent.hardware import HelloLoop
 from acceld.agent.service import Agent
 from acceld.clients.internal import InternalClient, InternalError
-from acceld.conductor import agents as conductor_agents
-from acceld.conductor.agents import AgentsComponent
+from acceld.conductor.fleet import agents as conductor_agents
+from acceld.conductor.fleet.agents import AgentsComponent
 from acceld.conductor.service import Conductor
 from acceld.db.models import devices
 from acceld.internal import auth, versions

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from acceld.agent.service import DRIVER_HELLO
-from acceld.conductor.agents import HELLO_SCHEMA
+from acceld.conductor.fleet.agents import HELLO_SCHEMA
 from acceld.drivers import loader, record_schema
 from acceld.jsonschemas import python_anchored, strict_validator
 from tests.conftest import make_conf

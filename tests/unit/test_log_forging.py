@@ -25,8 +25,8 @@ from hypothesis import given, strategies as st
 from acceld import logs
 from acceld.api.app import wsgi_app
 from acceld.clients.internal import InternalClient, InternalError
-from acceld.conductor.agents import AgentsComponent
-from acceld.conductor.handle_release import HOST_STEPS_PATH, HandleReleaseComponent
+from acceld.conductor.fleet.agents import AgentsComponent
+from acceld.conductor.binding.handle_release import HOST_STEPS_PATH, HandleReleaseComponent
 from acceld.conductor.service import Conductor
 from acceld.internal import auth
 from acceld.runtime.secrets import ensure_secret_file, internal_secret

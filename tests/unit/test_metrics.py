@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert, update
 
 from acceld.api.app import build_app
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding.worker import BindWorker
 from acceld.db import agents as agents_db
 from acceld.db.clock import sql_now
 from acceld.db.models import conductors, devices
@@ -275,8 +275,8 @@ def test_agent_discovery_is_timed_per_driver():
 
 def test_placement_passes_count_writes_refusals_repairs_and_reachability():
     from acceld.clients.placement import PlacementUnavailable
-    from acceld.conductor.placement_audit import AuditResult
-    from acceld.conductor.placement_sync import PassResult
+    from acceld.conductor.placement.audit import AuditResult
+    from acceld.conductor.placement.sync import PassResult
 
     reg = families.registry_for("conductor")
 

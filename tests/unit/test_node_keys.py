@@ -19,7 +19,7 @@ from sqlalchemy import select
 from acceld import cli
 from acceld.agent.service import Agent
 from acceld.clients.internal import InternalClient, InternalError
-from acceld.conductor.agents import AgentsComponent
+from acceld.conductor.fleet.agents import AgentsComponent
 from acceld.conductor.service import Conductor
 from acceld.db.models import agents
 from acceld.drivers.fake import FakeDriver

@@ -13,7 +13,7 @@ from sqlalchemy import func, select, update
 from acceld import outages, request_ids
 from acceld.api.app import build_app
 from acceld.clients import nova
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding.worker import BindWorker
 from acceld.db.models import bind_jobs
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from acceld import logs, request_ids
 from acceld.api.app import build_app, wsgi_app
 from acceld.clients.internal import InternalClient
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding.worker import BindWorker
 from acceld.db.models import bind_jobs
 from acceld.internal import auth
 from acceld.internal.server import InternalServer, build_app as internal_app, respond
@@ -134,7 +134,7 @@ def test_a_bind_job_keeps_the_global_id_for_its_lines_and_nova(tmp_path, sqlite_
     (event,) = recorder.requests
     assert _header(event.headers) == GLOBAL_ID
     bound = [line for line in log_file().splitlines() if f"Bound ARQ {arq['uuid']}" in line]
-    assert len(bound) == 1 and f"acceld.conductor.binding [{GLOBAL_ID} req-" in bound[0]
+    assert len(bound) == 1 and f"acceld.conductor.binding.worker [{GLOBAL_ID} req-" in bound[0]
     assert request_ids.current() is None
 
 

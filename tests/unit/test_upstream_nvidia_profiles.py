@@ -18,7 +18,7 @@ from sqlalchemy import insert, update
 
 from acceld.agent.attach import AttachSteps
 from acceld.api.app import build_app
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding.worker import BindWorker
 from acceld.db import inventory
 from acceld.db.models import agents
 from acceld.db.placement_flags import provider_uuid

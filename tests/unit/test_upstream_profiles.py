@@ -17,7 +17,7 @@ from falcon import testing
 from sqlalchemy import insert
 
 from acceld.api.app import build_app
-from acceld.conductor.binding import BindWorker
+from acceld.conductor.binding.worker import BindWorker
 from acceld.db import inventory
 from acceld.db.models import agents
 from acceld.db.placement_flags import provider_uuid

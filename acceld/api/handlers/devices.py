@@ -2,7 +2,7 @@
 
 Disabling stores ``maintaining`` (upstream's word; the seed's ``disabled``):
 binding then refuses the device (a bind in flight too: it locks the device row
-and checks again before taking a handle, acceld.conductor.bind_target.lock_device,
+and checks again before taking a handle, acceld.conductor.binding.target.lock_device,
 so the ``UPDATE`` here either commits first or waits for that bind), ARQs
 already bound to it stay bound, and the
 device's Placement providers are flagged for the sync to reserve their

@@ -20,7 +20,7 @@ from pathlib import Path
 from sqlalchemy import insert, select, update
 
 from acceld import config
-from acceld.conductor.placement_sync import PlacementSync
+from acceld.conductor.placement.sync import PlacementSync
 from acceld.db import agents as agents_db
 from acceld.db import inventory, migrate
 from acceld.db.engine import Database

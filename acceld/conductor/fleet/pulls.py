@@ -4,7 +4,7 @@ A node's key lets whoever holds it make the conductor read an answer from the no
 endpoint, inside the node's hello, on one of the conductor's internal-server threads.
 So that a compromised node harms only that node:
 
-- the endpoint is at the address the hello came from (acceld.conductor.endpoints,
+- the endpoint is at the address the hello came from (acceld.conductor.fleet.endpoints,
   checked before the hello is recorded);
 - a pull takes at most ``[conductor] hardware_pull_timeout`` seconds in all and reads at
   most ``[conductor] max_hardware_report`` bytes, counted as they arrive, and follows no

@@ -16,12 +16,12 @@ host's or a device's providers; a pass every ``[placement] sync_interval``
 writes the dirty hosts, and a full pass every ``full_sync_interval`` compares
 every provider's digest with the database, so a change nobody flagged is still
 caught. Neither pass reads Placement back: the audit
-(:mod:`acceld.conductor.placement_audit`) does, a chunk of hosts per pass, every
+(:mod:`acceld.conductor.placement.audit`) does, a chunk of hosts per pass, every
 ``[placement] audit_interval`` and once at conductor start, and repairs what was
 changed behind acceld's back.
 
 Several conductors share the hosts: each syncs and audits only the hosts the
-ring gives it (acceld.conductor.membership), and writes a host's providers (or
+ring gives it (acceld.conductor.fleet.membership), and writes a host's providers (or
 repairs them) only while it holds the host's lease (``placement:<host>``, a
 row of ``leases``, :data:`HOST_LEASE_SECONDS`), taken after a read showed work
 to do and followed by a fresh read: so while two conductors both think they own
@@ -51,8 +51,8 @@ from oslo_config import cfg
 from sqlalchemy import select, update
 
 from acceld.clients import placement as pl
-from acceld.conductor.placement_audit import AuditResult, AuditWalk, audit_host
-from acceld.conductor.membership import EVERYTHING, Ownership
+from acceld.conductor.placement.audit import AuditResult, AuditWalk, audit_host
+from acceld.conductor.fleet.membership import EVERYTHING, Ownership
 from acceld.conductor.service import PeriodicTask
 from acceld.db import leases
 from acceld.db.engine import Database

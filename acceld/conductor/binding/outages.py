@@ -11,7 +11,7 @@ The default (240 s) is below Nova's ``arq_binding_timeout`` (300 s), so Nova
 hears the outcome before it gives up on the instance.
 
 This module decides what counts as an outage and computes the deadline, the
-backoff and the reason; the worker (acceld.conductor.binding) acts on them.
+backoff and the reason; the worker (acceld.conductor.binding.worker) acts on them.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import datetime as dt
 from dataclasses import dataclass
 
 from acceld.clients import placement as pl
-from acceld.conductor.bind_programming import ProgrammingUnavailable
-from acceld.conductor.bind_target import AgentDown
+from acceld.conductor.binding.programming import ProgrammingUnavailable
+from acceld.conductor.binding.target import AgentDown
 from acceld.outages import PLACEMENT
 
 IMAGE_SERVICE = "The image service"

@@ -49,8 +49,9 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Row, select, true, update
 
-from acceld.conductor import bind_target
-from acceld.conductor.attach import AttachClient, AttachError, fence_fields, request_body
+from acceld.conductor.binding import target as bind_target
+from acceld.conductor.binding.attach_client import (AttachClient, AttachError, fence_fields,
+                                                  request_body)
 from acceld.conductor.programming import local_name
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs as bind_jobs_db
@@ -192,7 +193,7 @@ def settle(db: Database, ticket: Ticket, job_id: int, token: str,
                                 ticket.arq_uuid, outcome)
             return False
         assert arq is not None
-        # Disabled (or lost) while the host step ran: not Bound (acceld.conductor.bind_target).
+        # Disabled (or lost) while the host step ran: not Bound (acceld.conductor.binding.target).
         refusal = None if error is not None else bind_target.device_refusal(
             conn, ticket.handle_id, ticket.hostname)
         if refusal is not None:

@@ -28,7 +28,7 @@ over from a conductor that stopped) is recalled by :meth:`Liveness.recall`: one
 read of its row, and when the row repeats the hello it is answered like an
 unchanged one. Any difference, or a memory older than ``trust_intervals`` of its
 heartbeat interval, sends the hello down the full path
-(acceld.conductor.agents), after which the next flush learns the row.
+(acceld.conductor.fleet.agents), after which the next flush learns the row.
 What this trades: ``last_seen_at`` lags a hello by up to one flush interval,
 and a change made to a host's row by someone else (another conductor's pull)
 is seen by this conductor's next flush of that host, so one heartbeat may be

@@ -12,18 +12,18 @@ The answer tells the agent how its report went: 200, or 400 naming the
 records refused (the rest of the report was applied), or 502 when the
 conductor could not read the agent's hardware (a fixed reason: the details are
 in the conductor's log). A hello is refused (400) before anything is recorded
-when its endpoint is not at the address it came from (acceld.conductor.endpoints);
-the pull itself is bounded, one per host and a few at once (acceld.conductor.pulls).
+when its endpoint is not at the address it came from (acceld.conductor.fleet.endpoints);
+the pull itself is bounded, one per host and a few at once (acceld.conductor.fleet.pulls).
 
 Liveness: a periodic sweep marks ``down``, with a WARNING naming the host and
 its last contact, every agent silent for
 ``[conductor] agent_down_intervals`` of its heartbeat interval, judged up to the
 point the live conductors have written the hellos they heard
-(acceld.conductor.liveness). Each conductor sweeps the hosts the ring gives it
-(acceld.conductor.membership); the mark is a compare-and-set, so a host two
+(acceld.conductor.fleet.liveness). Each conductor sweeps the hosts the ring gives it
+(acceld.conductor.fleet.membership); the mark is a compare-and-set, so a host two
 conductors sweep during a rebalance is marked once. Its next hello brings it
 back ``up``. Binds on a down host are refused
-(:func:`host_is_up`, called by acceld.conductor.bind_target).
+(:func:`host_is_up`, called by acceld.conductor.binding.target).
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from acceld import fastcheck
 from acceld.db import node_keys
 from acceld.clients.internal import internal_url
 from acceld import quarantine
-from acceld.conductor import endpoints
-from acceld.conductor.membership import EVERYTHING, Ownership, dead_after
-from acceld.conductor.liveness import Liveness
-from acceld.conductor.pulls import PullFailed, Pulls
+from acceld.conductor.fleet import endpoints
+from acceld.conductor.fleet.membership import EVERYTHING, Ownership, dead_after
+from acceld.conductor.fleet.liveness import Liveness
+from acceld.conductor.fleet.pulls import PullFailed, Pulls
 from acceld.conductor.reconcile import apply_report
 from acceld.conductor.service import PeriodicTask
 from acceld.db import agents as agents_db
@@ -234,7 +234,7 @@ class AgentsComponent:
 
     def _check_endpoint(self, hostname: str, endpoint: str, source: str) -> None:
         """400, before anything is recorded, for a hello whose endpoint is not where it came
-        from (acceld.conductor.endpoints). Every hello, also one repeating a row recorded
+        from (acceld.conductor.fleet.endpoints). Every hello, also one repeating a row recorded
         before the rule: the pair last accepted for the host is remembered, so a heartbeat
         pays one dict lookup."""
         if self._accepted.get(hostname) == (endpoint, source):
@@ -259,7 +259,7 @@ class AgentsComponent:
     def pull(self, hostname: str, endpoint: str, counted: bool = True) -> bool:
         """GET the node's hardware and reconcile it; HTTP errors for the agent to log.
         False when not pulled now: the host's pull runs in another hello, or every pull
-        slot is taken (acceld.conductor.pulls); its next hello pulls."""
+        slot is taken (acceld.conductor.fleet.pulls); its next hello pulls."""
         with self.pulls.turn(hostname) as mine:
             if not mine:
                 return False
@@ -291,7 +291,7 @@ class AgentsComponent:
         """Mark down every agent of this conductor's hosts silent for too long.
 
         Silence is judged only up to the point where every live conductor has written the
-        heartbeats it heard (acceld.conductor.liveness): a conductor whose flushes run late
+        heartbeats it heard (acceld.conductor.fleet.liveness): a conductor whose flushes run late
         would otherwise get its agents marked down for hellos it did answer. That deferral
         is bounded by a dead conductor's bound, and is logged when it starts and ends.
         """

@@ -3,7 +3,7 @@
 Each conductor beats its row of the ``conductors`` table every
 ``[conductor] member_heartbeat_interval`` seconds and, in the same pass, reads the
 live members (acceld.db.conductors) and rebuilds its hash ring
-(acceld.conductor.hashring) when they changed. Per-host periodic work (agent
+(acceld.conductor.fleet.hashring) when they changed. Per-host periodic work (agent
 liveness, the Placement sync and audit, the release queue) asks :meth:`owns` and
 skips the hosts of other members.
 
@@ -30,7 +30,7 @@ from typing import Protocol
 from oslo_config import cfg
 from sqlalchemy import select
 
-from acceld.conductor.hashring import HashRing
+from acceld.conductor.fleet.hashring import HashRing
 from acceld.db import conductors as conductors_db
 from acceld.db.engine import Database
 from acceld.db.models import agents

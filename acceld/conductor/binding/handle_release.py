@@ -1,7 +1,7 @@
 """The conductor's release component: drains the attach-handle release queue.
 
 Every ``[conductor] bind_poll_interval`` seconds each conductor claims due rows
-of ``handle_releases`` on the hosts the ring gives it (acceld.conductor.membership;
+of ``handle_releases`` on the hosts the ring gives it (acceld.conductor.fleet.membership;
 a lease per claim, so a release two conductors reach during a rebalance runs
 once), asks each handle's agent to release it (acceld.agent.attach) and, on
 success, frees the handle and deletes the row in one transaction. An agent
@@ -35,8 +35,9 @@ import uuid
 import falcon
 from oslo_config import cfg
 
-from acceld.conductor.attach import AttachClient, AttachError, fence_fields, request_body
-from acceld.conductor.membership import EVERYTHING, Ownership
+from acceld.conductor.binding.attach_client import (AttachClient, AttachError, fence_fields,
+                                                  request_body)
+from acceld.conductor.fleet.membership import EVERYTHING, Ownership
 from acceld.conductor.programming import local_name
 from acceld.conductor.service import PeriodicTask
 from acceld.db import handle_releases

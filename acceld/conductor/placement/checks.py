@@ -1,7 +1,7 @@
 """Bind checks against Placement, for clouds where ``[placement]`` is configured.
 
 Nova binds an ARQ to ``device_rp_uuid``, the provider it allocated for the
-ARQ's group. Besides the database checks of :mod:`acceld.conductor.bind_target`,
+ARQ's group. Besides the database checks of :mod:`acceld.conductor.binding.target`,
 acceld asks Placement that this provider sits in the tree of the compute node
 named ``hostname`` and (``[placement] check_allocations``, default on) that the
 instance's allocation includes it, so that a bind can never take a device that
@@ -9,7 +9,7 @@ Placement did not give to that instance.
 
 These are network calls: run :func:`check_bind` before the bind's database
 transaction, never inside it (a SQLite write lock must not wait on HTTP). It
-raises :class:`~acceld.conductor.bind_target.BindRefused` for a wrong target,
+raises :class:`~acceld.conductor.binding.target.BindRefused` for a wrong target,
 and lets :class:`~acceld.clients.placement.PlacementUnavailable` through so the
 caller can retry the bind job later instead of failing a boot on a blip.
 """
@@ -23,8 +23,8 @@ from oslo_config import cfg
 from sqlalchemy import select
 
 from acceld.clients import placement as pl
-from acceld.conductor import claim_allocations
-from acceld.conductor.bind_target import BindRefused, target_of
+from acceld.conductor.placement import claim_allocations
+from acceld.conductor.binding.target import BindRefused, target_of
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests
 

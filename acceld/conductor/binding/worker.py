@@ -11,7 +11,7 @@ periodic scan wakes the workers when jobs are due without a wake call: jobs of
 a conductor that died (expired leases) and notifications waiting to be retried.
 
 Outages (Placement, an agent, the image service, the database) are waited out,
-not counted as failed tries (acceld.conductor.bind_outages): one WARNING when
+not counted as failed tries (acceld.conductor.binding.outages): one WARNING when
 one starts and one when it ends, no traceback per retry.
 """
 
@@ -35,10 +35,13 @@ from acceld import fastcheck, request_ids
 from acceld.clients import deadline as deadlines
 from acceld.clients import nova
 from acceld.clients.conductor import MOST_ARQS_WAITED_FOR
-from acceld.conductor import (bind_attach, bind_outages, bind_programming, bind_target,
-                              placement_checks)
-from acceld.conductor.attach import AttachClient, AttachError
-from acceld.conductor.bind_wakes import ResolvedWatch, WakeCalls
+from acceld.conductor.binding import attach as bind_attach
+from acceld.conductor.binding import outages as bind_outages
+from acceld.conductor.binding import programming as bind_programming
+from acceld.conductor.binding import target as bind_target
+from acceld.conductor.binding.attach_client import AttachClient, AttachError
+from acceld.conductor.binding.wakes import ResolvedWatch, WakeCalls
+from acceld.conductor.placement import checks as placement_checks
 from acceld.conductor.service import PeriodicTask
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs, claims
@@ -107,7 +110,7 @@ class BindWorker:
         # before the transaction, then checked inside it.
         self.programming = bind_programming.BindProgramming(conf, db)
         # Handles with a host step (an mdev) are prepared by the node's agent between two
-        # transactions (acceld.conductor.bind_attach).
+        # transactions (acceld.conductor.binding.attach).
         self.attach = AttachClient(conf, db)
         self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}"
         self.stopping = threading.Event()

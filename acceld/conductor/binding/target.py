@@ -86,7 +86,7 @@ def check_host(conn: Connection, target: BindTarget) -> None:
 
 class AgentDown(Exception):
     """The host's agent is marked down: an outage the bind waits out up to ``[conductor]
-    bind_timeout`` (acceld.conductor.bind_outages), not a refusal."""
+    bind_timeout`` (acceld.conductor.binding.outages), not a refusal."""
 
     def __init__(self, hostname: str) -> None:
         self.hostname = hostname
@@ -96,9 +96,9 @@ class AgentDown(Exception):
 
 
 def check_agent_up(conn: Connection, target: BindTarget) -> None:
-    """No bind on a node whose agent is marked down (acceld.conductor.agents); the bind
+    """No bind on a node whose agent is marked down (acceld.conductor.fleet.agents); the bind
     waits for it (:class:`AgentDown`)."""
-    from acceld.conductor.agents import host_is_up
+    from acceld.conductor.fleet.agents import host_is_up
 
     if not host_is_up(conn, target.hostname):
         raise AgentDown(target.hostname)
@@ -208,7 +208,7 @@ def device_refusal(conn: Connection, handle_id: int, hostname: str) -> str | Non
     or removed meanwhile), checked under :func:`lock_device`'s lock; None when it may.
 
     For a handle prepared on its host between the bind's two transactions
-    (acceld.conductor.bind_attach): a disable may commit while the agent works.
+    (acceld.conductor.binding.attach): a disable may commit while the agent works.
     """
     row = conn.execute(select(devices.c.uuid, deployables.c.id).select_from(
         attach_handles.join(deployables, deployables.c.id == attach_handles.c.deployable_id)

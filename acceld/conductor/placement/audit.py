@@ -1,6 +1,6 @@
 """Read Placement back and repair what drifted from the database: the audit.
 
-The sync (:mod:`acceld.conductor.placement_sync`) writes what the database
+The sync (:mod:`acceld.conductor.placement.sync`) writes what the database
 changed and trusts that Placement still holds what it wrote. Placement can
 change behind acceld's back: an operator deletes or edits a provider by hand,
 Placement's database is restored from a backup or wiped. The audit reads back,
@@ -39,7 +39,7 @@ from acceld.db.models import deployables, placement_sync
 from acceld.db.placement_flags import mark_dirty
 
 if TYPE_CHECKING:
-    from acceld.conductor.placement_sync import PlacementSync
+    from acceld.conductor.placement.sync import PlacementSync
     from acceld.placement_model import DesiredProvider
 
 LOG = logging.getLogger(__name__)
@@ -222,7 +222,7 @@ def _audit_provider(sync: PlacementSync, want: DesiredProvider, provider: pl.Pro
 def _audit_leftover(sync: PlacementSync, provider: pl.Provider, hostname: str, recorded: bool,
                     drift: list[str], done: list[dict[str, Any]]) -> None:
     """A provider of ours the database does not want: delete it, or hold it while in use."""
-    from acceld.conductor.placement_sync import HELD
+    from acceld.conductor.placement.sync import HELD
 
     client = sync.client
     assert client is not None

@@ -24,7 +24,7 @@ import uuid
 from oslo_config import cfg
 
 from acceld.clients import placement as pl
-from acceld.conductor.bind_target import BindRefused
+from acceld.conductor.binding.target import BindRefused
 from acceld.conductor.service import PeriodicTask
 from acceld.db import claims
 from acceld.db.engine import Database

@@ -19,7 +19,7 @@ deployable's row lock, and the lease is held from that check until the program
 is recorded. The image is checked once more in the bind transaction under the
 same row lock (shared), which a program's hold needs exclusively: a bind whose
 image was replaced, or that meets another program in progress, ends BindFailed
-saying so (acceld.conductor.bind_target.lock_deployable). An unreachable agent
+saying so (acceld.conductor.binding.target.lock_deployable). An unreachable agent
 leaves the bind job to be retried.
 """
 
@@ -32,8 +32,8 @@ from typing import Any
 from oslo_config import cfg
 from sqlalchemy import func, select, true
 
-from acceld.conductor import bind_target
-from acceld.conductor.bind_target import BindRefused
+from acceld.conductor.binding import target as bind_target
+from acceld.conductor.binding.target import BindRefused
 from acceld.conductor.programming import Programmer, ProgramError
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
@@ -47,7 +47,7 @@ FUNCTION_KEY = "accel:function_id"
 
 class ProgrammingUnavailable(Exception):
     """The agent (or the image service behind it) could not be reached: an outage the bind
-    waits out (acceld.conductor.bind_outages) rather than a failed boot."""
+    waits out (acceld.conductor.binding.outages) rather than a failed boot."""
 
     def __init__(self, message: str, hostname: str | None = None) -> None:
         super().__init__(message)
