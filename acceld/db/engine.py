@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import time
 from typing import Iterator
 
@@ -18,6 +19,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from acceld import serving_slot
 from acceld.db import outage
 
 _WRITE = "acceld_write"
@@ -197,8 +199,30 @@ def _setup_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
     def _on_begin(conn: Connection) -> None:
         # Straight to the driver: this runs for every transaction, and SQLAlchemy's statement
         # machinery around a fixed BEGIN cost more than the BEGIN itself.
-        conn.connection.dbapi_connection.execute(  # type: ignore[union-attr]
-            "BEGIN IMMEDIATE" if conn.info.get(_WRITE) else "BEGIN")
+        dbapi_conn = conn.connection.dbapi_connection
+        if not conn.info.get(_WRITE):
+            dbapi_conn.execute("BEGIN")  # type: ignore[union-attr]
+        elif serving_slot.holds_slot():
+            _begin_write_stepping_out(dbapi_conn, busy_timeout_ms)
+        else:
+            dbapi_conn.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+
+
+def _begin_write_stepping_out(dbapi_conn, busy_timeout_ms: int) -> None:  # type: ignore[no-untyped-def]
+    """In an API worker's serving slot: take the write lock if it is free; if another
+    process holds it (the conductor reconciling, another worker's bind), wait for it
+    outside the slot, so that the worker serves reads meanwhile (acceld.serving_slot)."""
+    dbapi_conn.execute("PRAGMA busy_timeout=0")
+    try:
+        dbapi_conn.execute("BEGIN IMMEDIATE")
+        return
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc) and "busy" not in str(exc):
+            raise
+    finally:
+        dbapi_conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    with serving_slot.stepped_out():
+        dbapi_conn.execute("BEGIN IMMEDIATE")
 
 
 def from_config(conf) -> Database:  # type: ignore[no-untyped-def]
