@@ -7,11 +7,13 @@ whose columns are text, numbers and timestamps read the driver's tuples
 instead: values come as the driver gives them (timestamps as text on SQLite,
 datetimes on PostgreSQL and MariaDB; acceld.api.wire.timestamp takes both).
 Not for columns that need SQLAlchemy's conversion (booleans on SQLite, JSON types).
+The longest lists read them in batches (:func:`driver_batches`), so that their rows never
+exist all at once as Python objects.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from sqlalchemy import Connection, Executable
 
@@ -22,5 +24,23 @@ def driver_rows(conn: Connection, statement: Executable,
     result = conn.execute(statement, params or {})
     try:
         return result.cursor.fetchall()  # type: ignore[attr-defined]
+    finally:
+        result.close()
+
+
+BATCH = 500  # rows: about 0.5 MB of Python objects for a device list's batch
+
+
+def driver_batches(conn: Connection, statement: Executable,
+                   params: Mapping[str, Any] | None = None,
+                   size: int = BATCH) -> Iterator[list[tuple]]:
+    """Execute ``statement`` and yield the driver's row tuples ``size`` at a time (SQLite
+    reads them as they are fetched; PostgreSQL's and MariaDB's drivers hold the result
+    client-side either way). Consume it inside the transaction."""
+    result = conn.execute(statement, params or {})
+    try:
+        cursor = result.cursor  # type: ignore[attr-defined]
+        while batch := cursor.fetchmany(size):
+            yield batch
     finally:
         result.close()
