@@ -82,9 +82,9 @@ def run(conf: cfg.ConfigOpts) -> None:
     """Serve; InsecureNoauth (before anything listens) for noauth beyond loopback,
     SchemaNotCurrent for a database behind this code's schema (as the conductor)."""
     noauth_guard.check(conf)
-    from acceld.services.schema_gate import check_schema
+    from acceld.services.schema_gate import check_schema_in_child
 
-    check_schema(conf)
+    check_schema_in_child(conf)
     from acceld.runtime.lifecycle import catch_hup_early
 
     catch_hup_early()  # until gunicorn's master installs its own SIGHUP handler
