@@ -63,10 +63,11 @@ class _Gunicorn(BaseApplication):
         # Runs in each worker after fork: the engine and its pool belong to that process.
         from acceld.api.app import wsgi_app
         from acceld.clients.conductor import client_from_config
-        from acceld.db.engine import from_config
+        from acceld.db.engine import API_SQLITE_CACHE_KIB, from_config
 
         logs.setup(self.conf, "api", starting=False)  # the master warned at start
-        return wsgi_app(self.conf, from_config(self.conf), client_from_config(self.conf))
+        db = from_config(self.conf, sqlite_cache_kib=API_SQLITE_CACHE_KIB)
+        return wsgi_app(self.conf, db, client_from_config(self.conf))
 
     def reload(self) -> None:
         """SIGHUP in the master (gunicorn then starts new workers, which load the app and
