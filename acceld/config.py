@@ -429,6 +429,19 @@ metrics_opts = [
     cfg.PortOpt("agent_port", default=9468, help="Port of the agent's metrics listener."),
 ]
 
+# [agent] privileged_calls: defined here, not in acceld.privileged, so that registering it
+# loads no oslo.privsep in the services that never call it (the API, the conductor).
+privileged_opts = [
+    cfg.StrOpt("privileged_calls", default="privsep", choices=["privsep", "in_process"],
+               help="How the agent and driver processes do what needs root (sysfs "
+                    "writes for mediated devices, vendor programming tools): privsep "
+                    "starts a daemon with only the capabilities each needs "
+                    "([privsep_sysfs], [privsep_tools] helper_command; the agent itself "
+                    "runs unprivileged); in_process does them in the calling process, "
+                    "which must then have the privileges (an agent run as root, the "
+                    "all-in-one, tests)."),
+]
+
 GROUPS: dict[str | None, list[cfg.Opt]] = {
     None: default_opts,
     "api": api_opts,
@@ -587,9 +600,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
             conf.set_default(name, value, group=group)
     _register_policy_opts(conf)
     _register_limit_opts(conf)
-    from acceld import privileged
-
-    privileged.register_opts(conf)
+    conf.register_opts(privileged_opts, group="agent")
     set_lib_defaults()
     from acceld.api import edge  # [healthcheck], [oslo_middleware], [cors]
 

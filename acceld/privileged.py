@@ -40,6 +40,7 @@ from oslo_privsep import capabilities as caps
 from oslo_privsep import priv_context
 
 from acceld import privileged_policy
+from acceld.config import privileged_opts
 from acceld.privileged_policy import NotAllowed, adopt
 
 __all__ = ["NotAllowed", "adopt", "configure", "read_gpu_instances", "run_tool",
@@ -78,18 +79,6 @@ _CAP_NAMES = {number: name for name, number in caps.CAPS_BYNAME.items()}
 # In process until configure() says otherwise (tests, tools that import the drivers).
 for _context in CONTEXTS:
     _context.set_client_mode(False)
-
-privileged_opts = [
-    cfg.StrOpt("privileged_calls", default="privsep", choices=["privsep", "in_process"],
-               help="How the agent and driver processes do what needs root (sysfs "
-                    "writes for mediated devices, vendor programming tools): privsep "
-                    "starts a daemon with only the capabilities each needs "
-                    "([privsep_sysfs], [privsep_tools] helper_command; the agent itself "
-                    "runs unprivileged); in_process does them in the calling process, "
-                    "which must then have the privileges (an agent run as root, the "
-                    "all-in-one, tests)."),
-]
-
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(privileged_opts, group="agent")

@@ -556,39 +556,6 @@ class _StatusReporter:
         self._stop.set()
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--agents", type=int, default=100, help="Simulated nodes (default 100).")
-    parser.add_argument("--devices-per-agent", type=int, default=8,
-                        help="Fake devices per node (default 8).")
-    parser.add_argument("--attach-handles", type=int, default=1,
-                        help="Attach handles per device (default 1, a passthrough device).")
-    parser.add_argument("--conductor-url",
-                        help="One conductor URL, or several separated by commas (agents are "
-                             "spread over them and fail over to the next). Default: from "
-                             "[conductor] url (a list) or host_ip/port.")
-    parser.add_argument("--heartbeat-interval", type=float,
-                        help="Seconds between hellos (default [agent] heartbeat_interval).")
-    parser.add_argument("--connections", type=int, default=0,
-                        help="Kept-alive connections per conductor the hellos share "
-                             "(default: --threads).")
-    parser.add_argument("--threads", type=int, default=8,
-                        help="Older name of --connections (default 8).")
-    parser.add_argument("--status-every", type=float, default=0.0,
-                        help="Print a status line every this many seconds (0: never).")
-    parser.add_argument("--hold-seconds", type=float, default=0.0,
-                        help="After the other phases, heartbeats only for this long.")
-    parser.add_argument("--hostname-prefix", default="sim")
-    parser.add_argument("--register-timeout", type=float, default=600.0)
-    parser.add_argument("--steady-seconds", type=float, default=0.0,
-                        help="Heartbeats only, no change, for this long (0: skip).")
-    parser.add_argument("--churn-seconds", type=float, default=0.0,
-                        help="Change devices for this long (0: skip).")
-    parser.add_argument("--change-percent", type=float, default=1.0,
-                        help="Share of all devices changed per round (default 1%%).")
-    parser.add_argument("--change-every", type=float, default=10.0,
-                        help="Seconds between change rounds (default 10).")
-
-
 def main_from_cli(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     try:

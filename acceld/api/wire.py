@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid as uuidlib
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import falcon
 import orjson
@@ -127,6 +127,30 @@ def respond(resp: falcon.Response, body: Any, status: int = 200) -> None:
     resp.status = status
     resp.content_type = falcon.MEDIA_JSON
     resp.data = orjson.dumps(body)
+
+
+def list_body(key: str, batches: Iterable[Iterable[Any]],
+              to_wire: Callable[[Any], Any]) -> list[bytes]:
+    """The document ``{key: [to_wire(row), ...]}`` as pieces, byte for byte what
+    :func:`respond` would send, built one batch of rows at a time: a list of thousands
+    then holds its encoded pieces and one batch's dicts, not every row, every dict and
+    the whole document at once (which stay in the worker's heap as fragments after)."""
+    pieces = [b'{"' + key.encode() + b'":[']
+    for batch in batches:
+        encoded = orjson.dumps([to_wire(row) for row in batch])
+        if len(encoded) > 2:  # not an empty batch
+            pieces.append(encoded[1:-1] if len(pieces) == 1 else b"," + encoded[1:-1])
+    pieces.append(b"]}")
+    return pieces
+
+
+def respond_pieces(resp: falcon.Response, pieces: list[bytes], status: int = 200) -> None:
+    """Answer with a JSON document given as pieces (:func:`list_body`), with its
+    Content-Length: the server writes them as they are, never joined."""
+    resp.status = status
+    resp.content_type = falcon.MEDIA_JSON
+    resp.content_length = sum(len(piece) for piece in pieces)
+    resp.stream = pieces
 
 
 def no_content(resp: falcon.Response, status: int = 204) -> None:

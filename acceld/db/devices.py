@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from sqlalchemy import Connection, Row, select, update
 
 from acceld.db.models import (accelerator_requests, attach_handles, deployables, devices,
                               utcnow)
+from acceld.db.rows import driver_batches
 
 # The stored values of the operator status. The seed's 'disabled' is stored as upstream's
 # 'maintaining'; bind refuses any device whose status is not ENABLED.
 ENABLED = "enabled"
 MAINTAINING = "maintaining"
 
-_COLUMNS = (devices.c.id, devices.c.uuid, devices.c.type, devices.c.vendor, devices.c.model,
+# The API's serializer unpacks rows in this order (acceld.api.handlers.devices).
+COLUMNS = (devices.c.id, devices.c.uuid, devices.c.type, devices.c.vendor, devices.c.model,
             devices.c.std_board_info, devices.c.vendor_board_info, devices.c.hostname,
             devices.c.status, devices.c.status_reason, devices.c.acc_status, devices.c.created_at,
             devices.c.updated_at, devices.c.health, devices.c.health_reason,
@@ -24,14 +26,15 @@ FILTERS = ("type", "vendor", "hostname")
 HEALTH_FILTERS = ("health", "quarantined")  # microversion 2.6
 
 
-def list_devices(conn: Connection, filters: dict[str, Any]) -> Sequence[Row]:
-    """One query; every filter is an indexed equality on its column (``quarantined`` a
-    boolean, already parsed)."""
-    query = select(*_COLUMNS).order_by(devices.c.id)
+def list_devices(conn: Connection, filters: dict[str, Any]) -> Iterator[list[tuple]]:
+    """One query, its driver tuples in batches (in ``COLUMNS`` order; read them before the
+    transaction ends); every filter is an indexed equality on its column (``quarantined``
+    a boolean, already parsed)."""
+    query = select(*COLUMNS).order_by(devices.c.id)
     for name in FILTERS + HEALTH_FILTERS:
         if name in filters:
             query = query.where(devices.c[name] == filters[name])
-    return conn.execute(query).all()
+    return driver_batches(conn, query)
 
 
 def bound_instances(conn: Connection, device_id: int) -> Sequence[Row]:
@@ -47,7 +50,7 @@ def bound_instances(conn: Connection, device_id: int) -> Sequence[Row]:
 
 
 def get_by_uuid(conn: Connection, uuid: str) -> Row | None:
-    return conn.execute(select(*_COLUMNS).where(devices.c.uuid == uuid)).first()
+    return conn.execute(select(*COLUMNS).where(devices.c.uuid == uuid)).first()
 
 
 def set_status(conn: Connection, device_id: int, status: str, reason: str | None) -> bool:

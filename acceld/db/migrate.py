@@ -6,40 +6,53 @@ contract migrations drop or change what it uses, and run once every service is u
 (``acceld db upgrade --expand`` / ``--contract``; docs/upgrades.md). The phases applied are
 recorded in ``schema_migrations``, which is how a service of the previous release, without
 the newer migrations' files, tells an expanded schema from a contracted one
-(:func:`check_current`)."""
+(:func:`check_current`).
+
+alembic (~10 MB of modules) is imported by the functions that use it, not by this module:
+the API's processes import the exceptions below and never migrate (its master checks the
+schema in a child process, acceld.services.schema_gate)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from acceld.db.engine import Database
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
 MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
 
 
 def alembic_config() -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", MIGRATIONS_DIR)
     return cfg
 
 
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    head = scripts().get_current_head()
     assert head is not None
     return head
 
 
 def current_revision(db: Database) -> str | None:
     with db.engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return _revision(conn)
+
+
+def _revision(conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(conn).get_current_revision()
 
 
 EXPAND, CONTRACT = "expand", "contract"
@@ -52,6 +65,8 @@ class Migration:
 
 
 def scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
@@ -156,6 +171,8 @@ def _upgrade(db: Database, revision: str = "head") -> None:
     if revision == "head" and current == head_revision():
         return
     _refuse_upstream(current)
+    from alembic import command
+
     cfg = alembic_config()
     with db.write(foreign_keys=False) if db.is_sqlite else db.engine.begin() as conn:
         cfg.attributes["connection"] = conn
@@ -217,7 +234,7 @@ def newer_migrations(db: Database) -> tuple[str | None, list[Migration] | None]:
     None when that cannot be told: no record, or the record does not hold this release's
     head or the current revision (not a later state of this release's schema)."""
     with db.engine.connect() as conn:
-        current = MigrationContext.configure(conn).get_current_revision()
+        current = _revision(conn)
         known = {m.revision for m in migrations()}
         if current is None or current in known:
             return current, []

@@ -61,10 +61,10 @@ class LazyApplication:
             if self._app is None or self._pid != os.getpid():
                 from acceld.api.app import wsgi_app
                 from acceld.clients.conductor import client_from_config
-                from acceld.db.engine import from_config
+                from acceld.db.engine import API_SQLITE_CACHE_KIB, from_config
 
-                self._app = wsgi_app(self.conf, from_config(self.conf),
-                                     client_from_config(self.conf))
+                db = from_config(self.conf, sqlite_cache_kib=API_SQLITE_CACHE_KIB)
+                self._app = wsgi_app(self.conf, db, client_from_config(self.conf))
                 self._pid = os.getpid()
             return self._app
 

@@ -20,6 +20,7 @@ returns a quarantined device to service. Below 2.6 nothing of this exists.
 
 from __future__ import annotations
 
+from typing import Callable
 
 import falcon
 
@@ -46,33 +47,51 @@ def _sees_health(req: falcon.Request) -> bool:
         HEALTH_RULE, req.context.ctx)
 
 
-def to_wire(req: falcon.Request, row, sees_health: bool = False) -> dict:  # type: ignore[no-untyped-def]
-    body = {
-        "uuid": row.uuid,
-        "type": row.type,
-        "vendor": row.vendor,
-        "model": row.model,
-        "std_board_info": row.std_board_info,
-        "vendor_board_info": row.vendor_board_info,
-        "hostname": row.hostname,
-    }
-    if req.context.version >= STATUS_VERSION:
-        body["status"] = row.status
-    if req.context.version >= REASON_VERSION:
-        body["status_reason"] = row.status_reason
-        body["acc_status"] = row.acc_status
-    if sees_health:
-        body["health"] = row.health
-        body["health_reason"] = row.health_reason
-        body["health_since"] = wire.timestamp(row.health_since)
-        body["quarantined"] = bool(row.quarantined)
-    body["links"] = wire.self_link(req, COLLECTION, row.uuid)
-    body["created_at"] = wire.timestamp(row.created_at)
-    body["updated_at"] = wire.timestamp(row.updated_at)
-    return body
+def serializer(req: falcon.Request, sees_health: bool = False) -> Callable:  # type: ignore[type-arg]
+    """A row -> dict function for this request (microversion and link base looked up once).
+
+    Rows are tuples in the order of ``db.COLUMNS``: a list's driver tuples
+    (acceld.db.rows), or the Row of one device; timestamps come as text or datetimes,
+    ``quarantined`` as a bool or SQLite's 0/1 (acceld.api.wire.timestamp, bool())."""
+    with_status = req.context.version >= STATUS_VERSION
+    with_reason = req.context.version >= REASON_VERSION
+    base = f"{wire.base_url(req)}/accelerator/v2/{COLLECTION}/"
+    stamp = wire.timestamp
+
+    def to_wire(row) -> dict:  # type: ignore[no-untyped-def]
+        (_id, uuid, type_, vendor, model, std_board_info, vendor_board_info, hostname,
+         status, status_reason, acc_status, created_at, updated_at, health, health_reason,
+         health_since, quarantined) = row
+        body = {
+            "uuid": uuid,
+            "type": type_,
+            "vendor": vendor,
+            "model": model,
+            "std_board_info": std_board_info,
+            "vendor_board_info": vendor_board_info,
+            "hostname": hostname,
+        }
+        if with_status:
+            body["status"] = status
+        if with_reason:
+            body["status_reason"] = status_reason
+            body["acc_status"] = acc_status
+        if sees_health:
+            body["health"] = health
+            body["health_reason"] = health_reason
+            body["health_since"] = stamp(health_since)
+            body["quarantined"] = bool(quarantined)
+        body["links"] = [{"href": base + uuid, "rel": "self"}]
+        body["created_at"] = stamp(created_at)
+        body["updated_at"] = stamp(updated_at)
+        return body
+
+    return to_wire
 
 
 def list_devices(req: falcon.Request, resp: falcon.Response) -> None:
+    """The whole list, built one batch of driver rows at a time (acceld.api.wire.list_body):
+    10,000 devices never exist at once as Row objects, dicts and one document."""
     api = req.context.api
     api.policy.authorize("cyborg:device:get_all", req.context.ctx)
     sees_health = _sees_health(req)
@@ -87,9 +106,10 @@ def list_devices(req: falcon.Request, resp: falcon.Response) -> None:
     filters: dict = dict(params)
     if "quarantined" in filters:
         filters["quarantined"] = filters["quarantined"] == "true"
+    to_wire = serializer(req, sees_health)
     with api.db.read() as conn:
-        rows = db.list_devices(conn, filters)
-    wire.respond(resp, {"devices": [to_wire(req, r, sees_health) for r in rows]})
+        body = wire.list_body(COLLECTION, db.list_devices(conn, filters), to_wire)
+    wire.respond_pieces(resp, body)
 
 
 def show_device(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
@@ -102,7 +122,7 @@ def show_device(req: falcon.Request, resp: falcon.Response, uuid: str) -> None:
         bound = db.bound_instances(conn, row.id) if row is not None and sees_health else []
     if row is None:
         raise _not_found(uuid)
-    body = to_wire(req, row, sees_health)
+    body = serializer(req, sees_health)(row)
     if sees_health:
         body["bound_arqs"] = [{"uuid": b.uuid, "instance_uuid": b.instance_uuid,
                                "state": b.state, "deployable_uuid": b.deployable_uuid}
