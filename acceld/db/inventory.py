@@ -39,6 +39,7 @@ import orjson
 from sqlalchemy import (Connection, delete, false, insert, literal_column, select, union_all,
                         update)
 
+from acceld.db import bulk
 from acceld.db import device_events as events
 from acceld.db import handle_identity
 from acceld.db import placement_flags
@@ -108,7 +109,7 @@ class _Node:
     attrs_of: dict[int, dict[str, Any]]  # deployable id -> key -> row
     handles_of: dict[int, dict[str, Any]]  # deployable id -> attach identity -> row
     # Rows to add, written once for the whole node after its devices are diffed (one
-    # executemany each instead of one per deployable).
+    # statement each instead of one per deployable: acceld.db.bulk).
     new_attributes: list[dict[str, Any]] = field(default_factory=list)
     new_handles: list[dict[str, Any]] = field(default_factory=list)
     added_deployables: dict[str, int] = field(default_factory=dict)  # full name -> new id
@@ -208,11 +209,9 @@ def reconcile_node(conn: Connection, hostname: str, records: Iterable[HardwareRe
 
 def _insert_new_rows(conn: Connection, node: _Node) -> None:
     """The attributes and attach handles the diff added, one statement each for the node."""
-    if node.new_attributes:
-        conn.execute(insert(attributes), node.new_attributes)
+    bulk.insert_rows(conn, attributes, node.new_attributes)
     _fresh_uuids_where_taken(conn, node.new_handles)
-    if node.new_handles:
-        conn.execute(insert(attach_handles), node.new_handles)
+    bulk.insert_rows(conn, attach_handles, node.new_handles)
 
 
 @dataclass
@@ -312,7 +311,7 @@ def _add_devices(conn: Connection, hostname: str, records: list[HardwareRecord],
         uuid=uuid, hostname=hostname, status="enabled", status_reason=not_ready_reason(record),
         vanished=False, **_device_values(record)) for uuid, record in zip(uuids, records)])
     if ids:
-        conn.execute(insert(controlpath_ids), [dict(
+        bulk.insert_rows(conn, controlpath_ids, [dict(
             uuid=str(uuidlib.uuid4()), device_id=device_id,
             cpid_type=record.controlpath_id["cpid_type"],
             cpid_info=json_text(record.controlpath_id["cpid_info"]))
