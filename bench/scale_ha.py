@@ -352,7 +352,12 @@ def _follow(args: argparse.Namespace, cluster: Cluster, db: Database, nova: Reco
     offset = 0
     conductors = [cluster.procs["conductor0"].pid, cluster.procs["conductor1"].pid]
     apis = [cluster.procs["api0"].pid, cluster.procs["api1"].pid]
-    samples: dict[str, tuple[float, list[float], list[float]]] = {}
+    simulator = cluster.procs["simulate"].pid
+    # Per phase line: (monotonic, conductors' CPU, API processes' CPU, the simulator's CPU:
+    # is the simulator, on the same cores, what limits the conductors?). PostgreSQL's own is
+    # not sampled: the backends of a pool's overflow connections exit with their CPU, and
+    # the server is shared with whatever else runs on the machine.
+    samples: dict[str, tuple[float, list[float], list[float], float]] = {}
     seen: dict[str, dict] = {}
     rows: list[tuple[str, str]] = []
     cluster.binder = None  # type: ignore[attr-defined]
@@ -380,7 +385,7 @@ def _follow(args: argparse.Namespace, cluster: Cluster, db: Database, nova: Reco
             if kind != "status":
                 seen[kind] = event
                 samples[kind] = (time.monotonic(), [_cpu(p) for p in conductors],
-                                 [_tree_cpu(p) for p in apis])
+                                 [_tree_cpu(p) for p in apis], _cpu(simulator))
                 log(f"simulate: {json.dumps(event)[:300]}")
             if kind == "churn_start":  # binds from here to the end (steady: hellos only)
                 cluster.binder = Binder(cluster.api_urls, _free_fpgas(db))  # type: ignore[attr-defined]
@@ -412,16 +417,18 @@ def _follow(args: argparse.Namespace, cluster: Cluster, db: Database, nova: Reco
         n_devices = conn.execute(select(func.count()).select_from(devices)).scalar_one()
     reg = seen["registered"]
     cpu_reg = sum(samples["registered"][1]) - sum(samples["listening"][1])
+    sim_reg = samples["registered"][3] - samples["listening"][3]
     goal = "met" if reg["seconds"] <= 60 else f"missed by {reg['seconds'] - 60:.0f} s"
     rows.append((f"reconcile {args.agents:,} nodes x {args.devices_per_agent} devices from "
                  "empty (goal <= 60 s)",
                  f"{reg['seconds']:.1f} s ({goal}); {n_devices:,} devices in the database; "
-                 f"conductors' CPU {cpu_reg:.1f} s"))
+                 f"conductors' CPU {cpu_reg:.1f} s, {cpu_reg / args.agents * 1000:.1f} ms a "
+                 f"node; the simulator's {sim_reg:.1f} s"))
     for phase, label in (("steady", "steady state, heartbeats only"),
                          ("churn", "1% of the devices changing every 10 s")):
         if f"{phase}_end" not in seen:
             continue
-        (t0, c0, a0), (t1, c1, a1) = samples[f"{phase}_start"], samples[f"{phase}_end"]
+        (t0, c0, a0, s0), (t1, c1, a1, s1) = samples[f"{phase}_start"], samples[f"{phase}_end"]
         ev = seen[f"{phase}_end"]
         cpu = sum(c1) - sum(c0)
         base = _BASELINE.get("rate", 0.0) * (t1 - t0)  # periodic tasks, no agents
@@ -436,7 +443,7 @@ def _follow(args: argparse.Namespace, cluster: Cluster, db: Database, nova: Reco
             f"{cpu:.1f} s, {base:.1f} s of it their work without agents: {per_hello:.3f} ms "
             f"per hello{goal}; "
             f"{cpu / (t1 - t0) * 100:.0f}% of a core for both; API processes' CPU "
-            f"{sum(a1) - sum(a0):.1f} s (binds)")))
+            f"{sum(a1) - sum(a0):.1f} s (binds); the simulator's CPU {s1 - s0:.1f} s")))
     if killed_at is not None:
         moved = (f"{ring_moved:.1f} s until the survivor's ring dropped it (its hosts' "
                  "periodic work owned again)" if ring_moved is not None

@@ -57,7 +57,7 @@ import re
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 HEADER = "X-Acceld-Credential"
@@ -271,6 +271,10 @@ def revoked_message(node: str, generation: int, state: KeyState) -> str:
             f"{node}` prints on a controller.")
 
 
+_VOUCHED = 4096  # heads found genuine whose call has not been checked yet (Verifier)
+_DERIVED_KEYS = 65536  # node keys a controller keeps derived (a node, a generation each)
+
+
 @dataclass(frozen=True)
 class CloudKeys:
     """A controller's keys: the cloud secret, and every node's key derived from it.
@@ -280,9 +284,22 @@ class CloudKeys:
 
     secret: bytes
     generations: Generations | None = None
+    # Node keys derived so far: every signed call of a node needs its key twice (the
+    # check before its body is read, the check that serves it), and deriving it was a
+    # tenth of an unchanged heartbeat's Python. Bounded: names a stranger makes up
+    # empty it when it is full, which costs only derivations.
+    _derived: dict[tuple[str, int], bytes] = field(default_factory=dict, compare=False,
+                                                   repr=False)
 
     def key_for(self, node: str | None, generation: int = 0) -> bytes | None:
-        return self.secret if node is None else node_key(self.secret, node, generation)
+        if node is None:
+            return self.secret
+        key = self._derived.get((node, generation))
+        if key is None:
+            if len(self._derived) >= _DERIVED_KEYS:
+                self._derived.clear()
+            key = self._derived[(node, generation)] = node_key(self.secret, node, generation)
+        return key
 
     def check_current(self, node: str, generation: int) -> None:
         if self.generations is None:
@@ -403,12 +420,22 @@ class Verifier:
         self.not_before = not_before
         self.own_destination = own_destination
         self._own_replay = MemoryReplay(ttl, margin=ttl)
+        # What genuine() found for a head, taken by the check() of the same call when its
+        # body has been read: the MAC is computed once per call, not twice (a tenth of an
+        # unchanged heartbeat's Python). Only genuine credentials enter; the age, the
+        # key's revocation and first use are still judged by check(). Bounded: a call
+        # whose body never comes leaves its entry until the dict is emptied when full.
+        self._vouched: dict[tuple[str, str, str | None, str | None, str | None, str],
+                            _Genuine] = {}
 
     def check(self, method: str, path: str, credential: str | None, node: str | None,
               digest: str | None, now: float | None = None) -> Identity:
         """Verify a call from its headers alone (the body is checked against ``digest``)."""
         now = now if now is not None else time.time()
-        found = self._genuine(method, path, credential, node, digest, now)
+        found = self._vouched.pop((method, path, credential, node, digest, self.destination),
+                                  None)
+        if found is None or abs(now - found.issued) > self._ttl:
+            found = self._genuine(method, path, credential, node, digest, now)
         if node is not None:  # before the nonce is taken: a revoked key writes nothing
             self._keys.check_current(node, found.generation)
         if not found.replay.first_use(found.nonce, found.issued, now):
@@ -422,9 +449,12 @@ class Verifier:
         revocation nor first use is looked at (no nonce is taken: :meth:`check` does it
         once the call is served)."""
         try:
-            self._genuine(method, path, credential, node, digest, time.time())
+            found = self._genuine(method, path, credential, node, digest, time.time())
         except CredentialError:
             return False
+        if len(self._vouched) >= _VOUCHED:
+            self._vouched.clear()
+        self._vouched[(method, path, credential, node, digest, self.destination)] = found
         return True
 
     def _genuine(self, method: str, path: str, credential: str | None, node: str | None,

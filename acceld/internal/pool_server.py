@@ -66,6 +66,8 @@ class Limits:
     max_body: int = 1024 * 1024  # bodies the loop reads before the application runs
 
 
+_PARSED = 1024  # heads admitted and not served yet that PoolServer keeps parsed
+
 # Whether a request's body may be read before it is served: (method, target, headers by
 # lower-case name). The internal app's credential check from the headers alone.
 Admit = Callable[[str, str, dict[str, str]], bool]
@@ -148,6 +150,10 @@ class PoolServer:
         self.app = app
         self.limits = limits or Limits()
         self._admit = admit
+        # Heads parsed by _admit_head, by their bytes, taken by _serve (a head is parsed
+        # once, not twice). Bounded: a head whose body never comes is left until the dict
+        # is emptied when full.
+        self._parsed: dict[bytes, _Request] = {}
         self._ssl = ssl_context
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         self._listener = socket.create_server((host, port), family=family, backlog=128)
@@ -189,6 +195,9 @@ class PoolServer:
             request = _parse(head)
         except _BadRequest:
             return False  # answered 400 at once
+        if len(self._parsed) >= _PARSED:
+            self._parsed.clear()
+        self._parsed[head] = request  # served next: parsed once
         return self._admit(request.method, request.target, dict(request.headers))
 
     def _refuse(self, conn: Conn, status: int) -> None:
@@ -213,7 +222,7 @@ class PoolServer:
         head = bytes(conn.buffer[:end])
         del conn.buffer[:end + len(HEAD_END)]
         try:
-            request = _parse(head)
+            request = self._parsed.pop(head, None) or _parse(head)
             length = request.header("content-length")
             if request.header("transfer-encoding") is not None:
                 raise _BadRequest("chunked request bodies are not accepted; send Content-Length")

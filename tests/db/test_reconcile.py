@@ -17,7 +17,7 @@ from acceld.drivers.fake import FakeDriver
 from tests.conftest import count_queries, make_conf
 
 HOST = "node-1"
-WRITES = ("INSERT", "UPDATE", "DELETE")
+WRITES = ("INSERT", "UPDATE", "DELETE", "COPY")  # COPY: new rows on PostgreSQL
 
 
 @pytest.fixture

@@ -172,3 +172,50 @@ def test_conductor_url_follows_tls(tmp_path) -> None:
     assert conductor_url(make_conf(str(tmp_path))).startswith("http://")
     tls = make_conf(str(tmp_path), internal__tls_cert_file="/etc/acceld/cert.pem")
     assert conductor_url(tls).startswith("https://")
+
+
+class _States:
+    """A node's key state that a test changes between a head's check and the call's."""
+
+    def __init__(self) -> None:
+        self.now = auth.KeyState()
+
+    def state(self, hostname: str, refresh: bool = False) -> auth.KeyState:
+        return self.now
+
+
+def test_a_head_found_genuine_is_still_checked_in_full_when_served() -> None:
+    """The server checks a head before it reads the body (genuine) and the call once it is
+    served (check): the second reuses the MAC the first found, and still refuses a
+    replay, an expired credential and a key revoked in between."""
+    states = _States()
+    verifier = auth.Verifier(auth.CloudKeys(SECRET, states), 30)
+    key = auth.node_key(SECRET, "node-a")
+
+    def head(now: float | None = None) -> tuple[str, str]:
+        sent = auth.headers(key, "POST", "/hello", b"{}", now=now, node="node-a")
+        return sent[auth.HEADER], sent[auth.DIGEST_HEADER]
+
+    cred, digest = head()
+    assert verifier.genuine("POST", "/hello", cred, "node-a", digest)
+    assert verifier.check("POST", "/hello", cred, "node-a", digest).node == "node-a"
+    assert verifier.genuine("POST", "/hello", cred, "node-a", digest)  # not first use yet
+    with pytest.raises(auth.CredentialError, match="replayed"):
+        verifier.check("POST", "/hello", cred, "node-a", digest)
+
+    cred, digest = head()
+    assert verifier.genuine("POST", "/hello", cred, "node-a", digest)
+    with pytest.raises(auth.CredentialError, match="expired"):
+        verifier.check("POST", "/hello", cred, "node-a", digest, now=time.time() + 60)
+
+    cred, digest = head()
+    assert verifier.genuine("POST", "/hello", cred, "node-a", digest)
+    states.now = auth.KeyState(revoked=True)
+    with pytest.raises(auth.KeyRevoked):
+        verifier.check("POST", "/hello", cred, "node-a", digest)
+
+    states.now = auth.KeyState()
+    cred, digest = head()
+    assert verifier.genuine("POST", "/hello", cred, "node-a", digest)
+    with pytest.raises(auth.CredentialError, match="wrong credential"):
+        verifier.check("POST", "/other", cred, "node-a", digest)  # not the call vouched for
