@@ -61,7 +61,7 @@ class Slot:
                 while (self._held or self._returning) and not self._closed:
                     self._pollers.wait()
             self._held = not self._closed
-        _holder.slot = self
+            _holder.slot = self if self._held else None
 
     def give(self) -> None:
         """Let the next thread have the slot: one coming back from a wait if any."""

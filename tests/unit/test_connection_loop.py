@@ -416,3 +416,28 @@ def test_a_request_holding_the_slot_keeps_the_others_waiting():
         assert srv.words == ["block", "after"] and srv.most_active == 1
     finally:
         srv.stop()
+
+
+def test_stop_waits_for_a_request_stepped_out_of_the_slot_and_ends_every_thread():
+    """SIGTERM's drain with a slot: a request waiting outside the slot (a bind PATCH's
+    wait for the conductor) takes the slot back and answers whole; then every thread ends,
+    those asleep waiting for the slot included."""
+    srv = Server(threads=3, slot=serving_slot.Slot())
+    try:
+        sock = srv.connect()
+        sock.sendall(b"GET /out-drain HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert srv.entered[b"out-drain"].wait(5)
+        stopper = threading.Thread(target=srv.loop.stop, kwargs={"grace": 10})
+        stopper.start()
+        _wait_until(lambda: not srv.loop._accepting)
+        assert stopper.is_alive()  # waiting for the request
+        srv.gates[b"out-drain"].set()
+        assert _answer(sock) == b"out-drain!"
+        stopper.join(10)
+        assert not stopper.is_alive()
+        for thread in srv.loop._threads:
+            thread.join(5)
+            assert not thread.is_alive()
+    finally:
+        srv.release.set()
+        srv.listener.close()
