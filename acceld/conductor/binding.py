@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import logging
 import os
 import socket
@@ -29,7 +30,7 @@ from typing import Callable
 
 import falcon
 from oslo_config import cfg
-from sqlalchemy import delete, select
+from sqlalchemy import Select, bindparam, delete, select
 
 from acceld import fastcheck, request_ids
 from acceld.clients import deadline as deadlines
@@ -266,7 +267,8 @@ class BindWorker:
             if self.placement.client is not None:
                 self.outages.up(bind_outages.PLACEMENT, LOG)
             programmed = self.programming.before(
-                self.db, job.arq_id, placement_refused=bool(verdict and verdict.refusal))
+                self.db, job.arq_id, placement_refused=bool(verdict and verdict.refusal),
+                group=_claimed_group(job))
             blocked = self._program_blocked.pop(job.id, None)
             if blocked is not None:  # the step this job waited on went through
                 self.outages.up(blocked, LOG)
@@ -436,13 +438,8 @@ class BindWorker:
         if not job_ids:
             return
         with self.db.read() as conn:
-            rows = conn.execute(select(
-                jobs_table.c.id, jobs_table.c.attempts, jobs_table.c.global_request_id,
-                arqs.c.uuid, arqs.c.state,
-                arqs.c.instance_uuid, jobs_table.c.created_at, arqs.c.bind_failure_reason,
-                sql_now(conn.dialect.name).label("db_now")).select_from(
-                jobs_table.join(arqs, arqs.c.id == jobs_table.c.arq_id)).where(
-                jobs_table.c.id.in_(job_ids), jobs_table.c.lease_owner == token)).all()
+            rows = conn.execute(_notify_query(conn.dialect.name),
+                                {"job_ids": list(job_ids), "token": token}).all()
         self.on_notify_read([row.id for row in rows])
         metrics.binds_resolved(rows)  # outcome and PATCH-to-outcome time, once per job
         events, silent = [], []
@@ -509,6 +506,27 @@ class BindWorker:
                      "were sent: left to the conductor that holds them now", ", ".join(
                          e.arq_uuid for e in gone), nova.EVENT_NAME)
         return ours, min(held.values(), default=0.0)
+
+
+@functools.lru_cache(maxsize=4)
+def _notify_query(dialect: str) -> Select:
+    """What :meth:`BindWorker._notify` reads of its jobs and their ARQs, built once per
+    dialect (it runs after every bind; building it cost more than running it)."""
+    return select(
+        jobs_table.c.id, jobs_table.c.attempts, jobs_table.c.global_request_id,
+        arqs.c.uuid, arqs.c.state, arqs.c.instance_uuid, jobs_table.c.created_at,
+        arqs.c.bind_failure_reason, sql_now(dialect).label("db_now")).select_from(
+        jobs_table.join(arqs, arqs.c.id == jobs_table.c.arq_id)).where(
+        jobs_table.c.id.in_(bindparam("job_ids", expanding=True)),
+        jobs_table.c.lease_owner == bindparam("token"))
+
+
+def _claimed_group(job) -> dict[str, str] | None:  # type: ignore[no-untyped-def]
+    """The profile group of the job's ARQ as its claim read it (bind_jobs.claim_and_peek);
+    None when the ARQ was gone by then."""
+    if job.profile_json is None:
+        return None
+    return bind_target.group_of(job.profile_json, job.device_profile_group_id)
 
 
 # What an API worker may send to POST /binds/wake: nothing, or the ARQs its PATCH bound

@@ -29,7 +29,9 @@ from sqlalchemy import (Connection, Row, Select, Update, bindparam, case, delete
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
 from acceld.db.retry import retry_on_deadlock
+from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import bind_jobs as jobs
+from acceld.db.models import device_profiles
 from acceld.db.models import utcnow
 
 PENDING = "pending"
@@ -157,7 +159,13 @@ def _claim_statements(backend: str, phase: str, limit: int,
             attempts=jobs.c.attempts + 1, updated_at=now),
         # claimed_at: the database's clock at the claim, against which the worker holds the
         # bind's calls to what is left of [conductor] bind_timeout (no query of its own).
-        taken=select(jobs, now.label("claimed_at")).where(
+        # The ARQ's profile group (profile_json, device_profile_group_id; None once the ARQ
+        # is gone): the worker learns from it, without a read of its own, whether the bind
+        # programs (most do not; acceld.conductor.bind_programming).
+        taken=select(jobs, now.label("claimed_at"), arqs.c.device_profile_group_id,
+                     device_profiles.c.profile_json).select_from(
+            jobs.outerjoin(arqs, arqs.c.id == jobs.c.arq_id).outerjoin(
+                device_profiles, device_profiles.c.id == arqs.c.device_profile_id)).where(
             jobs.c.id.in_(ids), jobs.c.lease_owner == bindparam("token")).order_by(jobs.c.id),
     )
 
@@ -190,12 +198,19 @@ def held(db: Database, job_ids: Sequence[int], token: str) -> dict[int, float]:
     another claim takes the job (anyone may)."""
     if not job_ids:
         return {}
-    now = sql_now(db.backend)
     with db.read() as conn:
-        rows = conn.execute(select(jobs.c.id, jobs.c.lease_expires_at, now.label("now")).where(
-            jobs.c.id.in_(list(job_ids)), jobs.c.lease_owner == token,
-            jobs.c.lease_expires_at > now)).all()
+        rows = conn.execute(_held_query(db.backend),
+                            {"job_ids": list(job_ids), "token": token}).all()
     return {row.id: (row.lease_expires_at - row.now).total_seconds() for row in rows}
+
+
+@functools.lru_cache(maxsize=4)
+def _held_query(backend: str) -> Select:
+    """:func:`held`'s read, built once per backend (it runs before every Nova event)."""
+    now = sql_now(backend)
+    return select(jobs.c.id, jobs.c.lease_expires_at, now.label("now")).where(
+        jobs.c.id.in_(bindparam("job_ids", expanding=True)),
+        jobs.c.lease_owner == bindparam("token"), jobs.c.lease_expires_at > now)
 
 
 def lock_owned(conn: Connection, job_id: int, token: str) -> bool:
