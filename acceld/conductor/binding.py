@@ -168,10 +168,17 @@ class BindWorker:
     def run_once(self) -> int:
         """Claim and complete the due binds of one instance, then one batch of orphaned
         notifications; return how many jobs were claimed (0 while the database is away)."""
+        return self.run_pass()[0]
+
+    def run_pass(self) -> tuple[int, bool]:
+        """:meth:`run_once`, and whether its claims saw more jobs due than they took (another
+        instance's, or a full batch): only then is another pass worth its claims. Jobs that
+        fall due later come with their own wake (a PATCH's) or the periodic scan's."""
         if not self.resume_stranded():
-            return 0
+            return 0, False
         lease = self.conf.conductor.bind_lease_seconds
         count = 0
+        left_due = False
         for phase, work in ((bind_jobs.PENDING, self._bind_claimed),
                             (bind_jobs.NOTIFY, self._notify_claimed)):
             token = self._token()
@@ -182,16 +189,17 @@ class BindWorker:
                                                          lease)
                 if more:  # another instance is due (or this one has more): another worker
                     self.on_claimed()
+                    left_due = True
                 work(claimed, token)
             except Exception as exc:  # noqa: BLE001 - sorted below
                 if not (isinstance(exc, _DatabaseAway) or self.db.outage.is_outage(exc)):
                     raise
                 self._database_away(exc, token, [job.id for job in claimed])
-                return 0
+                return 0, False
             finally:
                 self._deactivate(token)
             count += len(claimed)
-        return count
+        return count, left_due
 
     def _bind_claimed(self, claimed: list, token: str) -> None:
         resolved: list[int] = []
@@ -597,8 +605,13 @@ class BindingComponent:
             if not self.wakes.wait() or self.worker.stopping.is_set():
                 return
             try:
-                while not self.worker.stopping.is_set() and self.worker.run_once():
-                    pass
+                # Passes while claims leave jobs due. Not one more pass after the last: it
+                # was two empty claims (reads) per bind, while the jobs due later wake a
+                # worker themselves (a wake kept while every worker is busy is not lost).
+                while not self.worker.stopping.is_set():
+                    claimed, left_due = self.worker.run_pass()
+                    if not (claimed and left_due):
+                        break
             except Exception as exc:  # noqa: BLE001 - the scan wakes the workers again
                 if self.db.outage.is_outage(exc):
                     self.db.outage.down(exc, "binds resume as soon as it is back")

@@ -74,3 +74,19 @@ def test_a_group_that_names_an_image_is_still_read_before_the_bind(db, tmp_path)
                                             group=group)
     assert len(begun) == 1
     assert verdict is not None and verdict.image_id is None
+
+
+def test_a_pass_says_whether_its_claims_left_jobs_due(db, tmp_path):
+    """The worker thread passes again only while a claim saw more due than it took: after
+    the last instance's bind, not once more (two empty claims per bind)."""
+    conf = make_conf(str(tmp_path))
+    targets = []
+    for host in ("pass-a", "pass-b"):
+        fpga = inventory.add_fpga(db, hostname=host, handles=1)
+        targets.append((host, fpga["deployable"]["rp_uuid"]))
+    made = binds.request_binds(conf, db, targets)
+    worker = BindWorker(conf, db, notifier=binds.RecordingNotifier())
+    assert worker.run_pass() == (1, True)  # one instance bound, the other still due
+    assert worker.run_pass() == (1, False)
+    assert worker.run_pass() == (0, False)
+    assert [binds.arq_state(db, arqs[0])[0] for _, arqs in made] == ["Bound", "Bound"]
