@@ -244,6 +244,8 @@ def release_handles(conn: Connection, handle_ids: Iterable[int | None]) -> int:
 def unbind(conn: Connection, rows: Sequence[Row]) -> int:
     """Unbind locked ARQs: free their handles, drop their bind jobs, clear the binding."""
     ids = [r.id for r in rows]
+    if not ids:  # a PATCH that only binds: no statement at all
+        return 0
     release_handles(conn, (r.attach_handle_id for r in rows))
     conn.execute(bind_jobs.DELETE_OF_ARQS, {"arq_ids": ids})
     claims.mark_due(conn, (r.consumer_uuid for r in rows))

@@ -1,9 +1,12 @@
-"""A bind that programs nothing opens no transaction between its claim and its bind.
+"""The transactions and statements on a bind's path from PATCH to Nova's event.
 
-The claim reads each job's profile group (acceld.db.bind_jobs.claim_and_peek), so the
-worker knows without a read of its own that the group asks no programming
-(acceld.conductor.bind_programming): one transaction fewer on the path from PATCH to
-Bound. A group that names an image is still read and checked before the bind.
+- The claim reads each job's profile group (acceld.db.bind_jobs.claim_and_peek), so the
+  worker knows without a read of its own that the group asks no programming
+  (acceld.conductor.bind_programming); a group that names an image is still read.
+- The Nova event is built from what the bind transaction committed: only the fence's
+  read (the claim still ours) lies between that transaction and Nova.
+- A worker passes again only while its claims left jobs due; a PATCH that only binds
+  runs no unbind statement.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from sqlalchemy import event
 
 from acceld.conductor.binding import BindWorker
 from acceld.db import bind_jobs as jobs_db
-from tests.conftest import make_conf
+from tests.conftest import count_queries, make_conf
 from tests.support import binds, inventory
 
 
@@ -90,3 +93,34 @@ def test_a_pass_says_whether_its_claims_left_jobs_due(db, tmp_path):
     assert worker.run_pass() == (1, False)
     assert worker.run_pass() == (0, False)
     assert [binds.arq_state(db, arqs[0])[0] for _, arqs in made] == ["Bound", "Bound"]
+
+
+def test_a_patch_that_only_binds_runs_no_unbind_statement(db, tmp_path):
+    """The PATCH's write transaction (SQLite's one write lock) drops bind jobs once, for
+    the ARQs it binds; its empty unbind half runs nothing."""
+    conf = make_conf(str(tmp_path))
+    fpga = inventory.add_fpga(db, hostname="patch-node", handles=1)
+    with count_queries(db) as statements:
+        binds.request_binds(conf, db, [("patch-node", fpga["deployable"]["rp_uuid"])])
+    dropped = [s for s in statements if s.lstrip().upper().startswith("DELETE FROM BIND_JOBS")]
+    assert len(dropped) == 1, dropped
+
+
+def test_the_nova_event_of_a_bind_leaves_without_reading_its_outcome_again(db, tmp_path):
+    """After the bind transaction, only the fence's read (is the claim still ours, by the
+    database's clock) comes before Nova: the outcome is what that transaction committed."""
+    conf = make_conf(str(tmp_path))
+    fpga = inventory.add_fpga(db, hostname="event-node", handles=1)
+    [(_instance, [arq])] = binds.request_binds(conf, db, [("event-node",
+                                                            fpga["deployable"]["rp_uuid"])])
+    notifier = binds.RecordingNotifier()
+    worker = BindWorker(conf, db, notifier=notifier)
+    seen: list[list[str]] = []
+    worker.on_notify_read = lambda job_ids: seen.append(list(begun))
+    with transactions(db) as begun:
+        assert worker.run_once() == 1
+    [before_nova] = seen
+    assert before_nova[-1].startswith("SELECT accelerator_requests.id")  # the bind's
+    fence = begun[len(before_nova)]
+    assert fence.startswith("SELECT bind_jobs.id, bind_jobs.lease_expires_at"), begun
+    assert [(e.arq_uuid, e.status) for e in notifier.sent] == [(arq, "completed")]
