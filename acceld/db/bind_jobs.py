@@ -88,12 +88,15 @@ def claim_and_peek(db: Database, phase: str, token: str, limit: int,
     the rows carrying ``token`` afterwards are this claim's.
     """
     sql = _claim_statements(db.backend, phase, limit, lease_seconds)
-    # A read first: most wakes find nothing of this phase (notifications are sent right
-    # after their binds), and on SQLite an empty write transaction still waited for, and
-    # held, the database's only write lock.
-    with db.read() as conn:
-        if conn.execute(sql.any_due).scalar() is not True:
-            return [], False
+    # Notify jobs: a read first. Most passes find none (notifications are sent right after
+    # their binds), and on SQLite an empty write transaction still waited for, and held,
+    # the database's only write lock. Pending jobs: no read. A pass follows a wake, one
+    # worker per wake, and a wake follows jobs made due (a PATCH's, the scan's, a claim
+    # that saw more): the read found them, and only delayed each bind.
+    if phase != PENDING:
+        with db.read() as conn:
+            if conn.execute(sql.any_due).scalar() is not True:
+                return [], False
     with db.write() as conn:
         first = conn.execute(sql.first_lead).first()
         if first is None:

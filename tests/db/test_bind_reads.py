@@ -124,3 +124,19 @@ def test_the_nova_event_of_a_bind_leaves_without_reading_its_outcome_again(db, t
     fence = begun[len(before_nova)]
     assert fence.startswith("SELECT bind_jobs.id, bind_jobs.lease_expires_at"), begun
     assert [(e.arq_uuid, e.status) for e in notifier.sent] == [(arq, "completed")]
+
+
+def test_a_claim_of_pending_jobs_is_one_transaction(db, tmp_path):
+    """Pending jobs are claimed in one write transaction, without a read first (a wake
+    follows jobs made due); notify jobs are looked for with a read, which finds none
+    here and takes no write transaction."""
+    conf = make_conf(str(tmp_path))
+    fpga = inventory.add_fpga(db, hostname="claim-node", handles=1)
+    binds.request_binds(conf, db, [("claim-node", fpga["deployable"]["rp_uuid"])])
+    with transactions(db) as begun:
+        claimed, more = jobs_db.claim_and_peek(db, jobs_db.PENDING, "one-tx", 16, 60)
+    assert len(claimed) == 1 and not more
+    assert len(begun) == 1, begun
+    with transactions(db) as begun:
+        assert jobs_db.claim_and_peek(db, jobs_db.NOTIFY, "one-tx-n", 16, 60) == ([], False)
+    assert len(begun) == 1 and begun[0].startswith("SELECT EXISTS"), begun
