@@ -219,9 +219,15 @@ def _held_query(backend: str) -> Select:
 def lock_owned(conn: Connection, job_id: int, token: str) -> bool:
     """Inside a bind transaction: True while ``token`` still holds pending job ``job_id``
     (not expired and re-claimed elsewhere, not replaced or dropped by an unbind or delete)."""
-    return conn.execute(update(jobs).where(
-        jobs.c.id == job_id, jobs.c.lease_owner == token, jobs.c.phase == PENDING).values(
-        phase=NOTIFY, updated_at=utcnow())).rowcount == 1
+    return conn.execute(_TO_NOTIFY, {"job_id": job_id, "token": token,
+                                     "at": utcnow()}).rowcount == 1
+
+
+# Built once: every bind runs it.
+_TO_NOTIFY = update(jobs).where(
+    jobs.c.id == bindparam("job_id"), jobs.c.lease_owner == bindparam("token"),
+    jobs.c.phase == PENDING).values(
+    phase=NOTIFY, updated_at=bindparam("at", type_=jobs.c.updated_at.type))
 
 
 @retry_on_deadlock
@@ -230,8 +236,12 @@ def finish(db: Database, job_ids: Sequence[int], token: str) -> int:
     if not job_ids:
         return 0
     with db.write() as conn:
-        return conn.execute(delete(jobs).where(jobs.c.id.in_(list(job_ids)),
-                                               jobs.c.lease_owner == token)).rowcount
+        return conn.execute(_FINISH, {"job_ids": list(job_ids), "token": token}).rowcount
+
+
+# Built once: every bind's notification runs it.
+_FINISH = delete(jobs).where(jobs.c.id.in_(bindparam("job_ids", expanding=True)),
+                             jobs.c.lease_owner == bindparam("token"))
 
 
 @retry_on_deadlock
