@@ -164,16 +164,20 @@ def lock_one_by_id(conn: Connection, arq_id: int) -> "_Bindable | None":
 
     Two statements, so that only the ARQ row is locked, never the shared profile row.
     """
-    arq = conn.execute(select(
-        arqs.c.id, arqs.c.uuid, arqs.c.state, arqs.c.hostname, arqs.c.device_rp_uuid,
-        arqs.c.instance_uuid, arqs.c.project_id, arqs.c.device_profile_id,
-        arqs.c.device_profile_group_id, arqs.c.attach_handle_id, arqs.c.consumer_uuid).where(
-        arqs.c.id == arq_id).with_for_update()).first()
+    arq = conn.execute(_LOCK_FOR_BIND, {"id": arq_id}).first()
     if arq is None:
         return None
-    profile = conn.execute(select(dp.c.name, dp.c.profile_json).where(
-        dp.c.id == arq.device_profile_id)).one()
+    profile = conn.execute(_PROFILE_FOR_BIND, {"id": arq.device_profile_id}).one()
     return _Bindable(arq, profile.name, profile.profile_json)
+
+
+# Built once: every bind runs them (building them cost about as much as running them).
+_LOCK_FOR_BIND = select(
+    arqs.c.id, arqs.c.uuid, arqs.c.state, arqs.c.hostname, arqs.c.device_rp_uuid,
+    arqs.c.instance_uuid, arqs.c.project_id, arqs.c.device_profile_id,
+    arqs.c.device_profile_group_id, arqs.c.attach_handle_id, arqs.c.consumer_uuid).where(
+    arqs.c.id == bindparam("id")).with_for_update()
+_PROFILE_FOR_BIND = select(dp.c.name, dp.c.profile_json).where(dp.c.id == bindparam("id"))
 
 
 class _Bindable:
@@ -244,6 +248,8 @@ def release_handles(conn: Connection, handle_ids: Iterable[int | None]) -> int:
 def unbind(conn: Connection, rows: Sequence[Row]) -> int:
     """Unbind locked ARQs: free their handles, drop their bind jobs, clear the binding."""
     ids = [r.id for r in rows]
+    if not ids:  # a PATCH that only binds: no statement at all
+        return 0
     release_handles(conn, (r.attach_handle_id for r in rows))
     conn.execute(bind_jobs.DELETE_OF_ARQS, {"arq_ids": ids})
     claims.mark_due(conn, (r.consumer_uuid for r in rows))

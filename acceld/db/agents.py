@@ -133,8 +133,12 @@ def is_up(conn: Connection, hostname: str) -> bool:
     A node never heard from has no inventory of its own to bind; rows made by other
     means (tests, an operator) are not refused for lack of an agent.
     """
-    state = conn.execute(select(agents.c.state).where(agents.c.hostname == hostname)).scalar()
+    state = conn.execute(_STATE_OF_HOST, {"hostname": hostname}).scalar()
     return state != "down"
+
+
+# Built once: every bind runs it.
+_STATE_OF_HOST = select(agents.c.state).where(agents.c.hostname == bindparam("hostname"))
 
 
 def reachability(conn: Connection, hostname: str) -> Any:

@@ -29,7 +29,9 @@ from sqlalchemy import (Connection, Row, Select, Update, bindparam, case, delete
 from acceld.db.clock import sql_now
 from acceld.db.engine import Database
 from acceld.db.retry import retry_on_deadlock
+from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import bind_jobs as jobs
+from acceld.db.models import device_profiles
 from acceld.db.models import utcnow
 
 PENDING = "pending"
@@ -86,12 +88,15 @@ def claim_and_peek(db: Database, phase: str, token: str, limit: int,
     the rows carrying ``token`` afterwards are this claim's.
     """
     sql = _claim_statements(db.backend, phase, limit, lease_seconds)
-    # A read first: most wakes find nothing of this phase (notifications are sent right
-    # after their binds), and on SQLite an empty write transaction still waited for, and
-    # held, the database's only write lock.
-    with db.read() as conn:
-        if conn.execute(sql.any_due).scalar() is not True:
-            return [], False
+    # Notify jobs: a read first. Most passes find none (notifications are sent right after
+    # their binds), and on SQLite an empty write transaction still waited for, and held,
+    # the database's only write lock. Pending jobs: no read. A pass follows a wake, one
+    # worker per wake, and a wake follows jobs made due (a PATCH's, the scan's, a claim
+    # that saw more): the read found them, and only delayed each bind.
+    if phase != PENDING:
+        with db.read() as conn:
+            if conn.execute(sql.any_due).scalar() is not True:
+                return [], False
     with db.write() as conn:
         first = conn.execute(sql.first_lead).first()
         if first is None:
@@ -157,7 +162,13 @@ def _claim_statements(backend: str, phase: str, limit: int,
             attempts=jobs.c.attempts + 1, updated_at=now),
         # claimed_at: the database's clock at the claim, against which the worker holds the
         # bind's calls to what is left of [conductor] bind_timeout (no query of its own).
-        taken=select(jobs, now.label("claimed_at")).where(
+        # The ARQ's profile group (profile_json, device_profile_group_id; None once the ARQ
+        # is gone): the worker learns from it, without a read of its own, whether the bind
+        # programs (most do not; acceld.conductor.binding.programming).
+        taken=select(jobs, now.label("claimed_at"), arqs.c.device_profile_group_id,
+                     device_profiles.c.profile_json).select_from(
+            jobs.outerjoin(arqs, arqs.c.id == jobs.c.arq_id).outerjoin(
+                device_profiles, device_profiles.c.id == arqs.c.device_profile_id)).where(
             jobs.c.id.in_(ids), jobs.c.lease_owner == bindparam("token")).order_by(jobs.c.id),
     )
 
@@ -190,20 +201,33 @@ def held(db: Database, job_ids: Sequence[int], token: str) -> dict[int, float]:
     another claim takes the job (anyone may)."""
     if not job_ids:
         return {}
-    now = sql_now(db.backend)
     with db.read() as conn:
-        rows = conn.execute(select(jobs.c.id, jobs.c.lease_expires_at, now.label("now")).where(
-            jobs.c.id.in_(list(job_ids)), jobs.c.lease_owner == token,
-            jobs.c.lease_expires_at > now)).all()
+        rows = conn.execute(_held_query(db.backend),
+                            {"job_ids": list(job_ids), "token": token}).all()
     return {row.id: (row.lease_expires_at - row.now).total_seconds() for row in rows}
+
+
+@functools.lru_cache(maxsize=4)
+def _held_query(backend: str) -> Select:
+    """:func:`held`'s read, built once per backend (it runs before every Nova event)."""
+    now = sql_now(backend)
+    return select(jobs.c.id, jobs.c.lease_expires_at, now.label("now")).where(
+        jobs.c.id.in_(bindparam("job_ids", expanding=True)),
+        jobs.c.lease_owner == bindparam("token"), jobs.c.lease_expires_at > now)
 
 
 def lock_owned(conn: Connection, job_id: int, token: str) -> bool:
     """Inside a bind transaction: True while ``token`` still holds pending job ``job_id``
     (not expired and re-claimed elsewhere, not replaced or dropped by an unbind or delete)."""
-    return conn.execute(update(jobs).where(
-        jobs.c.id == job_id, jobs.c.lease_owner == token, jobs.c.phase == PENDING).values(
-        phase=NOTIFY, updated_at=utcnow())).rowcount == 1
+    return conn.execute(_TO_NOTIFY, {"job_id": job_id, "token": token,
+                                     "at": utcnow()}).rowcount == 1
+
+
+# Built once: every bind runs it.
+_TO_NOTIFY = update(jobs).where(
+    jobs.c.id == bindparam("job_id"), jobs.c.lease_owner == bindparam("token"),
+    jobs.c.phase == PENDING).values(
+    phase=NOTIFY, updated_at=bindparam("at", type_=jobs.c.updated_at.type))
 
 
 @retry_on_deadlock
@@ -212,8 +236,12 @@ def finish(db: Database, job_ids: Sequence[int], token: str) -> int:
     if not job_ids:
         return 0
     with db.write() as conn:
-        return conn.execute(delete(jobs).where(jobs.c.id.in_(list(job_ids)),
-                                               jobs.c.lease_owner == token)).rowcount
+        return conn.execute(_FINISH, {"job_ids": list(job_ids), "token": token}).rowcount
+
+
+# Built once: every bind's notification runs it.
+_FINISH = delete(jobs).where(jobs.c.id.in_(bindparam("job_ids", expanding=True)),
+                             jobs.c.lease_owner == bindparam("token"))
 
 
 @retry_on_deadlock

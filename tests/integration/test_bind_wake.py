@@ -88,10 +88,10 @@ def test_a_bind_slower_than_bind_wait_completes_after_the_answer(tmp_path, sqlit
     entered, release = threading.Event(), threading.Event()
     real_bind = binding.worker._bind
 
-    def held_bind(job, token):  # type: ignore[no-untyped-def]
+    def held_bind(job, token, *committed):  # type: ignore[no-untyped-def]
         entered.set()
         release.wait(30)  # a program, an attach step: longer than the PATCH waits
-        return real_bind(job, token)
+        return real_bind(job, token, *committed)
 
     monkeypatch.setattr(binding.worker, "_bind", held_bind)
     try:

@@ -35,12 +35,12 @@ def test_one_wake_runs_one_workers_pass(monkeypatch, tmp_path, sqlite_db) -> Non
     passes: list[str] = []
     first = threading.Event()
 
-    def run_once() -> int:
+    def run_pass() -> tuple[int, bool]:
         passes.append(threading.current_thread().name)
         first.set()
-        return 0
+        return 0, False
 
-    monkeypatch.setattr(component.worker, "run_once", run_once)
+    monkeypatch.setattr(component.worker, "run_pass", run_pass)
     component.start()  # its own wake-up: one pass for jobs left by a previous run
     try:
         assert first.wait(5)

@@ -65,6 +65,11 @@ class ProgramVerdict:
     refusal: str | None = None
 
 
+def asks_programming(group: dict[str, str]) -> bool:
+    """True when a profile group names an image to program (a bitstream or a function)."""
+    return bool(group.get(BITSTREAM_KEY) or group.get(FUNCTION_KEY))
+
+
 def wanted_image(group: dict[str, str]) -> tuple[str | None, str | None]:
     """(bitstream_id, function_id) the group names; BindRefused if it names both."""
     bitstream, function = group.get(BITSTREAM_KEY), group.get(FUNCTION_KEY)
@@ -82,14 +87,21 @@ class BindProgramming:
         self.conf = conf
         self.programmer = programmer if programmer is not None else Programmer(conf, db)
 
-    def before(self, db: Database, arq_id: int, placement_refused: bool = False
-               ) -> ProgramVerdict | None:
+    def before(self, db: Database, arq_id: int, placement_refused: bool = False,
+               group: dict[str, str] | None = None) -> ProgramVerdict | None:
         """Program the ARQ's target if its group asks for it. None when it does not ask.
 
         Skips programming (image_id None) when the bind will be refused anyway: the bind
         checks (provider, host, agent, device status, resource class and traits) are run
         first on a read snapshot, and Placement's verdict is respected.
+
+        ``group``: the ARQ's profile group when the caller has it (the bind job's claim
+        read it): one that asks no programming is answered without a transaction, which
+        most binds then skip. (A profile's groups never change; :meth:`enforce` reads the
+        locked ARQ's group again in the bind transaction regardless.)
         """
+        if group is not None and not asks_programming(group):
+            return None
         with db.read() as conn:
             arq = conn.execute(select(
                 arqs.c.uuid, arqs.c.hostname, arqs.c.device_rp_uuid, arqs.c.instance_uuid,
@@ -99,7 +111,7 @@ class BindProgramming:
             if arq is None or not (arq.hostname and arq.device_rp_uuid and arq.instance_uuid):
                 return None
             group = bind_target.group_of(arq.profile_json, arq.device_profile_group_id)
-            if not (group.get(BITSTREAM_KEY) or group.get(FUNCTION_KEY)):
+            if not asks_programming(group):
                 return None
             key = (arq.hostname, arq.device_rp_uuid, arq.instance_uuid)
             try:
@@ -146,7 +158,7 @@ class BindProgramming:
     def enforce(self, verdict: ProgramVerdict | None, conn: Any, arq: Any) -> None:
         """Inside the bind transaction (``arq`` is the locked row with its profile)."""
         group = bind_target.group_of(arq.profile_json, arq.device_profile_group_id)
-        if not (group.get(BITSTREAM_KEY) or group.get(FUNCTION_KEY)):
+        if not asks_programming(group):
             return
         if verdict is None or bind_target.target_of(verdict) != bind_target.target_of(arq):
             raise RuntimeError(f"bind target of ARQ {arq.uuid} changed while its device was "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import orjson
-from sqlalchemy import Connection, Row, false, select, update
+from sqlalchemy import Connection, Row, bindparam, false, select, update
 
 from acceld.db import deployables as dep_db
 from acceld.db.clock import db_now
@@ -63,14 +63,38 @@ class BindTarget:
     agent_up: bool = False  # check_agent_up saw the host's agent up
 
 
+# The bind's statements, built once: every bind runs them in its write transaction, and
+# building them (columns, clauses, cache keys) cost about as much as running them.
+_DEPLOYABLE_OF_PROVIDER = select(
+    deployables.c.id, deployables.c.uuid, deployables.c.name, deployables.c.rp_uuid,
+    devices.c.uuid.label("device_uuid"), devices.c.hostname, devices.c.status,
+    devices.c.acc_status, devices.c.vanished, devices.c.quarantined, devices.c.health,
+    devices.c.health_reason).select_from(
+    deployables.join(devices, devices.c.id == deployables.c.device_id)).where(
+    deployables.c.rp_uuid == bindparam("rp_uuid"))
+_DEVICE_LOCKED = select(
+    devices.c.status, devices.c.acc_status, devices.c.vanished, devices.c.quarantined,
+    devices.c.health, devices.c.health_reason).where(
+    devices.c.uuid == bindparam("device_uuid")).with_for_update(read=True)
+_DEPLOYABLE_EXISTS = select(deployables.c.id).where(deployables.c.id == bindparam("id"))
+_DEPLOYABLE_LOCKED = select(
+    deployables.c.bitstream_id, deployables.c.programming_owner,
+    deployables.c.programming_until).where(
+    deployables.c.id == bindparam("id")).with_for_update(read=True)
+_ATTRIBUTES = select(attributes.c.key, attributes.c.value).where(
+    attributes.c.deployable_id == bindparam("id"))
+_FREE_HANDLES = select(
+    attach_handles.c.id, attach_handles.c.uuid, attach_handles.c.attach_type,
+    attach_handles.c.attach_info).where(
+    attach_handles.c.deployable_id == bindparam("id"),
+    attach_handles.c.in_use == false()).order_by(attach_handles.c.id).limit(_CANDIDATES)
+_TAKE_HANDLE = update(attach_handles).where(
+    attach_handles.c.id == bindparam("handle_id"), attach_handles.c.in_use == false()).values(
+    in_use=True, updated_at=bindparam("at", type_=attach_handles.c.updated_at.type))
+
+
 def find_deployable(conn: Connection, target: BindTarget) -> None:
-    row = conn.execute(select(
-        deployables.c.id, deployables.c.uuid, deployables.c.name, deployables.c.rp_uuid,
-        devices.c.uuid.label("device_uuid"), devices.c.hostname, devices.c.status,
-        devices.c.acc_status, devices.c.vanished, devices.c.quarantined, devices.c.health,
-        devices.c.health_reason).select_from(
-        deployables.join(devices, devices.c.id == deployables.c.device_id)).where(
-        deployables.c.rp_uuid == target.device_rp_uuid)).first()
+    row = conn.execute(_DEPLOYABLE_OF_PROVIDER, {"rp_uuid": target.device_rp_uuid}).first()
     if row is None:
         raise BindRefused(f"device_rp_uuid {target.device_rp_uuid} is not the resource "
                           "provider of any deployable acceld knows")
@@ -142,12 +166,8 @@ def lock_device(conn: Connection, device_uuid: str, deployable_id: int, hostname
     after the ARQ and job locks: device, then handle, the order reconciliation uses too
     (acceld.db.inventory).
     """
-    device = conn.execute(select(
-        devices.c.status, devices.c.acc_status, devices.c.vanished, devices.c.quarantined,
-        devices.c.health, devices.c.health_reason).where(
-        devices.c.uuid == device_uuid).with_for_update(read=True)).first()
-    if device is None or conn.execute(select(deployables.c.id).where(
-            deployables.c.id == deployable_id)).first() is None:
+    device = conn.execute(_DEVICE_LOCKED, {"device_uuid": device_uuid}).first()
+    if device is None or conn.execute(_DEPLOYABLE_EXISTS, {"id": deployable_id}).first() is None:
         raise BindRefused(f"device {device_uuid} was removed from host {hostname}'s "
                           "inventory while the bind was in progress")
     _refuse_unusable(device_uuid, hostname, device)
@@ -163,10 +183,7 @@ def lock_deployable(conn: Connection, deployable_id: int, name: str) -> Row:
     committed its handle before that check (and the program is refused with 409) or sees
     the mark here: no bind takes a handle while the device is being programmed.
     """
-    row = conn.execute(select(
-        deployables.c.bitstream_id, deployables.c.programming_owner,
-        deployables.c.programming_until).where(
-        deployables.c.id == deployable_id).with_for_update(read=True)).first()
+    row = conn.execute(_DEPLOYABLE_LOCKED, {"id": deployable_id}).first()
     if row is None:
         raise BindRefused(f"deployable {name} was removed while the bind was in progress")
     if row.programming_owner is not None and dep_db.programming_now(row, db_now(conn)):
@@ -179,8 +196,7 @@ def check_profile_group(conn: Connection, target: BindTarget) -> None:
     """The deployable's resource class and traits (attributes ``rc``, ``trait*``) satisfy the
     ARQ's profile group (``resources:RC``, ``trait:T = required|forbidden``)."""
     dep = target.deployable
-    for key, value in conn.execute(select(attributes.c.key, attributes.c.value).where(
-            attributes.c.deployable_id == dep.id)):
+    for key, value in conn.execute(_ATTRIBUTES, {"id": dep.id}):
         if key == "rc":
             target.resource_class = value
         elif key.startswith("trait"):
@@ -237,18 +253,11 @@ def take_handle(conn: Connection, target: BindTarget) -> None:
     lock_device(conn, dep.device_uuid, dep.id, dep.hostname)
     lock_deployable(conn, dep.id, dep.name)
     for _ in range(_ROUNDS):
-        candidates = conn.execute(select(
-            attach_handles.c.id, attach_handles.c.uuid, attach_handles.c.attach_type,
-            attach_handles.c.attach_info).where(
-            attach_handles.c.deployable_id == dep.id,
-            attach_handles.c.in_use == false()).order_by(attach_handles.c.id).limit(
-            _CANDIDATES)).all()
+        candidates = conn.execute(_FREE_HANDLES, {"id": dep.id}).all()
         if not candidates:
             break
         for handle in candidates:
-            won = conn.execute(update(attach_handles).where(
-                attach_handles.c.id == handle.id, attach_handles.c.in_use == false()).values(
-                in_use=True, updated_at=utcnow())).rowcount
+            won = conn.execute(_TAKE_HANDLE, {"handle_id": handle.id, "at": utcnow()}).rowcount
             if won == 1:
                 target.handle = handle
                 return

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import falcon
 from oslo_config import cfg
-from sqlalchemy import delete, select
+from sqlalchemy import Select, bindparam, delete, select
 
 from acceld import fastcheck, request_ids
 from acceld.clients import deadline as deadlines
@@ -59,6 +61,7 @@ LOG = logging.getLogger(__name__)
 BATCH = 16  # the most jobs of one instance per claim
 MAX_BIND_ATTEMPTS = 5  # claims of one pending job before its ARQ is failed
 MAX_NOTIFY_ATTEMPTS = 10  # claims of one notify job before its event is given up
+REASON_LENGTH = 4000  # the most of a refusal's reason kept as bind_failure_reason
 # Seconds a worker may be past the deadline of the call it is in before its claim stops
 # being renewed (the call was not cut: the watchdog cannot end a name lookup).
 RENEW_GRACE = 1.0
@@ -170,10 +173,17 @@ class BindWorker:
     def run_once(self) -> int:
         """Claim and complete the due binds of one instance, then one batch of orphaned
         notifications; return how many jobs were claimed (0 while the database is away)."""
+        return self.run_pass()[0]
+
+    def run_pass(self) -> tuple[int, bool]:
+        """:meth:`run_once`, and whether its claims saw more jobs due than they took (another
+        instance's, or a full batch): only then is another pass worth its claims. Jobs that
+        fall due later come with their own wake (a PATCH's) or the periodic scan's."""
         if not self.resume_stranded():
-            return 0
+            return 0, False
         lease = self.conf.conductor.bind_lease_seconds
         count = 0
+        left_due = False
         for phase, work in ((bind_jobs.PENDING, self._bind_claimed),
                             (bind_jobs.NOTIFY, self._notify_claimed)):
             token = self._token()
@@ -184,19 +194,21 @@ class BindWorker:
                                                          lease)
                 if more:  # another instance is due (or this one has more): another worker
                     self.on_claimed()
+                    left_due = True
                 work(claimed, token)
             except Exception as exc:  # noqa: BLE001 - sorted below
                 if not (isinstance(exc, _DatabaseAway) or self.db.outage.is_outage(exc)):
                     raise
                 self._database_away(exc, token, [job.id for job in claimed])
-                return 0
+                return 0, False
             finally:
                 self._deactivate(token)
             count += len(claimed)
-        return count
+        return count, left_due
 
     def _bind_claimed(self, claimed: list, token: str) -> None:
         resolved: list[int] = []
+        committed: dict[int, tuple[Any, _Outcome]] = {}
         started = time.monotonic()
         for index, job in enumerate(claimed):
             if self.stopping.is_set():
@@ -207,10 +219,12 @@ class BindWorker:
             # request that started the bind.
             with request_ids.bound(job.global_request_id), \
                     self._within_bind_timeout(job, started):
-                if self._bind(job, token):
+                if self._bind(job, token, committed):
                     resolved.append(job.id)
                     self.resolved.announce(job.arq_id)
-        self._notify(resolved, token)
+        known = {job.id: _notify_row(job, *committed[job.id], started)
+                 for job in claimed if job.id in committed}
+        self._notify(resolved, token, known)
 
     def _within_bind_timeout(self, job, claimed: float  # type: ignore[no-untyped-def]
                              ) -> contextlib.AbstractContextManager:
@@ -259,8 +273,11 @@ class BindWorker:
                      ", ".join(map(str, job_ids)))
         return True
 
-    def _bind(self, job, token: str) -> bool:  # type: ignore[no-untyped-def]
-        """One ARQ, one transaction. True when the ARQ resolved and the job awaits notify."""
+    def _bind(self, job, token: str,  # type: ignore[no-untyped-def]
+              committed: dict[int, tuple[Any, _Outcome]] | None = None) -> bool:
+        """One ARQ, one transaction. True when the ARQ resolved and the job awaits notify.
+        ``committed``: gets ``{job id: (ARQ row, outcome)}`` when the outcome was committed
+        by this call's one transaction (not after a host step), for :meth:`_notify`."""
         delay = self.conf.conductor.bind_delay_for_tests
         if delay:
             time.sleep(delay)
@@ -269,7 +286,8 @@ class BindWorker:
             if self.placement.client is not None:
                 self.outages.up(bind_outages.PLACEMENT, LOG)
             programmed = self.programming.before(
-                self.db, job.arq_id, placement_refused=bool(verdict and verdict.refusal))
+                self.db, job.arq_id, placement_refused=bool(verdict and verdict.refusal),
+                group=_claimed_group(job))
             blocked = self._program_blocked.pop(job.id, None)
             if blocked is not None:  # the step this job waited on went through
                 self.outages.up(blocked, LOG)
@@ -278,8 +296,10 @@ class BindWorker:
                 if arq is None:
                     return False
                 ticket = self._resolve(conn, arq, job, verdict, programmed)
-            if ticket is not None:
+            if isinstance(ticket, bind_attach.Ticket):
                 return self._finish_prepared(ticket, job, token)
+            if committed is not None:
+                committed[job.id] = (arq, ticket)
             return True
         except _JobLost:
             LOG.info("Bind job %s for ARQ id %s was unbound, deleted or taken over; skipped",
@@ -353,9 +373,9 @@ class BindWorker:
     def _resolve(self, conn, arq, job,  # type: ignore[no-untyped-def]
                  verdict: placement_checks.Verdict | None = None,
                  programmed: bind_programming.ProgramVerdict | None = None
-                 ) -> bind_attach.Ticket | None:
-        """Bound or BindFailed; or, for a handle with a host step, the handle held and a
-        ticket to prepare it (the ARQ stays BindStarted)."""
+                 ) -> bind_attach.Ticket | _Outcome:
+        """Bound or BindFailed (what was committed); or, for a handle with a host step, the
+        handle held and a ticket to prepare it (the ARQ stays BindStarted)."""
         attempts = job.attempts
         target = bind_target.BindTarget(
             arq_uuid=arq.uuid, hostname=arq.hostname, device_rp_uuid=arq.device_rp_uuid,
@@ -379,6 +399,7 @@ class BindWorker:
         except bind_target.BindRefused as refused:
             self._agent_back(job, target)
             moved = self._refuse(conn, arq, refused.reason)
+            outcome = _Outcome(arq_db.BIND_FAILED, refused.reason[:REASON_LENGTH])
         else:
             self._agent_back(job, target)
             if bind_attach.needs_step(target.handle):
@@ -390,9 +411,10 @@ class BindWorker:
             claims.record_claimed(conn, arq, target.handle.id)
             LOG.info("Bound ARQ %s (instance %s) to handle %s of deployable %s on %s", arq.uuid,
                      arq.instance_uuid, target.handle.uuid, target.deployable.name, arq.hostname)
+            outcome = _Outcome(arq_db.BOUND, None)
         if moved != 1:
             raise _JobLost
-        return None
+        return outcome
 
     def _agent_back(self, job, target: bind_target.BindTarget) -> None:  # type: ignore[no-untyped-def]
         """End (in the log) the agent outage this job waited for, once a try saw it up."""
@@ -407,7 +429,7 @@ class BindWorker:
         # A standalone claim's allocation may have been written: written again without it.
         claims.mark_due(conn, [getattr(arq, "consumer_uuid", None)])
         moved = arq_db.transition(conn, [arq.id], arq_db.BIND_FAILED,
-                                  bind_failure_reason=reason[:4000],
+                                  bind_failure_reason=reason[:REASON_LENGTH],
                                   attach_handle_id=None, deployable_id=None)
         LOG.warning("Bind of ARQ %s (instance %s) to provider %s on %s failed: %s",
                     arq.uuid, arq.instance_uuid, arq.device_rp_uuid, arq.hostname, reason)
@@ -434,18 +456,23 @@ class BindWorker:
             raise _JobLost  # unbound or deleted meanwhile: the handle went to the queue
         return True
 
-    def _notify(self, job_ids: list[int], token: str) -> None:
-        """One Nova event per resolved ARQ of these jobs (if still ours), then drop the jobs."""
+    def _notify(self, job_ids: list[int], token: str,
+                known: dict[int, Any] | None = None) -> None:
+        """One Nova event per resolved ARQ of these jobs (if still ours), then drop the jobs.
+
+        ``known``: rows of jobs whose outcome this claim just committed (what
+        :func:`_notify_query` would read), so the event leaves without that read; whether
+        each job is still this claim's is checked right before Nova all the same
+        (:meth:`_still_ours`)."""
         if not job_ids:
             return
-        with self.db.read() as conn:
-            rows = conn.execute(select(
-                jobs_table.c.id, jobs_table.c.attempts, jobs_table.c.global_request_id,
-                arqs.c.uuid, arqs.c.state,
-                arqs.c.instance_uuid, jobs_table.c.created_at, arqs.c.bind_failure_reason,
-                sql_now(conn.dialect.name).label("db_now")).select_from(
-                jobs_table.join(arqs, arqs.c.id == jobs_table.c.arq_id)).where(
-                jobs_table.c.id.in_(job_ids), jobs_table.c.lease_owner == token)).all()
+        known = known or {}
+        rows = [known[job_id] for job_id in job_ids if job_id in known]
+        unknown = [job_id for job_id in job_ids if job_id not in known]
+        if unknown:
+            with self.db.read() as conn:
+                rows += conn.execute(_notify_query(conn.dialect.name),
+                                     {"job_ids": unknown, "token": token}).all()
         self.on_notify_read([row.id for row in rows])
         metrics.binds_resolved(rows)  # outcome and PATCH-to-outcome time, once per job
         events, silent = [], []
@@ -512,6 +539,60 @@ class BindWorker:
                      "were sent: left to the conductor that holds them now", ", ".join(
                          e.arq_uuid for e in gone), nova.EVENT_NAME)
         return ours, min(held.values(), default=0.0)
+
+
+@functools.lru_cache(maxsize=4)
+def _notify_query(dialect: str) -> Select:
+    """What :meth:`BindWorker._notify` reads of its jobs and their ARQs, built once per
+    dialect (it runs after every bind; building it cost more than running it)."""
+    return select(
+        jobs_table.c.id, jobs_table.c.attempts, jobs_table.c.global_request_id,
+        arqs.c.uuid, arqs.c.state, arqs.c.instance_uuid, jobs_table.c.created_at,
+        arqs.c.bind_failure_reason, sql_now(dialect).label("db_now")).select_from(
+        jobs_table.join(arqs, arqs.c.id == jobs_table.c.arq_id)).where(
+        jobs_table.c.id.in_(bindparam("job_ids", expanding=True)),
+        jobs_table.c.lease_owner == bindparam("token"))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a bind transaction committed for its ARQ."""
+
+    state: str  # Bound or BindFailed
+    reason: str | None  # bind_failure_reason
+
+
+@dataclass(frozen=True)
+class _NotifyRow:
+    """A row of :func:`_notify_query`, from what the bind transaction committed."""
+
+    id: int
+    attempts: int
+    global_request_id: str | None
+    uuid: str
+    state: str
+    instance_uuid: str | None
+    created_at: dt.datetime
+    bind_failure_reason: str | None
+    db_now: dt.datetime
+
+
+def _notify_row(job, arq, outcome: _Outcome, claimed: float) -> _NotifyRow:  # type: ignore[no-untyped-def]
+    """``job``'s notify row from its claim (by the database's clock at the claim, plus the
+    time since: the metrics' bind duration) and its bind's committed outcome."""
+    return _NotifyRow(
+        id=job.id, attempts=job.attempts, global_request_id=job.global_request_id,
+        uuid=arq.uuid, state=outcome.state, instance_uuid=arq.instance_uuid,
+        created_at=job.created_at, bind_failure_reason=outcome.reason,
+        db_now=job.claimed_at + dt.timedelta(seconds=time.monotonic() - claimed))
+
+
+def _claimed_group(job) -> dict[str, str] | None:  # type: ignore[no-untyped-def]
+    """The profile group of the job's ARQ as its claim read it (bind_jobs.claim_and_peek);
+    None when the ARQ was gone by then."""
+    if job.profile_json is None:
+        return None
+    return bind_target.group_of(job.profile_json, job.device_profile_group_id)
 
 
 # What an API worker may send to POST /binds/wake: nothing, or the ARQs its PATCH bound
@@ -582,8 +663,13 @@ class BindingComponent:
             if not self.wakes.wait() or self.worker.stopping.is_set():
                 return
             try:
-                while not self.worker.stopping.is_set() and self.worker.run_once():
-                    pass
+                # Passes while claims leave jobs due. Not one more pass after the last: it
+                # was two empty claims (reads) per bind, while the jobs due later wake a
+                # worker themselves (a wake kept while every worker is busy is not lost).
+                while not self.worker.stopping.is_set():
+                    claimed, left_due = self.worker.run_pass()
+                    if not (claimed and left_due):
+                        break
             except Exception as exc:  # noqa: BLE001 - the scan wakes the workers again
                 if self.db.outage.is_outage(exc):
                     self.db.outage.down(exc, "binds resume as soon as it is back")
