@@ -52,6 +52,7 @@ from pathlib import Path
 
 import requests
 
+from bench import wrk
 from bench.acceld_stack import AcceldStack
 from bench.upstream import HEADERS
 from tests.support.net import free_port
@@ -64,31 +65,14 @@ DEFAULT_CANDIDATES = ["acceld:1:1", "acceld:1:2", "acceld:1:4", "gunicorn-sync",
 V2 = "/accelerator/v2"
 PROFILE = "bench-serve"
 
-POST_LUA = """
--- Unique names: the run's prefix (wrk's argument) and each thread's own number.
-local threads = 0
-function setup(thread)
-  threads = threads + 1
-  thread:set("tid", threads)
-end
-function init(args)
-  prefix = args[1]
-  n = 0
-end
-function request()
-  n = n + 1
-  local body = '[{"name": "srv-' .. prefix .. '-' .. tid .. '-' .. n ..
-               '", "groups": [{"resources:FPGA": "1"}]}]'
-  return wrk.format("POST", nil, nil, body)
-end
-"""
+PROFILE_BODY = '[{"name": "srv-{unique}", "groups": [{"resources:FPGA": "1"}]}]'
 
 
 @dataclass(frozen=True)
 class Workload:
     name: str
     path: str
-    post: bool = False
+    body: str | None = None  # POSTed when set
 
 
 WORKLOADS = [
@@ -96,7 +80,7 @@ WORKLOADS = [
     Workload("GET 100 device profiles", f"{V2}/device_profiles"),
     Workload("GET 1,000 ARQs", f"{V2}/accelerator_requests"),
     # Last: its creates lengthen the profile list.
-    Workload("POST device profile", f"{V2}/device_profiles", post=True),
+    Workload("POST device profile", f"{V2}/device_profiles", body=PROFILE_BODY),
 ]
 
 
@@ -267,43 +251,14 @@ def tree_cpu_seconds(pid: int) -> float:
 
 # ---- load ----------------------------------------------------------------------------------
 
-def wrk(url: str, connections: int, seconds: float, close: bool, post: bool,
-        script_dir: Path) -> tuple[float, float, int]:
-    """req/s, p50 in ms and non-2xx/socket errors of one wrk run."""
-    argv = ["wrk", "-t", str(min(2, connections)), "-c", str(connections),
-            "-d", f"{seconds:g}s", "--latency", "--timeout", "10s"]
-    for key, value in HEADERS.items():
-        argv += ["-H", f"{key}: {value}"]
-    if close:
-        argv += ["-H", "Connection: close"]
-    if post:
-        script = script_dir / "post.lua"
-        script.write_text(POST_LUA)
-        argv += ["-H", "Content-Type: application/json", "-s", str(script)]
-    argv.append(url)
-    if post:
-        argv += ["--", f"{time.time_ns():x}"]
-    out = subprocess.run(argv, capture_output=True, text=True,
-                         timeout=seconds + 30).stdout
-    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)\b", out)
-    p50_ms = float(p50.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[p50.group(2)] if p50 else 0.0
-    errors = 0
-    for pattern in (r"Non-2xx or 3xx responses:\s+(\d+)",
-                    r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)"):
-        match = re.search(pattern, out)
-        if match:
-            errors += sum(int(g) for g in match.groups())
-    return rate, p50_ms, errors
-
-
 def measure(server: Server, workload: Workload, connections: int, seconds: float,
-            close: bool, script_dir: Path) -> Sample:
+            close: bool) -> Sample:
     before = tree_cpu_seconds(server.proc.pid)
-    rate, p50, errors = wrk(server.root + workload.path, connections, seconds, close,
-                            workload.post, script_dir)
+    result = wrk.run(workload.name, server.root + workload.path, headers=HEADERS,
+                     method="POST" if workload.body else "GET", body=workload.body,
+                     connections=connections, seconds=seconds, timeout=10.0, close=close)
     spent = tree_cpu_seconds(server.proc.pid) - before
-    return Sample(rate, p50, spent / max(1.0, rate * seconds) * 1e6, errors)
+    return Sample(result.rate, result.p50_ms, spent / max(1, result.ops) * 1e6, result.errors)
 
 
 # ---- robustness ----------------------------------------------------------------------------
@@ -392,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="only workloads whose name contains this (repeatable)")
     parser.add_argument("--baseline-tree")
     args = parser.parse_args(argv)
-    if shutil.which("wrk") is None:
+    if not wrk.available():
         raise SystemExit("wrk is needed (apt-get install wrk)")
     names = args.candidate or list(DEFAULT_CANDIDATES)
     if args.baseline_tree and "baseline" not in names:
@@ -416,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                         order = servers if round_ % 2 == 0 else list(reversed(servers))
                         for server in order:
                             sample = measure(server, workload, conns, args.seconds,
-                                             args.close, root)
+                                             args.close)
                             server.results.setdefault((workload.name, conns), []).append(sample)
                             log(f"{workload.name}, {conns} conns, {server.name}: "
                                 f"{sample.rate:,.0f} req/s, {sample.cpu_us:,.0f} us CPU")

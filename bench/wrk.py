@@ -27,11 +27,13 @@ end
 function init(args)
   prefix = args[1]
   n = 0
+  wrk.headers["Content-Type"] = "application/json"
 end
 function request()
   n = n + 1
   local body = string.gsub(BODY, "{unique}", prefix .. "-" .. tid .. "-" .. n)
-  return wrk.format(METHOD, nil, {["Content-Type"] = "application/json"}, body)
+  -- nil headers: wrk's own (every -H) go out; a table here would replace them.
+  return wrk.format(METHOD, nil, nil, body)
 end
 """
 
