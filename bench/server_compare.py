@@ -25,7 +25,8 @@ gunicorn-sync uwsgi granian):
   one thread;
 - ``granian``: granian 2.x, WSGI, one worker, one blocking thread, installed with
   ``pip install --target .bench/granian`` on first use (its maintainers' Rust server);
-- ``baseline``: `acceld api` of another checkout (``--baseline-tree``), its defaults.
+- ``baseline`` or ``baseline:W:T``: `acceld api` of another checkout (``--baseline-tree``),
+  with its defaults or W workers of T threads.
 
 ``--robustness`` adds, per candidate: with 50 idle connections and 10 half-sent heads
 open, does a new client still get the version document within 2 s; with 8 connections
@@ -161,14 +162,14 @@ def command(name: str, conf: Path, port: int, baseline_tree: str | None
     env = {"OS_ACCELD_CONFIG_FILES": str(conf)}
     app = "acceld.wsgi.api:application"
     python = sys.executable
-    if name.startswith("acceld:") or name == "baseline":
+    if name.startswith(("acceld:", "baseline:")) or name == "baseline":
         argv = [python, "-m", "acceld.cli", "api", "--config-file", str(conf),
                 "--port", str(port)]
-        if name != "baseline":
+        if ":" in name:
             _, workers, threads = name.split(":")
             with open(conf, "a") as handle:
                 handle.write(f"[api]\nworkers = {workers}\nthreads = {threads}\n")
-        return argv, env, baseline_tree if name == "baseline" else None
+        return argv, env, baseline_tree if name.startswith("baseline") else None
     if name == "gunicorn-sync":
         return ([python, "-m", "gunicorn", "-w", "1", "-k", "sync", "--log-level", "warning",
                  "-b", f"127.0.0.1:{port}", app], env, None)
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     if not wrk.available():
         raise SystemExit("wrk is needed (apt-get install wrk)")
     names = args.candidate or list(DEFAULT_CANDIDATES)
-    if args.baseline_tree and "baseline" not in names:
+    if args.baseline_tree and not any(n.startswith("baseline") for n in names):
         names.insert(0, "baseline")
     connections = args.connections or [4]
     workloads = [w for w in WORKLOADS
