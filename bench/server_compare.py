@@ -273,35 +273,35 @@ def probe(server: Server, timeout: float = 2.0) -> str:
     return f"answered in {(time.monotonic() - started) * 1000:.0f} ms"
 
 
+def _connect(server: Server, first_bytes: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    if first_bytes:
+        sock.sendall(first_bytes)
+    return sock
+
+
+def _probe_while_open(server: Server, held: list[socket.socket]) -> str:
+    """The probe's outcome while ``held`` stay open, then they are closed."""
+    try:
+        time.sleep(0.3)  # the server has seen them
+        return probe(server)
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def robustness(server: Server) -> dict[str, str]:
-    held: list[socket.socket] = []
-    found: dict[str, str] = {}
-    try:
-        for i in range(60):
-            sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-            if i >= 50:
-                sock.sendall(b"GET /accelerator/ HTTP/1.1\r\nHost: x\r\n")
-            held.append(sock)
-        time.sleep(0.3)
-        found["50 idle + 10 half heads"] = probe(server)
-    finally:
-        for sock in held:
-            sock.close()
-    held = []
-    try:
-        for _ in range(8):
-            sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-            head = (f"POST {V2}/device_profiles HTTP/1.1\r\nHost: x\r\n"
-                    "Content-Type: application/json\r\nContent-Length: 4096\r\n"
-                    + "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items()) + "\r\n")
-            sock.sendall(head.encode() + b"[{")  # 2 of the 4,096 bytes announced
-            held.append(sock)
-        time.sleep(0.3)
-        found["8 slow bodies"] = probe(server)
-    finally:
-        for sock in held:
-            sock.close()
-    return found
+    half_head = b"GET /accelerator/ HTTP/1.1\r\nHost: x\r\n"
+    slow_body = (f"POST {V2}/device_profiles HTTP/1.1\r\nHost: x\r\n"
+                 "Content-Type: application/json\r\nContent-Length: 4096\r\n"
+                 + "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
+                 + "\r\n").encode() + b"[{"  # 2 of the 4,096 bytes announced
+    return {
+        "50 idle + 10 half heads": _probe_while_open(
+            server, [_connect(server, half_head if i >= 50 else b"") for i in range(60)]),
+        "8 slow bodies": _probe_while_open(server, [_connect(server, slow_body)
+                                                    for _ in range(8)]),
+    }
 
 
 # ---- report --------------------------------------------------------------------------------
