@@ -23,11 +23,11 @@ that thread's until it re-arms it:
 - the thread that completes a request serves it itself (``serve``): the application
   reads the buffered body and writes the answer with blocking calls under the
   owner's deadlines, then re-arms the kept-alive connection. No hand-off, no queue;
-- with a ``slot`` (acceld.serving_slot; the public API's), a thread handles an event only
-  while it holds the slot, so one thread at a time runs the application and threads do
-  not trade the GIL at every system call; a request that waits for another service
-  steps out of the slot meanwhile. Without one (the internal API), the threads serve
-  side by side;
+- with a ``slot`` (acceld.serving_slot; the public API's), only the slot's holder polls
+  the epoll and handles events, so one thread at a time runs the application and threads
+  do not trade the GIL at every system call; a request that waits for another service
+  steps out of the slot and the next thread takes over meanwhile. Without one (the
+  internal API), the threads poll and serve side by side;
 - a new connection has ``header_timeout`` to send its whole head; a kept-alive one
   may idle ``idle_timeout``, then has ``header_timeout`` from its next first byte;
   a sweep (one thread at a time, twice a second) closes the late ones;
@@ -188,13 +188,15 @@ class ConnectionLoop:
         self._wake_r, self._wake_w = socket.socketpair()
         # Level-triggered and never read: once written, it wakes every thread to stop.
         self._epoll.register(self._wake_r.fileno(), select.EPOLLIN)
-        # A thread back from a wait wants the slot: wakes the holder out of its epoll.
+        # With a slot: a thread back from a wait wants it, and wakes the holder out of
+        # its epoll through this pair (read when it fires).
         self._want_r, self._want_w = socket.socketpair()
-        self._want_r.setblocking(False)
-        self._want_w.setblocking(False)
-        self._want_fd = self._want_r.fileno()
-        self._epoll.register(self._want_fd, select.EPOLLIN)
+        self._want_fd = -1
         if slot is not None:
+            self._want_r.setblocking(False)
+            self._want_w.setblocking(False)
+            self._want_fd = self._want_r.fileno()
+            self._epoll.register(self._want_fd, select.EPOLLIN)
             slot.on_wanted = self._signal_want
         self._conns: dict[int, Conn] = {}
         self._lock = threading.Lock()
