@@ -190,12 +190,13 @@ class ConnectionLoop:
         self._epoll.register(self._wake_r.fileno(), select.EPOLLIN)
         # With a slot: a thread back from a wait wants it, and wakes the holder out of
         # its epoll through this pair (read when it fires).
-        self._want_r, self._want_w = socket.socketpair()
+        self._wants: tuple[socket.socket, socket.socket] | None = None
         self._want_fd = -1
         if slot is not None:
-            self._want_r.setblocking(False)
-            self._want_w.setblocking(False)
-            self._want_fd = self._want_r.fileno()
+            self._wants = socket.socketpair()
+            for sock in self._wants:
+                sock.setblocking(False)
+            self._want_fd = self._wants[0].fileno()
             self._epoll.register(self._want_fd, select.EPOLLIN)
             slot.on_wanted = self._signal_want
         self._conns: dict[int, Conn] = {}
@@ -265,7 +266,7 @@ class ConnectionLoop:
             if not conn.busy:
                 _close_now(conn.sock)
         self._epoll.close()
-        for sock in (self._wake_r, self._wake_w, self._want_r, self._want_w):
+        for sock in (self._wake_r, self._wake_w, *(self._wants or ())):
             sock.close()
 
     # One thread's loop
@@ -314,13 +315,13 @@ class ConnectionLoop:
 
     def _signal_want(self) -> None:
         try:
-            self._want_w.send(b"w")
+            self._wants[1].send(b"w")  # type: ignore[index]
         except OSError:  # full (wakes pending already) or closed by stop()
             pass
 
     def _drain_wants(self) -> None:
         try:
-            while self._want_r.recv(4096):
+            while self._wants[0].recv(4096):  # type: ignore[index]
                 pass
         except OSError:
             pass

@@ -228,12 +228,6 @@ def api_memory(master: int) -> tuple[float, float]:
     return worker, worker + rss_mb(master)
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 # ---- the two stacks, run workload by workload ----------------------------------------------
 
 @dataclass

@@ -24,6 +24,7 @@ from acceld.db.engine import Database
 from acceld.db.models import attach_handles, attributes, deployables, devices, utcnow
 from acceld.runtime.secrets import ensure_secret_file
 from bench.acceld_stack import ACCELD
+from bench.procstat import cpu_seconds
 from bench.upstream import stop_process, tail
 
 HEARTBEAT = 10.0
@@ -38,14 +39,6 @@ def _io(pid: int) -> dict[str, int]:
             key, _, value = line.partition(":")
             out[key] = int(value)
     return out
-
-
-def _cpu(pid: int) -> float:
-    import os
-
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rows_written(db: Database, since, until) -> int:  # type: ignore[no-untyped-def]
@@ -63,7 +56,7 @@ class Sample:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.at = time.monotonic()
-        self.cpu = _cpu(pid)
+        self.cpu = cpu_seconds(pid)
         io = _io(pid)
         self.syscw = io.get("syscw", 0)
         self.wbytes = io.get("write_bytes", 0)

@@ -46,6 +46,7 @@ from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests, deployables, devices
 from acceld.runtime.secrets import ensure_secret_file
 from bench.acceld_stack import ACCELD
+from bench.procstat import cpu_seconds, tree_cpu_seconds
 from bench.upstream import HEADERS, stop_process, tail
 from tests.support.nova import RecordingNova
 
@@ -67,22 +68,11 @@ def _free_port() -> int:
 
 
 def _cpu(pid: int) -> float:
+    """A conductor's or the simulator's CPU so far; 0 once it is gone (the killed one)."""
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
+        return cpu_seconds(pid)
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _tree_cpu(pid: int) -> float:
-    """CPU seconds of a process and its children (an API master and its worker)."""
-    total = _cpu(pid)
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        children = []
-    return total + sum(_tree_cpu(int(c)) for c in children)
 
 
 def _events_per_arq(nova: RecordingNova) -> Counter:
@@ -385,7 +375,7 @@ def _follow(args: argparse.Namespace, cluster: Cluster, db: Database, nova: Reco
             if kind != "status":
                 seen[kind] = event
                 samples[kind] = (time.monotonic(), [_cpu(p) for p in conductors],
-                                 [_tree_cpu(p) for p in apis], _cpu(simulator))
+                                 [tree_cpu_seconds(p) for p in apis], _cpu(simulator))
                 log(f"simulate: {json.dumps(event)[:300]}")
             if kind == "churn_start":  # binds from here to the end (steady: hellos only)
                 cluster.binder = Binder(cluster.api_urls, _free_fpgas(db))  # type: ignore[attr-defined]

@@ -54,6 +54,7 @@ from pathlib import Path
 import requests
 
 from bench import wrk
+from bench.procstat import tree_cpu_seconds
 from bench.acceld_stack import AcceldStack
 from bench.upstream import HEADERS
 from tests.support.net import free_port
@@ -231,23 +232,6 @@ def stop(server: Server) -> None:
         server.proc.wait()
     except ProcessLookupError:
         pass
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` and its descendants that are alive."""
-    total = 0
-    pending = [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            with open(f"/proc/{current}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-            with open(f"/proc/{current}/task/{current}/children") as handle:
-                pending.extend(int(c) for c in handle.read().split())
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 # ---- load ----------------------------------------------------------------------------------

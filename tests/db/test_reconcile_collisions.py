@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from acceld.db import device_events as events
 from acceld.db import inventory
-from acceld.db.models import deployables, device_events, devices
+from acceld.db.models import device_events, devices
 from acceld.drivers.fake import FakeDriver
 from tests.conftest import count_queries, make_conf
 
