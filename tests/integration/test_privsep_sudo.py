@@ -84,27 +84,19 @@ class Setup:
         return next(r for r in self.rules if r.context == context)
 
 
-def _sudoers_regex(text: str) -> str:
-    """``text`` as a literal in a sudoers regular expression."""
-    return re.sub(r"([\\.^$*+?()\[\]{}|,:=])", r"\\\1", text)
-
-
 def rewrite(shipped: str, user: str, bindir: Path, conf: Path) -> str:
     """The shipped rules for ``user``, with the install prefix and config file moved."""
-    text = shipped.replace(SHIPPED_BIN, f"{bindir}/")
-    text = text.replace(_sudoers_regex(SHIPPED_CONF), _sudoers_regex(str(conf)))
-    text = text.replace(SHIPPED_CONF, str(conf))
+    text = shipped.replace(SHIPPED_BIN, f"{bindir}/").replace(SHIPPED_CONF, str(conf))
     return re.sub(r"(?m)^(Defaults:)?acceld(?=\s)", lambda m: (m.group(1) or "") + user, text)
 
 
 def parse_rules(text: str) -> tuple[Rule, ...]:
-    """The user rules' commands (a regular expression's ``^``, ``$`` and escapes undone)."""
+    """The user rules' commands."""
     rules = []
     for line in text.splitlines():
         if "NOPASSWD:" not in line or line.lstrip().startswith("#"):
             continue
         command, _, args = line.split("NOPASSWD:", 1)[1].strip().partition(" ")
-        args = re.sub(r"\\(.)", r"\1", args.strip().removeprefix("^").removesuffix("$"))
         words = args.split()
         at = words.index("--privsep_context")
         rules.append(Rule(command, tuple(words[:at]), words[at + 1]))
@@ -171,8 +163,9 @@ def _install_sudoers(text: str) -> Callable[[], None]:
     return path.unlink
 
 
-def _setup(user: tuple[str, int, int], text_for: Callable[[str, Path, Path], str]
-           ) -> Iterator[Setup]:
+def _setup(user: tuple[str, int, int], loosen: bool = False) -> Iterator[Setup]:
+    """The shipped rules installed for ``user`` (``loosen``: each with ``*`` for all its
+    arguments), their commands' launchers, and a root-owned config and fixture tree."""
     name, uid, gid = user
     base = Path(tempfile.mkdtemp(prefix="acceld-sudo-"))
     try:
@@ -190,10 +183,12 @@ def _setup(user: tuple[str, int, int], text_for: Callable[[str, Path, Path], str
                         f"[intel_fpga]\nfpgaconf_path = {base / 'fpgaconf'}\n"
                         f"[agent]\nbitstream_dir = {base / 'images'}\n")
         conf.chmod(0o644)
-        text = text_for(name, bindir, conf)
+        text = rewrite(SHIPPED.read_text(), name, bindir, conf)
         rules = parse_rules(text)
         for command in {r.command for r in rules}:
             write_launcher(Path(command))
+        if loosen:
+            text = re.sub(r"(?m)^(\S+ ALL = \(root\) NOPASSWD: \S+) .*$", r"\1 *", text)
         remove = _install_sudoers(text)
         try:
             yield Setup(name, uid, gid, base, conf, tree, rules)
@@ -206,8 +201,7 @@ def _setup(user: tuple[str, int, int], text_for: Callable[[str, Path, Path], str
 @pytest.fixture(scope="module")
 def shipped(user) -> Iterator[Setup]:
     """The shipped rules, installed."""
-    yield from _setup(user, lambda name, bindir, conf: rewrite(
-        SHIPPED.read_text(), name, bindir, conf))
+    yield from _setup(user)
 
 
 def _user_dir(setup: Setup, name: str) -> Path:
@@ -258,8 +252,140 @@ def test_an_appended_option_runs_nothing_as_root(shipped: Setup, context: str,
     try:
         assert not marker.exists(), (
             f"code ran as euid {marker.read_text()} through sudo: {done.stderr}")
+        assert done.returncode != 0
     finally:
         shutil.rmtree(marker.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def loose(user) -> Iterator[Setup]:
+    """The shipped rules with every argument replaced by a ``*``: whatever sudo lets
+    through, the helper itself must refuse all but the one shape."""
+    yield from _setup(user, loosen=True)
+
+
+@pytest.mark.parametrize("kind", ["log-config-append", "config-file"])
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_the_helper_refuses_appended_options_even_where_sudo_admits_them(
+        loose: Setup, context: str, kind: str) -> None:
+    marker, done = _attack(loose, context, kind)
+    try:
+        assert not marker.exists(), f"code ran as euid {marker.read_text()}: {done.stderr}"
+        assert done.returncode == 2, done.stderr
+        assert "acceld-privsep-helper: refused: expected --config-file PATH" in done.stderr
+    finally:
+        shutil.rmtree(marker.parent, ignore_errors=True)
+
+
+SOCK = "/tmp/tmpabcd_123/privsep.sock"
+VARIATIONS = {
+    # name: (argv after the command, with {conf} {evil_conf} {ini} {dir}; what it says)
+    "joined --config-file=": (["--config-file={evil_conf}", "--privsep_context",
+                               "acceld.privileged.sysfs", "--privsep_sock_path", SOCK],
+                              "expected --config-file PATH"),
+    "the caller's config file": (["--config-file", "{evil_conf}", "--privsep_context",
+                                  "acceld.privileged.sysfs", "--privsep_sock_path", SOCK],
+                                 "is owned by uid"),
+    "root's and the caller's": (["--config-file", "{conf}", "--config-file", "{evil_conf}",
+                                 "--privsep_context", "acceld.privileged.sysfs",
+                                 "--privsep_sock_path", SOCK], "is owned by uid"),
+    "a config dir": (["--config-file", "{conf}", "--config-dir", "{dir}",
+                      "--privsep_context", "acceld.privileged.sysfs",
+                      "--privsep_sock_path", SOCK], "expected --config-file PATH"),
+    "options first": (["--log-config-append", "{ini}", "--config-file", "{conf}",
+                       "--privsep_context", "acceld.privileged.sysfs",
+                       "--privsep_sock_path", SOCK], "expected --config-file PATH"),
+    "an abbreviation appended": (["--config-file", "{conf}", "--privsep_context",
+                                  "acceld.privileged.sysfs", "--privsep_sock_path", SOCK,
+                                  "--log-config", "{ini}"], "expected --config-file PATH"),
+    "the context twice": (["--config-file", "{conf}", "--privsep_context",
+                           "acceld.privileged.sysfs", "--privsep_context",
+                           "acceld.privileged.tools", "--privsep_sock_path", SOCK],
+                          "expected --config-file PATH"),
+    "-- then more": (["--config-file", "{conf}", "--privsep_context",
+                      "acceld.privileged.sysfs", "--privsep_sock_path", SOCK, "--",
+                      "--log-config-append", "{ini}"], "expected --config-file PATH"),
+    "one word with spaces": (["--config-file", "{conf}", "--privsep_context",
+                              "acceld.privileged.sysfs",
+                              "--privsep_sock_path " + SOCK + " --log-config-append {ini}",
+                              SOCK], "expected --config-file PATH"),
+    "a space in the socket": (["--config-file", "{conf}", "--privsep_context",
+                               "acceld.privileged.sysfs", "--privsep_sock_path",
+                               "/tmp/tmpabc 0123/privsep.sock"], "spaces"),
+    "another context": (["--config-file", "{conf}", "--privsep_context",
+                         "oslo_privsep.priv_context.PrivContext", "--privsep_sock_path", SOCK],
+                        "--privsep_context must be one of"),
+    "the log config as the socket": (["--config-file", "{conf}", "--privsep_context",
+                                      "acceld.privileged.sysfs", "--privsep_sock_path",
+                                      "{ini}"], "--privsep_sock_path must be"),
+}
+
+
+@pytest.mark.parametrize("variation", sorted(VARIATIONS))
+def test_the_helper_refuses_every_other_command_line(loose: Setup, variation: str) -> None:
+    where = _user_dir(loose, "variation")
+    try:
+        marker, ini, evil_conf = _evil_files(loose, where)
+        args, says = VARIATIONS[variation]
+        argv = [a.format(conf=loose.conf, evil_conf=evil_conf, ini=ini, dir=where)
+                for a in args]
+        command = loose.rule("acceld.privileged.sysfs").command
+        done = _as_user(loose, ["sudo", "-n", command, *argv])
+        assert not marker.exists(), f"code ran as euid {marker.read_text()}: {done.stderr}"
+        assert done.returncode == 2, done.stderr
+        assert "acceld-privsep-helper: refused: " in done.stderr
+        assert says in done.stderr
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_root_connects_only_where_the_caller_could(shipped: Setup) -> None:
+    """A socket path the rule admits (/tmp/tmpXXXXXXXX/privsep.sock) naming root's own
+    listener (another root service's privsep client): the helper must not connect."""
+    import socket
+
+    directory = Path(tempfile.mkdtemp())  # root's, 0700: as a root privsep client makes it
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        listener.bind(str(directory / "privsep.sock"))
+        listener.listen(1)
+        listener.setblocking(False)
+        rule = shipped.rule("acceld.privileged.sysfs")
+        done = _as_user(shipped, ["sudo", "-n", rule.command, *rule.prefix,
+                                  "--privsep_context", rule.context,
+                                  "--privsep_sock_path", str(directory / "privsep.sock")])
+        assert done.returncode != 0
+        assert "PermissionError" in done.stderr, done.stderr
+        with pytest.raises(BlockingIOError):  # the helper has exited: any connect is queued
+            listener.accept()[0].close()
+    finally:
+        listener.close()
+        shutil.rmtree(directory)
+
+
+def test_no_environment_reaches_root_whatever_the_defaults(shipped: Setup) -> None:
+    """Global defaults that keep the caller's environment and let it set variables: the
+    rules' own ``Defaults!`` line still resets it for the helper, so a
+    ``PYTHONPYCACHEPREFIX`` of the caller's (where root's interpreter would read and write
+    its bytecode) never reaches root: nothing is written there."""
+    hostile = (f"Defaults:{shipped.user} !env_reset, setenv\n"
+               f'Defaults:{shipped.user} env_keep += "PYTHONPYCACHEPREFIX PYTHONWARNINGS"\n')
+    remove = _install_sudoers(hostile)
+    where = _user_dir(shipped, "env")
+    try:
+        rule = shipped.rule("acceld.privileged.sysfs")
+        args = [rule.command, *rule.prefix, "--privsep_context", rule.context,
+                "--privsep_sock_path", SOCK]
+        kept = _run(["sudo", "-n", *args], user=shipped.uid, group=shipped.gid,
+                    extra_groups=[], cwd="/",
+                    env={"PATH": "/usr/bin:/bin", "PYTHONPYCACHEPREFIX": str(where)})
+        given = _as_user(shipped, ["sudo", "-n", f"PYTHONPYCACHEPREFIX={where}", *args])
+        assert "FileNotFoundError" in kept.stderr, kept.stderr  # it ran: no socket there
+        assert given.returncode != 0
+        assert list(where.iterdir()) == []
+    finally:
+        remove()
+        shutil.rmtree(where, ignore_errors=True)
 
 
 # --- the legitimate start, as the agent does it ----------------------------------------
