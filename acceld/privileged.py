@@ -2,8 +2,10 @@
 
 The agent runs as an unprivileged user. The few operations that need more go
 through a privsep daemon that keeps only the capabilities named here, started on
-first use with ``[privsep_sysfs]`` / ``[privsep_tools]`` ``helper_command``
-(default: ``sudo privsep-helper --config-file ... --privsep_context ...``):
+first use with ``[privsep_sysfs]`` / ``[privsep_tools]`` / ``[privsep_nvml]``
+``helper_command`` (production: ``sudo /opt/acceld/bin/acceld-privsep-helper --config-file
+/etc/acceld/acceld.conf``, acceld.cmd.privsep_helper, which accepts nothing but that and
+the two options privsep appends):
 
 * ``sysfs``: writes to a device's sysfs attributes (create or remove a mediated
   device, choose a vGPU type): CAP_DAC_OVERRIDE, because those attributes are

@@ -21,36 +21,44 @@ anything is parsed, and nothing the caller can write is read:
   ``[DEFAULT] debug`` is read;
 * the environment is replaced by a fixed ``PATH`` (the vendor tools inherit it), the
   working directory is ``/`` and the umask 022;
-* the socket is connected with the credentials of whoever started the helper (the real
-  uid of its parent, sudo, which still runs as the user who called it; not a variable the
-  caller could set): root connects only where that user could connect itself, never to
-  another service's socket.
+* the socket is connected with the credentials of the user who ran sudo (``SUDO_UID``,
+  ``SUDO_GID``, which sudo sets and the rules let no one else set): root connects only
+  where that user could connect itself, never to another service's socket.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import pwd
 import re
 import socket
 import stat
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from acceld import privileged
-from acceld.privileged_policy import NotAllowed, check_trusted
+if TYPE_CHECKING:
+    from oslo_privsep.priv_context import PrivContext
+
+# Only the standard library above: acceld's and oslo's modules are imported once main()
+# has replaced the environment (nothing they run at import then sees the caller's PATH).
 
 LOG = logging.getLogger(__name__)
 
 PROG = "acceld-privsep-helper"
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-CONTEXTS = {context.pypath: context for context in privileged.CONTEXTS}
 # tempfile.mkdtemp()'s name (its 8 random characters) and oslo.privsep's socket name in it.
 _SOCKET_DIR = re.compile(r"tmp[a-z0-9_]{8}")
 _SOCKET_NAME = "privsep.sock"
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path, less its terminating NUL
+
+
+def contexts() -> dict[str, PrivContext]:
+    """acceld's privsep contexts by the name privsep passes (``acceld.privileged.sysfs``,
+    ``.tools``, ``.nvml``: the names the sudoers rules carry)."""
+    from acceld import privileged
+
+    return {context.pypath: context for context in privileged.CONTEXTS}
 
 
 class Refused(ValueError):
@@ -90,8 +98,8 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     config_files = tuple(_path(path, "--config-file") for _, path in files)
     if len(set(config_files)) != len(config_files):
         raise Refused(f"a config file is named twice: {list(config_files)!r}")
-    if context not in CONTEXTS:
-        raise Refused(f"--privsep_context must be one of {', '.join(sorted(CONTEXTS))}: "
+    if context not in contexts():
+        raise Refused(f"--privsep_context must be one of {', '.join(sorted(contexts()))}: "
                       f"{context!r}")
     sock = _path(sock, "--privsep_sock_path")
     directory, name = os.path.split(sock)
@@ -105,6 +113,8 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
 def trusted_config_files(paths: Sequence[str]) -> list[str]:
     """Each path resolved, when it is a regular file that it and every directory above it
     are root's and writable by no one else: what is then parsed."""
+    from acceld.privileged_policy import NotAllowed, check_trusted
+
     out = []
     for path in paths:
         try:
@@ -117,55 +127,41 @@ def trusted_config_files(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def real_uid(pid: int) -> int:
-    """The real uid of process ``pid`` (from /proc)."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("Uid:"):
-                    return int(line.split()[1])
-    except OSError as exc:
-        raise Refused(f"cannot read process {pid}'s credentials: {exc.strerror}") from None
-    raise Refused(f"process {pid} shows no Uid")
-
-
-def caller_credentials() -> tuple[int, int] | None:
-    """(uid, primary gid) of whoever started this helper: the real uid of its parent,
-    which under sudo is sudo itself, still running as the user who called it (no variable
-    the caller could set decides it). None for root (its own credentials connect)."""
-    parent = os.getppid()
-    uid = real_uid(parent)
-    if os.getppid() != parent:  # it died meanwhile: the pid may be another process's now
-        raise Refused("the process that started the helper went away")
-    if uid == 0:
+def caller_credentials(environ: Mapping[str, str]) -> tuple[int, int] | None:
+    """(uid, gid) of the user who ran sudo, from ``SUDO_UID``/``SUDO_GID``, which sudo
+    sets itself (the rules' ``!setenv`` refuses ``sudo SUDO_UID=0 ...``, and a kept
+    variable is overwritten); None without them: root started the helper, its own
+    credentials connect. Not the parent's uid: the caller may kill sudo, and the helper's
+    parent is then init."""
+    uid, gid = environ.get("SUDO_UID"), environ.get("SUDO_GID")
+    if uid is None and gid is None:
         return None
-    try:
-        return uid, pwd.getpwuid(uid).pw_gid
-    except KeyError:
-        raise Refused(f"the caller's uid {uid} has no user entry") from None
+    if not (uid and gid and uid.isdigit() and gid.isdigit()):
+        raise Refused(f"SUDO_UID and SUDO_GID must be numbers: {uid!r}, {gid!r}")
+    return int(uid), int(gid)
 
 
 def connect_as(path: str, credentials: tuple[int, int] | None) -> socket.socket:
     """A Unix socket connected to ``path`` with the caller's uid and gid (no supplementary
     groups) in force, so the kernel checks the caller's rights on every directory and on
     the socket itself; the helper's own credentials are back in force after."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if credentials is None or os.geteuid() != 0:
-        return _connect(sock, path)
+        return _connect(path)
     uid, gid = credentials
     groups, egid = os.getgroups(), os.getegid()
-    os.setgroups([])
-    os.setegid(gid)
-    os.seteuid(uid)
     try:
-        return _connect(sock, path)
+        os.setgroups([])
+        os.setegid(gid)
+        os.seteuid(uid)
+        return _connect(path)
     finally:
         os.seteuid(0)
         os.setegid(egid)
         os.setgroups(groups)
 
 
-def _connect(sock: socket.socket, path: str) -> socket.socket:
+def _connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
     except OSError:
@@ -188,14 +184,20 @@ def _load_config(files: Sequence[str]) -> None:
 def _serve(invocation: Invocation, files: Sequence[str],
            credentials: tuple[int, int] | None) -> int:
     """oslo.privsep's helper from its parsed options on (oslo_privsep.daemon.helper_main):
-    connect, fork; the child serves until the client goes away, the parent returns 0."""
+    connect, fork; the child serves until the client goes away, the parent returns 0 (1
+    when the socket cannot be connected)."""
     from oslo_config import cfg
     from oslo_privsep import comm, daemon
 
     _load_config(files)
     logging.getLogger().setLevel(logging.DEBUG if cfg.CONF.debug else logging.INFO)
-    context = CONTEXTS[invocation.context]
-    sock = connect_as(invocation.sock_path, credentials)
+    context = contexts()[invocation.context]
+    try:
+        sock = connect_as(invocation.sock_path, credentials)
+    except OSError as exc:
+        print(f"{PROG}: cannot connect to {invocation.sock_path}: {exc.strerror}",
+              file=sys.stderr)
+        return 1
     daemon.set_cloexec(sock)
     channel = comm.ServerChannel(sock)
     if os.fork() != 0:
@@ -214,6 +216,7 @@ def _serve(invocation: Invocation, files: Sequence[str],
 def main(argv: Sequence[str] | None = None) -> int:
     """Start the daemon ``argv`` asks for, or refuse (exit status 2) saying why."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    environ = dict(os.environ)
     os.environ.clear()
     os.environ["PATH"] = SAFE_PATH
     os.umask(0o022)
@@ -222,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format=f"{PROG}: %(levelname)s %(message)s")
     try:
         invocation = parse_argv(argv)
-        credentials = caller_credentials()
+        credentials = caller_credentials(environ)
         files = trusted_config_files(invocation.config_files)
     except Refused as exc:
         print(f"{PROG}: refused: {exc}", file=sys.stderr)

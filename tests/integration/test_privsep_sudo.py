@@ -339,9 +339,26 @@ def test_the_helper_refuses_every_other_command_line(loose: Setup, variation: st
         shutil.rmtree(where, ignore_errors=True)
 
 
-def test_root_connects_only_where_the_caller_could(shipped: Setup) -> None:
+HOSTILE = ('Defaults:{user} !env_reset, setenv\n'
+           'Defaults:{user} env_keep += "PYTHONPYCACHEPREFIX PYTHONWARNINGS SUDO_UID '
+           'SUDO_GID"\n')
+
+
+@pytest.fixture
+def hostile(shipped: Setup) -> Iterator[None]:
+    """Global defaults for the user that keep its environment and let it set variables
+    (the rules' own ``Defaults!`` line must still decide for the helper)."""
+    remove = _install_sudoers(HOSTILE.format(user=shipped.user))
+    yield
+    remove()
+
+
+@pytest.mark.parametrize("claim", ["none", "kept SUDO_UID=0", "given SUDO_UID=0"])
+def test_root_connects_only_where_the_caller_could(shipped: Setup, hostile: None,
+                                                   claim: str) -> None:
     """A socket path the rule admits (/tmp/tmpXXXXXXXX/privsep.sock) naming root's own
-    listener (another root service's privsep client): the helper must not connect."""
+    listener (another root service's privsep client): the helper must not connect, even
+    when the caller claims to be root in the variables sudo sets."""
     import socket
 
     directory = Path(tempfile.mkdtemp())  # root's, 0700: as a root privsep client makes it
@@ -351,11 +368,22 @@ def test_root_connects_only_where_the_caller_could(shipped: Setup) -> None:
         listener.listen(1)
         listener.setblocking(False)
         rule = shipped.rule("acceld.privileged.sysfs")
-        done = _as_user(shipped, ["sudo", "-n", rule.command, *rule.prefix,
-                                  "--privsep_context", rule.context,
-                                  "--privsep_sock_path", str(directory / "privsep.sock")])
-        assert done.returncode != 0
-        assert "PermissionError" in done.stderr, done.stderr
+        argv = [rule.command, *rule.prefix, "--privsep_context", rule.context,
+                "--privsep_sock_path", str(directory / "privsep.sock")]
+        env = {"PATH": "/usr/bin:/bin"}
+        if claim == "kept SUDO_UID=0":
+            env.update(SUDO_UID="0", SUDO_GID="0")
+        if claim == "given SUDO_UID=0":
+            argv = ["SUDO_UID=0", "SUDO_GID=0", *argv]
+        done = _run(["sudo", "-n", *argv], user=shipped.uid, group=shipped.gid,
+                    extra_groups=[], cwd="/", env=env)
+        if claim == "given SUDO_UID=0":
+            assert done.returncode == 1
+            assert "not allowed to set the following environment variables" in done.stderr
+            return
+        assert done.returncode == 1
+        assert f"cannot connect to {directory}/privsep.sock: Permission denied" \
+            in done.stderr, done.stderr
         with pytest.raises(BlockingIOError):  # the helper has exited: any connect is queued
             listener.accept()[0].close()
     finally:
@@ -363,14 +391,12 @@ def test_root_connects_only_where_the_caller_could(shipped: Setup) -> None:
         shutil.rmtree(directory)
 
 
-def test_no_environment_reaches_root_whatever_the_defaults(shipped: Setup) -> None:
-    """Global defaults that keep the caller's environment and let it set variables: the
-    rules' own ``Defaults!`` line still resets it for the helper, so a
-    ``PYTHONPYCACHEPREFIX`` of the caller's (where root's interpreter would read and write
-    its bytecode) never reaches root: nothing is written there."""
-    hostile = (f"Defaults:{shipped.user} !env_reset, setenv\n"
-               f'Defaults:{shipped.user} env_keep += "PYTHONPYCACHEPREFIX PYTHONWARNINGS"\n')
-    remove = _install_sudoers(hostile)
+def test_no_environment_reaches_root_whatever_the_defaults(shipped: Setup,
+                                                           hostile: None) -> None:
+    """Under hostile global defaults the rules' own ``Defaults!`` line still resets the
+    environment for the helper, so a ``PYTHONPYCACHEPREFIX`` of the caller's (where root's
+    interpreter would read and write its bytecode) never reaches root: nothing is written
+    there."""
     where = _user_dir(shipped, "env")
     try:
         rule = shipped.rule("acceld.privileged.sysfs")
@@ -380,11 +406,10 @@ def test_no_environment_reaches_root_whatever_the_defaults(shipped: Setup) -> No
                     extra_groups=[], cwd="/",
                     env={"PATH": "/usr/bin:/bin", "PYTHONPYCACHEPREFIX": str(where)})
         given = _as_user(shipped, ["sudo", "-n", f"PYTHONPYCACHEPREFIX={where}", *args])
-        assert "FileNotFoundError" in kept.stderr, kept.stderr  # it ran: no socket there
+        assert f"cannot connect to {SOCK}: No such file" in kept.stderr, kept.stderr
         assert given.returncode != 0
         assert list(where.iterdir()) == []
     finally:
-        remove()
         shutil.rmtree(where, ignore_errors=True)
 
 

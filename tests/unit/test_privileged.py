@@ -67,12 +67,14 @@ def test_configure_chooses_the_daemon_unless_in_process(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[None]:
+def daemon(tmp_path: Path, monkeypatch) -> Iterator[None]:
     """Both contexts through acceld-privsep-helper daemons (the production path, with the
     helper started directly instead of through sudo: the test already runs as root), each
     with its own config file naming the fixture sysfs tree and the fake tool."""
     if os.geteuid() != 0:
         pytest.skip("starting a privsep daemon needs root")
+    for name in ("SUDO_UID", "SUDO_GID"):  # root starts it here, not a user through sudo
+        monkeypatch.delenv(name, raising=False)
     conf_file = tmp_path / "privsep.conf"
     conf_file.write_text(f"[nvidia_gpu]\nsysfs_root = {tmp_path / 'sys'}\n"
                          f"[intel_fpga]\nfpgaconf_path = {tmp_path / 'fpgaconf'}\n"

@@ -164,17 +164,14 @@ def test_only_regular_files_are_config_files(root_dir: Path) -> None:
 
 # --- the caller's credentials ---------------------------------------------------------
 
-@needs_root
-def test_the_caller_is_the_parent_s_real_user() -> None:
-    sleeper = subprocess.Popen(["sleep", "30"], user=OTHER, group=OTHER, extra_groups=[])
-    try:
-        assert privsep_helper.real_uid(sleeper.pid) == OTHER
-    finally:
-        sleeper.kill()
-        sleeper.wait()
-    assert privsep_helper.real_uid(os.getpid()) == 0
-    # This process's parent is root's (the test runner's): root's own credentials connect.
-    assert privsep_helper.caller_credentials() is None
+def test_the_caller_is_whom_sudo_names() -> None:
+    assert privsep_helper.caller_credentials({"SUDO_UID": "1001", "SUDO_GID": "995"}) \
+        == (1001, 995)
+    assert privsep_helper.caller_credentials({"PATH": "/bin"}) is None  # root's own start
+    for bad in ({"SUDO_UID": "1001"}, {"SUDO_UID": "", "SUDO_GID": "1"},
+                {"SUDO_UID": "-1", "SUDO_GID": "1"}, {"SUDO_UID": "0x1", "SUDO_GID": "1"}):
+        with pytest.raises(Refused, match="SUDO_UID and SUDO_GID must be numbers"):
+            privsep_helper.caller_credentials(bad)
 
 
 @needs_root
@@ -202,8 +199,9 @@ def test_root_connects_only_where_the_caller_may(tmp_path: Path) -> None:
 # --- the command itself ---------------------------------------------------------------
 
 def _helper(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUDO_")}
     return subprocess.run([sys.executable, "-m", "acceld.cmd.privsep_helper", *args],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+                          capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
 
 
 def test_a_refused_command_line_starts_nothing_and_says_why(tmp_path: Path) -> None:
@@ -218,6 +216,13 @@ def test_a_refused_command_line_starts_nothing_and_says_why(tmp_path: Path) -> N
     assert not marker.exists()
 
 
+def test_a_socket_that_cannot_be_connected_ends_the_helper(root_dir: Path) -> None:
+    done = _helper(*good(str(_conf(root_dir)), sock="/tmp/tmpnone_000/privsep.sock"))
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("acceld-privsep-helper: cannot connect to "
+                                   "/tmp/tmpnone_000/privsep.sock: No such file or directory")
+
+
 @pytest.fixture
 def helper_daemon(tmp_path: Path, monkeypatch) -> Iterator[Path]:
     """The sysfs context through this helper, started by root (this test) as the privsep
@@ -226,6 +231,8 @@ def helper_daemon(tmp_path: Path, monkeypatch) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("starting a privsep daemon needs root")
     monkeypatch.setattr(privileged_policy, "_adopted", {})
+    for name in ("SUDO_UID", "SUDO_GID"):  # root starts it here, not a user through sudo
+        monkeypatch.delenv(name, raising=False)
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "logs").mkdir()
