@@ -113,7 +113,9 @@ def test_sudoers_rules_allow_exactly_the_command_lines_of_the_privsep_contexts()
     readme = (REPO / "README.md").read_text()
     commands = set(re.findall(r"(?m)^helper_command = (.*)$", readme))
     assert len(commands) == 1, commands
-    argv = shlex.split(commands.pop())
+    command = commands.pop()
+    assert command in privileged.HELPER_COMMAND_HELP  # what the sample config says
+    argv = shlex.split(command)
     assert argv[:2] == ["sudo", helper]
     sock = "/tmp/tmpabcd_123/privsep.sock"  # the privsep client's mkdtemp() form
     contexts = []
