@@ -126,6 +126,8 @@ class BindWorker:
         self._stuck: set[str] = set()  # tokens no longer renewed (logged once each)
         # Tests: called with the job ids once _notify has read its jobs, before Nova.
         self.on_notify_read: Callable[[list[int]], None] = lambda job_ids: None
+        # Tests: called with the lease left, right after _still_ours read it, before Nova.
+        self.on_lease_read: Callable[[float], None] = lambda lease_left: None
 
     def _token(self) -> str:
         return f"{self.owner}-{uuid.uuid4().hex[:16]}"[:64]
@@ -490,11 +492,14 @@ class BindWorker:
         job_of = {event.arq_uuid: row.id for row, event in events}
         lost: set[int] = set()  # claims that lapsed: their events are another's to send
         for global_request_id, batch in by_request.items():
+            read_at = deadlines.now()  # the lease's clock starts at its read, not the send
             batch, lease_left = self._still_ours(batch, job_of, token, lost)
             if not batch:
                 continue
+            self.on_lease_read(lease_left)
             with request_ids.bound(global_request_id), \
-                    deadlines.bounded(lease_left - LEASE_MARGIN, "the bind jobs' lease"):
+                    deadlines.bounded(lease_left - LEASE_MARGIN, "the bind jobs' lease",
+                                      since=read_at):
                 outcomes.update(metrics.nova_events(self.notifier.send(batch)))
         done = list(silent)
         again: list[int] = []
@@ -520,8 +525,10 @@ class BindWorker:
                     lost: set[int]) -> tuple[list[nova.Event], float]:
         """The events of ``batch`` whose jobs this claim still holds, by the database, right
         before Nova is called (the others go into ``lost``), and the seconds the claim has
-        left, which bound the call (a worker frozen after this check
-        finds its deadline passed when it resumes, and sends nothing).
+        left, which bound the call counted from a monotonic reading taken before this read
+        (a worker frozen anywhere after it, before or inside the bounded block, finds its
+        deadline passed when it resumes: the watched session refuses to start a request
+        past it, and nothing is sent).
 
         The fence for a stalled conductor: one whose lease lapsed while it was frozen
         (SIGSTOP, a pause) does not send an event that the conductor which claimed the job
