@@ -15,11 +15,17 @@ per key, the lowest token still accepted:
   mark held, so every program with a token up to *m* has ended or is stale, and the stored
   value becomes at least *m + 1*.
 
+- ``local:...``: the device a key stands for as this agent names it (a handle's driver,
+  attach type and info; a deployable's driver and name). Its value is 1 once any call with a
+  token reached it: a call **without** a token (a conductor from before fencing) is then
+  refused, as it could not be ordered after the fenced claims; before that it is accepted.
+
 One file per key under ``<state_path>/agent/<host>/fences/``, written to a temporary file,
 flushed with fsync and renamed over the old one (then the directory is synced) **before**
 the step runs, so that an agent restarted after acting still refuses the older token. Checks
 of one key are serialised within the process (every store on one directory shares the lock).
-A call without a token (a conductor from before fencing) is not fenced.
+A call without a token (a conductor from before fencing) is not fenced while its device was
+never reached by a call with one.
 """
 
 from __future__ import annotations
@@ -55,6 +61,18 @@ class Fenced(Exception):
         self.lowest = lowest
 
 
+class FencedWithoutToken(Fenced):
+    """A token-less call for a device this agent has fenced (409)."""
+
+    def __init__(self, what: str) -> None:
+        Exception.__init__(self, f"{FENCED} {what} was sent without a fencing token (by a "
+                                 "conductor from before fencing, or one that took this agent "
+                                 "for one), but calls with tokens reached it before: it cannot "
+                                 "be ordered after them. Nothing was done.")
+        self.token = 0
+        self.lowest = 1
+
+
 class FenceStoreError(Exception):
     """The store could not be read or written: the step must not run (fail closed)."""
 
@@ -65,6 +83,16 @@ def handle_key(handle_uuid: str) -> str:
 
 def deployable_key(deployable_uuid: str) -> str:
     return f"deployable:{deployable_uuid}"
+
+
+def local_key(identity: str) -> str:
+    """The key of a device as this agent names it (see the module)."""
+    return f"local:{identity}"
+
+
+def program_identity(driver_name: str, deployable_name: str) -> str:
+    """A deployable as this agent names it, for :func:`local_key` (programs, prepares)."""
+    return f"program:{driver_name}/{deployable_name}"
 
 
 def valid_token(value: Any) -> bool:
@@ -123,6 +151,15 @@ class FenceStore:
         with self._lock(key):
             if lowest > self.lowest(key):
                 self._write(key, lowest)
+
+    def mark_fenced(self, key: str) -> None:
+        """A call with a token reached the ``local:`` key: token-less calls are refused."""
+        self.raise_to(key, 1)
+
+    def admit_untokened(self, key: str, what: str) -> None:
+        """A token-less call for the ``local:`` key: refused once it was fenced."""
+        if self.lowest(key) > 0:
+            raise FencedWithoutToken(what)
 
     def _write(self, key: str, lowest: int) -> None:
         path = self._path(key)

@@ -13,7 +13,9 @@ Fencing (acceld.agent.fences): a conductor from this release adds ``"deployable_
 deployable's lock, before the image is fetched, a token older than the lowest this agent
 still accepts for the deployable (raised by a newer program, or by a bind's prepare of one
 of its handles) is refused with 409 ``Fenced: ...`` and the device is not written; a newer
-one is recorded durably first. A request without them (an older conductor) is not fenced.
+one is recorded durably first. A request without them (an older conductor) is not fenced,
+unless a request with them (a program, or a prepare of one of its handles) reached the same
+deployable before: then it is refused with 409 too.
 
 Statuses: 400 for what the client can fix (unknown image, a driver that cannot
 program that kind of image), 409 when an earlier program of the deployable
@@ -33,7 +35,7 @@ from oslo_config import cfg
 
 from acceld.agent import images
 from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, deployable_key,
-                                 valid_token)
+                                 local_key, program_identity, valid_token)
 from acceld.drivers.base import Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
 
@@ -91,7 +93,7 @@ class Programming:
             raise ProgramFailed(409, f"Deployable {name} is still being programmed by an "
                                      "earlier request; try again.")
         try:
-            self._admit(fence, name)
+            self._admit(fence, driver_name, name)
             try:
                 if function_id is not None:
                     image_id = self.source.find_by_function(function_id)
@@ -117,12 +119,18 @@ class Programming:
             self.after_program()
         return {"image_id": image_id, "kind": kind}
 
-    def _admit(self, fence: tuple[str, int] | None, name: str) -> None:
+    def _admit(self, fence: tuple[str, int] | None, driver_name: str, name: str) -> None:
         """Under the deployable's lock, before the device is touched: refuse an older token
-        (409), record a newer one durably (502 when it cannot be)."""
-        if fence is None or self.fences is None:
+        (409), record a newer one durably (502 when it cannot be); refuse a token-less
+        request for a deployable a token reached."""
+        if self.fences is None:
             return
+        local = local_key(program_identity(driver_name, name))
         try:
+            if fence is None:
+                self.fences.admit_untokened(local, f"The program of deployable {name}")
+                return
+            self.fences.mark_fenced(local)
             self.fences.admit(deployable_key(fence[0]), fence[1],
                               f"The program of deployable {name} ({fence[0]})")
         except Fenced as exc:
