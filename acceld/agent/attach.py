@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import falcon
 
 from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, deployable_key,
-                                 handle_key, local_key, program_identity, valid_token)
+                                 handle_key, is_uuid, local_key, program_identity,
+                                 valid_token)
 from acceld.agent.host_steps import HostStepJournal
 from acceld.drivers.base import ATTACH_TYPES, AttachHandle, Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
@@ -207,26 +207,16 @@ def _fence(request: dict, step: str) -> Fence | None:
     if not any(name in request for name in _FENCE_FIELDS):
         return None
     handle_uuid, token = request.get("handle_uuid"), request.get("fence_token")
-    if not _is_uuid(handle_uuid) or not valid_token(token):
+    if not is_uuid(handle_uuid) or not valid_token(token):
         raise AttachFailed(400, "handle_uuid (a UUID) and fence_token (an integer from 0 to "
                                 "2^63-1) go together.")
     dep_uuid, dep_token = request.get("deployable_uuid"), request.get("deployable_fence")
     if dep_uuid is None and dep_token is None:
         return Fence(handle_uuid, token)
-    if step != "prepare" or not _is_uuid(dep_uuid) or not valid_token(dep_token):
+    if step != "prepare" or not is_uuid(dep_uuid) or not valid_token(dep_token):
         raise AttachFailed(400, "deployable_uuid (a UUID) and deployable_fence (an integer "
                                 "from 0 to 2^63-1) go together, on a prepare only.")
     return Fence(handle_uuid, token, dep_uuid, dep_token)
-
-
-def _is_uuid(value: Any) -> bool:
-    if not isinstance(value, str) or len(value) != 36:
-        return False
-    try:
-        uuidlib.UUID(value)
-    except ValueError:
-        return False
-    return True
 
 
 def agent_routes(agent: Any) -> dict:

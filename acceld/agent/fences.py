@@ -30,11 +30,14 @@ never reached by a call with one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import re
 import threading
-from typing import Any
+import uuid as uuidlib
+from typing import Any, Iterator
 
 import orjson
 from oslo_config import cfg
@@ -49,6 +52,9 @@ _GUARD = threading.Lock()
 _LOCKS: dict[tuple[str, str], threading.Lock] = {}
 
 
+_FLOOR = re.compile(r"older than ([0-9]{1,19}), the lowest this agent still accepts")
+
+
 class Fenced(Exception):
     """The token is older than the lowest this agent still accepts for its key (409)."""
 
@@ -56,7 +62,8 @@ class Fenced(Exception):
         super().__init__(f"{FENCED} {what} was sent with fencing token {token}, older than "
                          f"{lowest}, the lowest this agent still accepts for it: a newer claim "
                          "acted on it meanwhile (the sending conductor stalled past its "
-                         "claim). Nothing was done.")
+                         "claim), or the conductors' database is behind this agent (restored "
+                         "from a backup taken before that claim). Nothing was done.")
         self.token = token
         self.lowest = lowest
 
@@ -77,6 +84,13 @@ class FenceStoreError(Exception):
     """The store could not be read or written: the step must not run (fail closed)."""
 
 
+def floor_in(message: str) -> int | None:
+    """The lowest token a :class:`Fenced` refusal's message names (None: another refusal),
+    so that a conductor can tell whether its database is behind the agent."""
+    found = _FLOOR.search(message)
+    return int(found.group(1)) if found and message.startswith(FENCED) else None
+
+
 def handle_key(handle_uuid: str) -> str:
     return f"handle:{handle_uuid}"
 
@@ -93,6 +107,17 @@ def local_key(identity: str) -> str:
 def program_identity(driver_name: str, deployable_name: str) -> str:
     """A deployable as this agent names it, for :func:`local_key` (programs, prepares)."""
     return f"program:{driver_name}/{deployable_name}"
+
+
+def is_uuid(value: Any) -> bool:
+    """A uuid on the wire (the key of a handle or deployable)."""
+    if not isinstance(value, str) or len(value) != 36:
+        return False
+    try:
+        uuidlib.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def valid_token(value: Any) -> bool:
@@ -140,11 +165,23 @@ class FenceStore:
         caller runs the step after this returns, under its own lock of the resource, so
         that no older call's step can run after a newer one was admitted."""
         with self._lock(key):
-            lowest = self.lowest(key)
-            if token < lowest:
-                raise Fenced(what, token, lowest)
-            if token > lowest:
-                self._write(key, token)
+            self._admit(key, token, what)
+
+    @contextlib.contextmanager
+    def holding(self, key: str, token: int, what: str) -> Iterator[None]:
+        """:meth:`admit`, with the key's lock held until the block ends: the caller writes
+        the device inside it, so that a :meth:`raise_to` of the key (a bind's fence) either
+        comes first and the write is refused, or waits until the write is over."""
+        with self._lock(key):
+            self._admit(key, token, what)
+            yield
+
+    def _admit(self, key: str, token: int, what: str) -> None:
+        lowest = self.lowest(key)
+        if token < lowest:
+            raise Fenced(what, token, lowest)
+        if token > lowest:
+            self._write(key, token)
 
     def raise_to(self, key: str, lowest: int) -> None:
         """Refuse from now on every token below ``lowest`` for ``key`` (never lowers it)."""

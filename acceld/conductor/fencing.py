@@ -3,7 +3,10 @@ with agents from before fencing during a rolling upgrade.
 
 A fenced call (409 whose message begins ``Fenced:``, acceld.agent.fences) did nothing on the
 host: a newer claim acted on the handle or deployable after this conductor's claim lapsed.
-The caller does nothing more for it and logs it once (no retry, no freeing, no recording).
+The caller does nothing more for it and logs it once (no retry, no freeing, no recording),
+unless the refusal shows the database behind the agent (:func:`caught_up`: a restored
+backup), in which case the row's token is raised to the agent's floor and the call goes
+again with a newer token.
 
 Version skew. Conductors are upgraded before agents (README, "Upgrades"); an agent from
 before fencing refuses the new fields with 400 ``Unknown keys: ...`` before it does
@@ -24,8 +27,12 @@ import threading
 import time
 from typing import Any, Callable
 
-from acceld.agent.fences import FENCED
+from sqlalchemy import Table
+
+from acceld.agent.fences import FENCED, floor_in
 from acceld.clients.agent import AgentCallError
+from acceld.db import fences
+from acceld.db.engine import Database
 from acceld.internal.versions import Version
 
 LOG = logging.getLogger(__name__)
@@ -37,6 +44,26 @@ FENCING_SINCE: Version = (1, 1)  # every agent speaking this internal API versio
 def is_fenced(status: int, message: str) -> bool:
     """Whether an agent's answer is a fencing refusal (nothing was done)."""
     return status == 409 and message.startswith(FENCED)
+
+
+def caught_up(db: Database, table: Table, row_id: int, message: str, what: str,
+              hostname: str) -> bool:
+    """After a fenced refusal: True when the row's token was below the floor the agent named
+    (no newer claim exists: the database went back, e.g. restored from a backup) and is now
+    raised to it, so that the caller's next claim is admitted; logged once per row."""
+    floor = floor_in(message)
+    if floor is None:
+        return False
+    with db.write() as conn:
+        before = fences.catch_up(conn, table, row_id, floor)
+    if before is None:
+        return False
+    LOG.warning("The fencing token of %s in the database (%d) is below the lowest the agent "
+                "of host %s accepts (%d): the database was restored from a backup taken "
+                "before that agent's last call (or lost the row's history); raised to %d, "
+                "and the call goes again with a newer token", what, before, hostname, floor,
+                floor)
+    return True
 
 
 class SkewMemory:

@@ -332,3 +332,46 @@ def test_the_skew_memory_forgets_after_a_while():
     assert memory.old("node-old")
     now[0] = fencing.SKEW_MEMORY + 1
     assert not memory.old("node-old")  # tried with tokens again (the agent may be upgraded)
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"driver_name": "fake", "deployable_name": "FakeDevice", "deployable_uuid": DEPLOYABLE},
+     "are required"),
+    ({"driver_name": "fake", "deployable_name": "FakeDevice", "deployable_uuid": "x",
+      "deployable_fence": 1}, "are required"),
+    ({"driver_name": "", "deployable_name": "FakeDevice", "deployable_uuid": DEPLOYABLE,
+      "deployable_fence": 1}, "are required"),
+    ({"driver_name": "fake", "deployable_name": "FakeDevice", "deployable_uuid": DEPLOYABLE,
+      "deployable_fence": 1, "extra": 1}, "Unknown keys: extra"),
+    ([], "JSON object"),
+])
+def test_a_malformed_fence_is_400_and_fences_nothing(tmp_path, body, words):
+    node = Steps(tmp_path)
+    programming = Programming(node.conf, {"fake": node.fake}.get,
+                              fences=FenceStore(node.directory))
+    with pytest.raises(ProgramFailed) as refused:
+        programming.fence(body)
+    assert refused.value.status == 400 and words in refused.value.message
+    assert not os.path.exists(node.directory) or os.listdir(node.directory) == []
+
+
+def test_a_fence_refuses_the_programs_up_to_the_binds_token(tmp_path):
+    node = Steps(tmp_path)
+    bitstreams = tmp_path / "bitstreams"
+    bitstreams.mkdir()
+    image = str(uuid.uuid4())
+    (bitstreams / image).write_bytes(b"bits" * 16)
+    node.conf.set_override("bitstream_dir", str(bitstreams), group="agent")
+    programming = Programming(node.conf, {"fake": node.fake}.get,
+                              fences=FenceStore(node.directory))
+    assert programming.fence({"driver_name": "fake", "deployable_name": "FakeDevice",
+                              "deployable_uuid": DEPLOYABLE, "deployable_fence": 4}) == {
+        "fenced": True}
+    program = {"driver_name": "fake", "deployable_name": "FakeDevice", "image_id": image,
+               "deployable_uuid": DEPLOYABLE}
+    with pytest.raises(ProgramFailed) as refused:
+        programming.program({**program, "fence_token": 4})
+    assert refused.value.status == 409 and node.fake.programmed("FakeDevice") == {}
+    with pytest.raises(ProgramFailed):  # nor without a token, now that it is fenced
+        programming.program({k: v for k, v in program.items() if k != "deployable_uuid"})
+    assert programming.program({**program, "fence_token": 5})["image_id"] == image

@@ -404,8 +404,9 @@ class BindWorker:
             outcome = _Outcome(arq_db.BIND_FAILED, refused.reason[:REASON_LENGTH])
         else:
             self._agent_back(job, target)
-            if bind_attach.needs_step(target.handle):
-                return bind_attach.hold(conn, arq, target, job.id)
+            ticket = bind_attach.hold(conn, arq, target, job.id)
+            if ticket is not None:  # the host acts first (a prepare, or a fence)
+                return ticket
             moved = arq_db.transition(conn, [arq.id], arq_db.BOUND,
                                       attach_handle_id=target.handle.id,
                                       deployable_id=target.deployable.id,
@@ -453,6 +454,9 @@ class BindWorker:
                 503, bind_outages.reason(outage, self.conf.conductor.bind_timeout)))
         else:
             self.outages.up(what, LOG)
+        if prepared.again:  # the database was behind the agent, caught up: a new token now
+            bind_jobs.retry_later(self.db, [job.id], token, 0.0, refund=True)
+            return False
         # Bound or BindFailed, never leaving a host step behind (bind_attach.settle).
         if not bind_attach.settle(self.db, ticket, job.id, token, prepared.error):
             raise _JobLost  # unbound or deleted meanwhile: the handle went to the queue
