@@ -14,7 +14,8 @@ Fencing (acceld.agent.fences): a conductor from this release adds ``"handle_uuid
 ``"deployable_uuid"`` and ``"deployable_fence"`` (the deployable's token as the bind read
 it). A token older than the lowest this agent still accepts for the handle is refused with
 409 before the driver is asked anything; the store is written durably first. A request
-without them (an older conductor) is not fenced.
+without them (an older conductor) is not fenced, unless a request with them reached the same
+handle before (or, for its deployable, a program): then it is refused with 409 too.
 
 Answers: 200 ``{"attach_type", "attach_info"}`` (prepare; the info as the
 driver returned it) or ``{"released": true}``; 400 for a malformed request or
@@ -27,14 +28,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import falcon
 
 from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, deployable_key,
-                                 handle_key, valid_token)
+                                 handle_key, is_uuid, local_key, program_identity,
+                                 valid_token)
 from acceld.agent.host_steps import HostStepJournal
 from acceld.drivers.base import ATTACH_TYPES, AttachHandle, Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
@@ -92,7 +93,7 @@ class AttachSteps:
                                     f"{deployable} cannot be {step}d here.")
         key = f"{driver_name}/{handle.attach_type}/{sorted(handle.attach_info.items())}"
         with self._lock(key):
-            self._admit(fence, step, deployable)
+            self._admit(fence, step, deployable, key, driver_name)
             try:
                 if step == "prepare":
                     done = self._prepare(driver, driver_name, handle)
@@ -117,24 +118,31 @@ class AttachSteps:
                                         f"the attach handle of {deployable}: "
                                         f"{exc.__class__.__name__}: {exc}") from None
 
-    def _admit(self, fence: Fence | None, step: str, deployable: str) -> None:
+    def _admit(self, fence: Fence | None, step: str, deployable: str, local: str,
+               driver_name: str) -> None:
         """Under the handle's lock, before the driver: refuse an older token (409), record
         a newer one durably. A prepare also raises the deployable's floor: the bind that
-        sends it took the handle while no program held the deployable."""
-        if fence is None or self.fences is None:
+        sends it took the handle while no program held the deployable. A token-less call is
+        refused for a handle (``local``: as this agent names it) that a token reached."""
+        if self.fences is None:
             return
+        what = f"The {step} of attach handle {fence.handle_uuid if fence else local} of " \
+               f"{deployable}"
         try:
-            self.fences.admit(handle_key(fence.handle_uuid), fence.token,
-                              f"The {step} of attach handle {fence.handle_uuid} of {deployable}")
+            if fence is None:
+                self.fences.admit_untokened(local_key(local), what)
+                return
+            self.fences.mark_fenced(local_key(local))
+            self.fences.admit(handle_key(fence.handle_uuid), fence.token, what)
             if fence.deployable_uuid is not None and fence.deployable_token is not None:
+                self.fences.mark_fenced(local_key(program_identity(driver_name, deployable)))
                 self.fences.raise_to(deployable_key(fence.deployable_uuid),
                                      fence.deployable_token + 1)
         except Fenced as exc:
             LOG.warning("%s", exc)
             raise AttachFailed(409, str(exc)) from None
         except FenceStoreError as exc:
-            LOG.error("Attach handle %s of %s not %sd: %s", fence.handle_uuid, deployable,
-                      step, exc)
+            LOG.error("Attach handle of %s not %sd: %s", deployable, step, exc)
             raise AttachFailed(502, f"The agent of host {self.hostname} did not {step} the "
                                     f"attach handle of {deployable}: {exc}.") from None
 
@@ -199,26 +207,16 @@ def _fence(request: dict, step: str) -> Fence | None:
     if not any(name in request for name in _FENCE_FIELDS):
         return None
     handle_uuid, token = request.get("handle_uuid"), request.get("fence_token")
-    if not _is_uuid(handle_uuid) or not valid_token(token):
+    if not is_uuid(handle_uuid) or not valid_token(token):
         raise AttachFailed(400, "handle_uuid (a UUID) and fence_token (an integer from 0 to "
                                 "2^63-1) go together.")
     dep_uuid, dep_token = request.get("deployable_uuid"), request.get("deployable_fence")
     if dep_uuid is None and dep_token is None:
         return Fence(handle_uuid, token)
-    if step != "prepare" or not _is_uuid(dep_uuid) or not valid_token(dep_token):
+    if step != "prepare" or not is_uuid(dep_uuid) or not valid_token(dep_token):
         raise AttachFailed(400, "deployable_uuid (a UUID) and deployable_fence (an integer "
                                 "from 0 to 2^63-1) go together, on a prepare only.")
     return Fence(handle_uuid, token, dep_uuid, dep_token)
-
-
-def _is_uuid(value: Any) -> bool:
-    if not isinstance(value, str) or len(value) != 36:
-        return False
-    try:
-        uuidlib.UUID(value)
-    except ValueError:
-        return False
-    return True
 
 
 def agent_routes(agent: Any) -> dict:

@@ -15,20 +15,29 @@ per key, the lowest token still accepted:
   mark held, so every program with a token up to *m* has ended or is stale, and the stored
   value becomes at least *m + 1*.
 
+- ``local:...``: the device a key stands for as this agent names it (a handle's driver,
+  attach type and info; a deployable's driver and name). Its value is 1 once any call with a
+  token reached it: a call **without** a token (a conductor from before fencing) is then
+  refused, as it could not be ordered after the fenced claims; before that it is accepted.
+
 One file per key under ``<state_path>/agent/<host>/fences/``, written to a temporary file,
 flushed with fsync and renamed over the old one (then the directory is synced) **before**
 the step runs, so that an agent restarted after acting still refuses the older token. Checks
 of one key are serialised within the process (every store on one directory shares the lock).
-A call without a token (a conductor from before fencing) is not fenced.
+A call without a token (a conductor from before fencing) is not fenced while its device was
+never reached by a call with one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import re
 import threading
-from typing import Any
+import uuid as uuidlib
+from typing import Any, Iterator
 
 import orjson
 from oslo_config import cfg
@@ -43,6 +52,9 @@ _GUARD = threading.Lock()
 _LOCKS: dict[tuple[str, str], threading.Lock] = {}
 
 
+_FLOOR = re.compile(r"older than ([0-9]{1,19}), the lowest this agent still accepts")
+
+
 class Fenced(Exception):
     """The token is older than the lowest this agent still accepts for its key (409)."""
 
@@ -50,13 +62,33 @@ class Fenced(Exception):
         super().__init__(f"{FENCED} {what} was sent with fencing token {token}, older than "
                          f"{lowest}, the lowest this agent still accepts for it: a newer claim "
                          "acted on it meanwhile (the sending conductor stalled past its "
-                         "claim). Nothing was done.")
+                         "claim), or the conductors' database is behind this agent (restored "
+                         "from a backup taken before that claim). Nothing was done.")
         self.token = token
         self.lowest = lowest
 
 
+class FencedWithoutToken(Fenced):
+    """A token-less call for a device this agent has fenced (409)."""
+
+    def __init__(self, what: str) -> None:
+        Exception.__init__(self, f"{FENCED} {what} was sent without a fencing token (by a "
+                                 "conductor from before fencing, or one that took this agent "
+                                 "for one), but calls with tokens reached it before: it cannot "
+                                 "be ordered after them. Nothing was done.")
+        self.token = 0
+        self.lowest = 1
+
+
 class FenceStoreError(Exception):
     """The store could not be read or written: the step must not run (fail closed)."""
+
+
+def floor_in(message: str) -> int | None:
+    """The lowest token a :class:`Fenced` refusal's message names (None: another refusal),
+    so that a conductor can tell whether its database is behind the agent."""
+    found = _FLOOR.search(message)
+    return int(found.group(1)) if found and message.startswith(FENCED) else None
 
 
 def handle_key(handle_uuid: str) -> str:
@@ -65,6 +97,27 @@ def handle_key(handle_uuid: str) -> str:
 
 def deployable_key(deployable_uuid: str) -> str:
     return f"deployable:{deployable_uuid}"
+
+
+def local_key(identity: str) -> str:
+    """The key of a device as this agent names it (see the module)."""
+    return f"local:{identity}"
+
+
+def program_identity(driver_name: str, deployable_name: str) -> str:
+    """A deployable as this agent names it, for :func:`local_key` (programs, prepares)."""
+    return f"program:{driver_name}/{deployable_name}"
+
+
+def is_uuid(value: Any) -> bool:
+    """A uuid on the wire (the key of a handle or deployable)."""
+    if not isinstance(value, str) or len(value) != 36:
+        return False
+    try:
+        uuidlib.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def valid_token(value: Any) -> bool:
@@ -112,17 +165,38 @@ class FenceStore:
         caller runs the step after this returns, under its own lock of the resource, so
         that no older call's step can run after a newer one was admitted."""
         with self._lock(key):
-            lowest = self.lowest(key)
-            if token < lowest:
-                raise Fenced(what, token, lowest)
-            if token > lowest:
-                self._write(key, token)
+            self._admit(key, token, what)
+
+    @contextlib.contextmanager
+    def holding(self, key: str, token: int, what: str) -> Iterator[None]:
+        """:meth:`admit`, with the key's lock held until the block ends: the caller writes
+        the device inside it, so that a :meth:`raise_to` of the key (a bind's fence) either
+        comes first and the write is refused, or waits until the write is over."""
+        with self._lock(key):
+            self._admit(key, token, what)
+            yield
+
+    def _admit(self, key: str, token: int, what: str) -> None:
+        lowest = self.lowest(key)
+        if token < lowest:
+            raise Fenced(what, token, lowest)
+        if token > lowest:
+            self._write(key, token)
 
     def raise_to(self, key: str, lowest: int) -> None:
         """Refuse from now on every token below ``lowest`` for ``key`` (never lowers it)."""
         with self._lock(key):
             if lowest > self.lowest(key):
                 self._write(key, lowest)
+
+    def mark_fenced(self, key: str) -> None:
+        """A call with a token reached the ``local:`` key: token-less calls are refused."""
+        self.raise_to(key, 1)
+
+    def admit_untokened(self, key: str, what: str) -> None:
+        """A token-less call for the ``local:`` key: refused once it was fenced."""
+        if self.lowest(key) > 0:
+            raise FencedWithoutToken(what)
 
     def _write(self, key: str, lowest: int) -> None:
         path = self._path(key)

@@ -4,16 +4,23 @@
 "function_id"}`` (from the conductor) resolves a function id to an image id,
 gets the image from the node's image source (acceld.agent.images), and calls
 ``driver.program(deployable_name, path, kind)``; ``POST /images/resolve``
-``{"function_id"}`` answers the image id a function id stands for. Programs of one deployable
+``{"function_id"}`` answers the image id a function id stands for; ``POST
+/deployables/fence`` ``{"driver_name", "deployable_name", "deployable_uuid",
+"deployable_fence"}`` (a bind of a handle with no host step) refuses from then on every
+program up to that token (see Fencing). Programs of one deployable
 are serialised by a lock per deployable (the conductor also holds a database
 lease); the answer is ``{"image_id": ...}`` once the driver returned.
 
 Fencing (acceld.agent.fences): a conductor from this release adds ``"deployable_uuid"`` and
-``"fence_token"`` (the token its programming mark took on the deployable row). Under the
-deployable's lock, before the image is fetched, a token older than the lowest this agent
-still accepts for the deployable (raised by a newer program, or by a bind's prepare of one
-of its handles) is refused with 409 ``Fenced: ...`` and the device is not written; a newer
-one is recorded durably first. A request without them (an older conductor) is not fenced.
+``"fence_token"`` (the token its programming mark took on the deployable row). Once the
+image is at hand, right before the driver writes, a token older than the lowest this agent
+still accepts for the deployable (raised by a newer program, or by a bind of one of its
+handles: an mdev prepare, or ``POST /deployables/fence`` for a handle with no host step) is
+refused with 409 ``Fenced: ...`` and the device is not written; a newer one is recorded
+durably first, and the deployable's fence lock is held until the driver returned, so a
+bind's fence either comes first (the program is refused) or waits for the write to end. A request without them (an older conductor) is not fenced,
+unless a request with them (a program, or a prepare of one of its handles) reached the same
+deployable before: then it is refused with 409 too.
 
 Statuses: 400 for what the client can fix (unknown image, a driver that cannot
 program that kind of image), 409 when an earlier program of the deployable
@@ -23,17 +30,17 @@ when the driver is not loaded here or the image service is unreachable.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-import uuid as uuidlib
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import falcon
 from oslo_config import cfg
 
 from acceld.agent import images
 from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, deployable_key,
-                                 valid_token)
+                                 is_uuid, local_key, program_identity, valid_token)
 from acceld.drivers.base import Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
 
@@ -91,14 +98,16 @@ class Programming:
             raise ProgramFailed(409, f"Deployable {name} is still being programmed by an "
                                      "earlier request; try again.")
         try:
-            self._admit(fence, name)
             try:
                 if function_id is not None:
                     image_id = self.source.find_by_function(function_id)
-                with self.source.open(image_id) as path:
+                with self.source.open(image_id) as path, \
+                        self._admitted(fence, driver_name, name):
                     LOG.info("Programming %s %s into %s (driver %s)", kind, image_id, name,
                              driver_name)
                     driver.program(name, path, kind)
+            except ProgramFailed:  # fenced, or the fence store failed: nothing written
+                raise
             except images.ImageError as exc:
                 raise ProgramFailed(exc.status, exc.message) from None
             except NotSupported as exc:
@@ -117,20 +126,49 @@ class Programming:
             self.after_program()
         return {"image_id": image_id, "kind": kind}
 
-    def _admit(self, fence: tuple[str, int] | None, name: str) -> None:
-        """Under the deployable's lock, before the device is touched: refuse an older token
-        (409), record a newer one durably (502 when it cannot be)."""
-        if fence is None or self.fences is None:
+    @contextlib.contextmanager
+    def _admitted(self, fence: tuple[str, int] | None, driver_name: str,
+                  name: str) -> Iterator[None]:
+        """Right before the write, with the image at hand: refuse an older token (409),
+        record a newer one durably (502 when it cannot be), and hold the deployable's fence
+        lock around the write (a bind's fence waits for it: :meth:`fence`); refuse a
+        token-less request for a deployable a token reached."""
+        if self.fences is None:
+            yield
             return
+        local = local_key(program_identity(driver_name, name))
+        with contextlib.ExitStack() as held:
+            try:
+                if fence is None:
+                    self.fences.admit_untokened(local, f"The program of deployable {name}")
+                else:
+                    self.fences.mark_fenced(local)
+                    held.enter_context(self.fences.holding(
+                        deployable_key(fence[0]), fence[1],
+                        f"The program of deployable {name} ({fence[0]})"))
+            except Fenced as exc:
+                LOG.warning("%s", exc)
+                raise ProgramFailed(409, str(exc)) from None
+            except FenceStoreError as exc:
+                LOG.error("Deployable %s not programmed: %s", name, exc)
+                raise ProgramFailed(502, f"Deployable {name} was not programmed: "
+                                         f"{exc}.") from None
+            yield
+
+    def fence(self, request: Any) -> dict[str, bool]:
+        """A bind of one of the deployable's handles with no host step (PCI) read its token
+        *m*: every program up to *m* has ended or is stale, and is refused from now on. Waits
+        for a program writing the device now (its fence lock)."""
+        driver_name, name, dep_uuid, token = _parse_fence(request)
+        if self.fences is None:
+            return {"fenced": False}
         try:
-            self.fences.admit(deployable_key(fence[0]), fence[1],
-                              f"The program of deployable {name} ({fence[0]})")
-        except Fenced as exc:
-            LOG.warning("%s", exc)
-            raise ProgramFailed(409, str(exc)) from None
+            self.fences.mark_fenced(local_key(program_identity(driver_name, name)))
+            self.fences.raise_to(deployable_key(dep_uuid), token + 1)
         except FenceStoreError as exc:
-            LOG.error("Deployable %s not programmed: %s", name, exc)
-            raise ProgramFailed(502, f"Deployable {name} was not programmed: {exc}.") from None
+            LOG.error("Deployable %s not fenced: %s", name, exc)
+            raise ProgramFailed(502, f"Deployable {name} was not fenced: {exc}.") from None
+        return {"fenced": True}
 
     def resolve(self, request: Any) -> dict[str, str]:
         """The image id an ``accel:function_id`` stands for on this node (binding asks first,
@@ -145,7 +183,15 @@ class Programming:
 
     def routes(self) -> dict:
         return {"/program": {"POST": self.on_program},
-                "/images/resolve": {"POST": self.on_resolve}}
+                "/images/resolve": {"POST": self.on_resolve},
+                "/deployables/fence": {"POST": self.on_fence}}
+
+    def on_fence(self, req: falcon.Request, resp: falcon.Response) -> None:
+        try:
+            answer = self.fence(json_body(req))
+        except ProgramFailed as exc:
+            raise falcon.HTTPError(exc.status, description=exc.message) from None
+        respond(resp, answer)
 
     def on_resolve(self, req: falcon.Request, resp: falcon.Response) -> None:
         try:
@@ -195,16 +241,30 @@ def _fence(request: dict) -> tuple[str, int] | None:
     dep_uuid, token = request.get("deployable_uuid"), request.get("fence_token")
     if dep_uuid is None and token is None:
         return None
-    valid_uuid = isinstance(dep_uuid, str) and len(dep_uuid) == 36
-    if valid_uuid:
-        try:
-            uuidlib.UUID(dep_uuid)
-        except ValueError:
-            valid_uuid = False
-    if not valid_uuid or not valid_token(token):
+    if not is_uuid(dep_uuid) or not valid_token(token):
         raise ProgramFailed(400, "deployable_uuid (a UUID) and fence_token (an integer from 0 "
                                  "to 2^63-1) go together.")
     return dep_uuid, token
+
+
+def _parse_fence(request: Any) -> tuple[str, str, str, int]:
+    """``POST /deployables/fence``: (driver name, deployable name, uuid, the bind's token)."""
+    fields = ("driver_name", "deployable_name", "deployable_uuid", "deployable_fence")
+    if not isinstance(request, dict):
+        raise ProgramFailed(400, "Expected a JSON object.")
+    unknown = set(request) - set(fields)
+    if unknown:
+        raise ProgramFailed(400, f"Unknown keys: {', '.join(sorted(unknown))}.")
+    driver_name, name = request.get("driver_name"), request.get("deployable_name")
+    dep_uuid, token = request.get("deployable_uuid"), request.get("deployable_fence")
+    if not isinstance(driver_name, str) or not driver_name or len(driver_name) > 255 \
+            or not isinstance(name, str) or not name or len(name) > 255:
+        raise ProgramFailed(400, "driver_name and deployable_name are required (strings of 1 "
+                                 "to 255 characters).")
+    if not is_uuid(dep_uuid) or not valid_token(token):
+        raise ProgramFailed(400, "deployable_uuid (a UUID) and deployable_fence (an integer "
+                                 "from 0 to 2^63-1) are required.")
+    return driver_name, name, dep_uuid, token
 
 
 def agent_routes(agent: Any) -> dict:

@@ -182,13 +182,22 @@ def current() -> Deadline | None:
     return stack[-1] if stack else None
 
 
+def now() -> float:
+    """The deadlines' clock (monotonic): a reading for :func:`bounded`'s ``since``."""
+    return _clock()
+
+
 @contextlib.contextmanager
-def bounded(seconds: float, what: str) -> Iterator[Deadline]:
+def bounded(seconds: float, what: str, since: float | None = None) -> Iterator[Deadline]:
     """Hold every watched request this thread sends inside the block to ``seconds`` in all
     (or to an enclosing block's end, if sooner). A call the end cut raises
-    :class:`DeadlinePassed` out of the block."""
+    :class:`DeadlinePassed` out of the block.
+
+    ``since``: a :func:`now` reading the seconds count from instead of the block's start
+    (the moment a bound was read, e.g. a lease's time left): a thread frozen between that
+    reading and the block finds its end passed, and no request leaves."""
     stack = _stack()
-    end = _clock() + max(0.0, seconds)
+    end = (_clock() if since is None else since) + max(0.0, seconds)
     outer = stack[-1] if stack else None
     if outer is not None and outer.end <= end:
         deadline = Deadline(outer.end, outer.what, outer.seconds)

@@ -30,7 +30,10 @@ again (still this program's, not lapsed, no newer token) and otherwise nothing i
 agent refuses a token older than one a later program sent, or than a bind's prepare of one
 of the deployable's handles allows (that bind saw the mark lapsed): a conductor that stalls
 past its mark does not write the device under a Bound ARQ (acceld.agent.fences). A fenced
-program is a 409 that did nothing: nothing is recorded, and it is logged once.
+program is a 409 that did nothing: nothing is recorded, and it is logged once. A refusal
+that shows the database behind the agent (restored from a backup) raises the deployable's
+token to the agent's floor, and the program is sent once more under a newer token while
+its mark holds (acceld.conductor.fencing.caught_up).
 
 Binding calls :meth:`Programmer.program` directly (profile groups with
 ``accel:bitstream_id`` or ``accel:function_id``), with a ``precheck`` that
@@ -54,7 +57,7 @@ from sqlalchemy import Connection, select
 
 from acceld import request_ids
 from acceld.clients.agent import AgentCallError, AgentCaller, AgentUnavailable
-from acceld.conductor.fencing import is_fenced, post_fenced
+from acceld.conductor.fencing import caught_up, is_fenced, post_fenced
 from acceld.conductor.service import PeriodicTask
 from acceld.db import deployables as dep_db
 from acceld.db import device_events
@@ -143,7 +146,7 @@ class Programmer:
                                             "lapsed before the program was sent (this "
                                             "conductor stalled past it); nothing was "
                                             "programmed.", fenced=True)
-                answer = self._call_agent(url, target.hostname, request)
+                answer = self._send(url, target, request, lease.owner)
                 written = answer.get("image_id") if isinstance(answer, dict) else None
                 if not isinstance(written, str):
                     raise ProgramError(502, f"The agent of host {target.hostname} answered "
@@ -205,6 +208,26 @@ class Programmer:
                 deployables.c.id == deployable_id, deployables.c.programming_owner == owner,
                 deployables.c.programming_until > sql_now(conn.dialect.name),
                 deployables.c.fence_token == fence)).first() is not None
+
+    def _send(self, url: str, target: Any, request: dict, owner: str) -> Any:
+        """The agent call; sent once more, with a newer token, when the agent refused it
+        only because the database is behind it (restored from a backup) and the mark is
+        still ``owner``'s (acceld.conductor.fencing.caught_up)."""
+        try:
+            return self._call_agent(url, target.hostname, request)
+        except ProgramError as exc:
+            if not exc.fenced or not caught_up(self.db, deployables, target.id, exc.message,
+                                               f"deployable {target.name}", target.hostname):
+                raise
+            with self.db.write() as conn:
+                if conn.execute(select(deployables.c.id).where(
+                        deployables.c.id == target.id,
+                        deployables.c.programming_owner == owner,
+                        deployables.c.programming_until > sql_now(conn.dialect.name))
+                        .with_for_update()).first() is None:
+                    raise
+                fence = fences.take_deployable_token(conn, target.id)
+            return self._call_agent(url, target.hostname, {**request, "fence_token": fence})
 
     def _unhold(self, deployable_id: int, owner: str, keep_for: float | None = None,
                 event: tuple[str, str, str] | None = None) -> None:

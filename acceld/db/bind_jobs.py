@@ -247,7 +247,8 @@ _FINISH = delete(jobs).where(jobs.c.id.in_(bindparam("job_ids", expanding=True))
 @retry_on_deadlock
 def retry_later(db: Database, job_ids: Sequence[int], token: str, delay: float,
                 refund: bool = False) -> None:
-    """Give the lease up so that a later scan (any conductor) tries again after ``delay``.
+    """Give the lease up so that a later scan (any conductor) tries again after ``delay``
+    (0: due now).
 
     ``refund``: the claim was not a try (an outage was waited out, the database went
     away, the conductor is stopping), so it does not count against the attempt limit.
@@ -255,7 +256,7 @@ def retry_later(db: Database, job_ids: Sequence[int], token: str, delay: float,
     if not job_ids:
         return
     values = {"lease_owner": None,
-              "lease_expires_at": sql_now(db.backend, delay),
+              "lease_expires_at": sql_now(db.backend, delay) if delay > 0 else None,
               "updated_at": sql_now(db.backend)}
     if refund:
         values["attempts"] = case((jobs.c.attempts > 0, jobs.c.attempts - 1), else_=0)

@@ -6,15 +6,55 @@ with each programming mark. The token is taken in the claim's own transaction, s
 later claim always holds a larger token than every earlier one, and the agent refuses a
 token older than the newest it has seen (acceld.agent.fences; docs/architecture.md,
 "Fencing"). The increment is one UPDATE of a row the claim writes or locks anyway.
+
+Keys that come back. The agent keys a handle by its uuid, and an mdev handle's uuid is its
+slot's (uuid5): a handle removed (its host retired) and discovered again is the same key, so
+its token must go on from above every token the old row could have handed out, even to a
+claim that never reached the agent. A new handle row therefore starts at
+:func:`first_token`: the database's clock at the insert in milliseconds, shifted left by
+:data:`EPOCH_BITS` (a row would need over a million claims per millisecond of its life to
+reach the next row's start; the value fits BIGINT until the year 2248).
+
+A database restored from a backup holds tokens below what the agents accepted since: the
+agent refuses the next claim naming the lowest token it accepts. When a row's token is
+below that floor no newer claim exists in the database (a claim's token is written before
+its call), so the conductor raises the row to the floor (:func:`catch_up`) and sends again
+with a newer token (docs/upgrades.md, "Restoring a backup").
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Sequence
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, Table, select, update
 
+from acceld.db.clock import db_now
 from acceld.db.models import attach_handles, deployables
+
+EPOCH_BITS = 20  # claims a row may take per millisecond of its life before the next's start
+
+
+def first_token(conn: Connection) -> int:
+    """The token a new handle row starts from: above every token an earlier row of the same
+    uuid can have taken (see the module)."""
+    now = db_now(conn).replace(tzinfo=dt.timezone.utc)
+    return int(now.timestamp() * 1000) << EPOCH_BITS
+
+
+def catch_up(conn: Connection, table: Table, row_id: int, floor: int) -> int | None:
+    """Raise the row's token to ``floor``, the lowest its agent accepts, when it is below
+    (the database went back); the token it had, or None when it was not below (a newer
+    claim exists: the refusal stands) or when no row could ever have reached ``floor`` (an
+    agent naming a number beyond every token handed out so far is not believed: a node
+    cannot push a row's token to the column's end)."""
+    before = conn.execute(select(table.c.fence_token).where(
+        table.c.id == row_id).with_for_update()).scalar()
+    if before is None or before >= floor or floor > first_token(conn) + (1 << EPOCH_BITS):
+        return None
+    conn.execute(update(table).where(table.c.id == row_id, table.c.fence_token < floor).values(
+        fence_token=floor, updated_at=table.c.updated_at))
+    return int(before)
 
 
 def take_handle_tokens(conn: Connection, handle_ids: Sequence[int]) -> dict[int, int]:

@@ -266,11 +266,12 @@ def still_ours(db: Database, release_id: int, token: str, handle_id: int,
 
 @retry_on_deadlock
 def retry_later(db: Database, release_id: int, token: str, delay: float, error: str) -> None:
-    """Give the lease up; the release is due again after ``delay`` seconds."""
+    """Give the lease up; the release is due again after ``delay`` seconds (0: now)."""
     with db.write() as conn:
         conn.execute(update(handle_releases).where(
             handle_releases.c.id == release_id, handle_releases.c.lease_owner == token).values(
-            lease_owner=None, lease_expires_at=sql_now(db.backend, delay),
+            lease_owner=None,
+            lease_expires_at=sql_now(db.backend, delay) if delay > 0 else None,
             last_error=error[:4000], updated_at=sql_now(db.backend)))
 
 

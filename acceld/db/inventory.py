@@ -41,6 +41,7 @@ from sqlalchemy import (Connection, delete, false, insert, literal_column, selec
 
 from acceld.db import bulk
 from acceld.db import device_events as events
+from acceld.db import fences
 from acceld.db import handle_identity
 from acceld.db import placement_flags
 from acceld.db.placement_flags import provider_uuid as rp_uuid
@@ -211,6 +212,10 @@ def _insert_new_rows(conn: Connection, node: _Node) -> None:
     """The attributes and attach handles the diff added, one statement each for the node."""
     bulk.insert_rows(conn, attributes, node.new_attributes)
     _fresh_uuids_where_taken(conn, node.new_handles)
+    if node.new_handles:  # a handle discovered again goes on above its old row's tokens
+        first = fences.first_token(conn)
+        for row in node.new_handles:
+            row["fence_token"] = first
     bulk.insert_rows(conn, attach_handles, node.new_handles)
 
 

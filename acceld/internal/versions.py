@@ -50,15 +50,20 @@ def parse(value: str) -> Version:
     return int(major), int(minor)
 
 
+def offered(hello: dict[str, Any]) -> Version:
+    """The version ``hello`` speaks (Unsupported when malformed)."""
+    return parse(hello[FIELD]) if FIELD in hello else UNVERSIONED
+
+
 def agree(hello: dict[str, Any]) -> Version:
     """The version to answer ``hello`` in (Unsupported when none is shared)."""
-    offered = parse(hello[FIELD]) if FIELD in hello else UNVERSIONED
-    if offered[0] != CURRENT[0] or offered < OLDEST:
+    spoken = offered(hello)
+    if spoken[0] != CURRENT[0] or spoken < OLDEST:
         raise Unsupported(
-            f"Internal API {text(offered)} is not served here: this release serves "
+            f"Internal API {text(spoken)} is not served here: this release serves "
             f"{text(OLDEST)} to {text(CURRENT)} (upgrade through every release, "
             "controllers first).")
-    return min(offered, CURRENT)
+    return min(spoken, CURRENT)
 
 
 def answer(hello: dict[str, Any], agreed: Version, fields: dict[str, Any]) -> dict[str, Any]:

@@ -47,8 +47,9 @@ PAST = dt.timedelta(minutes=10)
 class FencedNode(Node):
     """A Node whose agent is built by the agent's own route factories (attach and program)."""
 
-    def __init__(self, tmp_path, db, handles: int = 1) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(tmp_path, db, handles=handles)
+    def __init__(self, tmp_path, db, handles: int = 1,  # type: ignore[no-untyped-def]
+                 attach_type: str = "MDEV") -> None:
+        super().__init__(tmp_path, db, attach_type=attach_type, handles=handles)
         images = tmp_path / "bitstreams"
         images.mkdir()
         (images / IMAGE).write_bytes(b"\x55\xaa bitstream" * 32)

@@ -214,3 +214,36 @@ def test_bind_timeout_holds_whatever_placement_does(db, tmp_path):
         assert "Placement" in (reason or "") and "bind_timeout" in (reason or "")
     finally:
         silent.stop()
+
+
+def test_a_worker_frozen_between_its_lease_read_and_the_send_sends_nothing(
+        db, tmp_path, recorder, monkeypatch):
+    """A is frozen right after it read its claim's lease (``bind_jobs.held``) and before its
+    bounded send: longer than the lease it read. Meanwhile B claims the job and tells Nova.
+    A's deadline counts from its read (a monotonic reading taken at the read), so A finds it
+    passed when it resumes and sends nothing: Nova hears the event once."""
+    conf = _nova_conf(tmp_path, recorder.url)
+    _, arq = _one_bind(conf, db)
+    a = BindWorker(conf, db)
+    b = BindWorker(conf, db)
+    frozen = [0.0]  # seconds A spent frozen, as the deadlines' monotonic clock sees them
+    real_clock = deadlines._clock
+    monkeypatch.setattr(deadlines, "_clock", lambda: real_clock() + frozen[0])
+    read: list[float] = []
+
+    def frozen_after_the_lease_read(lease_left: float) -> None:
+        a.on_lease_read = lambda left: None  # once
+        read.append(lease_left)
+        frozen[0] += lease_left + 5  # the freeze outlasts the lease A read
+        with db.write() as conn:  # what that much time does to A's lease
+            conn.execute(update(bind_jobs).values(
+                lease_expires_at=utcnow() - dt.timedelta(seconds=1)))
+        assert b.run_once() == 1
+        assert [e["tag"] for e in recorder.events()] == [arq]  # B sent it
+
+    a.on_lease_read = frozen_after_the_lease_read
+    a.run_once()
+    assert read and read[0] > 0, "A never read its lease before sending"
+    assert [e["tag"] for e in recorder.events()] == [arq], "A sent the event again"
+    assert binds.arq_state(db, arq)[0] == "Bound"
+    assert _jobs(db) == []

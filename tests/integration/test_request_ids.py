@@ -157,8 +157,12 @@ def test_one_global_request_id_from_the_bind_to_the_nova_event(placement, stack)
         line for line in _lines_with(lines, global_id)
         if "acceld.clients.nova" in line and "Nova took" in line])
     mine = _lines_with(lines, global_id)
-    assert any("acceld.conductor.binding.worker" in line and f"Bound ARQ {arq['uuid']}" in line
+    # (Bound after the agent fenced the programs of the deployable it programmed: the line
+    # of acceld.conductor.binding.attach, docs/architecture.md "Fencing".)
+    assert any("acceld.conductor.binding." in line and f"Bound ARQ {arq['uuid']}" in line
                for line in mine), "\n".join(mine)
+    assert any("acceld.internal.server" in line and "POST /deployables/fence answered 200"
+               in line for line in mine), "\n".join(mine)
     # The agent: the conductor's program call, made for this request.
     assert any("acceld.internal.server" in line and "POST /program answered 200" in line
                for line in mine), "\n".join(mine)

@@ -179,11 +179,100 @@ def test_a_prepare_raises_the_deployables_floor(tmp_path):
     assert programming.program({**program, "fence_token": 5})["image_id"] == image
 
 
-def test_calls_without_a_token_are_not_fenced(tmp_path):
-    """A conductor from before fencing (rolling upgrade): accepted, as before."""
+def test_calls_without_a_token_are_not_fenced_on_a_handle_never_fenced(tmp_path):
+    """A conductor from before fencing (rolling upgrade): accepted, as before, as long as
+    no call with a token reached this handle."""
+    node = Steps(tmp_path)
+    node.steps().run("prepare", node.body())
+    assert node.steps().run("release", node.body()) == {"released": True}
+
+
+def test_a_call_without_a_token_is_refused_on_a_handle_already_fenced(tmp_path):
+    """Issue 37 item 10: once a call with a token reached a handle, a token-less call for it
+    (a conductor from before fencing, stalled or not yet stopped) is refused before the
+    driver, even after the agent restarts: it cannot be ordered after the fenced claims."""
     node = Steps(tmp_path)
     node.steps().run("prepare", node.body(handle_uuid=HANDLE, fence_token=9))
-    assert node.steps().run("release", node.body()) == {"released": True}
+    done = len(node.log())
+    with pytest.raises(AttachFailed) as refused:
+        node.steps().run("release", node.body())
+    assert refused.value.status == 409 and refused.value.message.startswith("Fenced:")
+    assert "without a fencing token" in refused.value.message
+    assert len(node.log()) == done and node.fake.attach_state()["prepared"]  # untouched
+
+
+def test_a_program_without_a_token_is_refused_on_a_fenced_deployable(tmp_path):
+    node = Steps(tmp_path)
+    bitstreams = tmp_path / "bitstreams"
+    bitstreams.mkdir()
+    image = str(uuid.uuid4())
+    (bitstreams / image).write_bytes(b"bits" * 16)
+    node.conf.set_override("bitstream_dir", str(bitstreams), group="agent")
+    programming = Programming(node.conf, {"fake": node.fake}.get,
+                              fences=FenceStore(node.directory))
+    program = {"driver_name": "fake", "deployable_name": "FakeDevice", "image_id": image}
+    assert programming.program(program)["image_id"] == image  # never fenced: as before
+    programming.program({**program, "deployable_uuid": DEPLOYABLE, "fence_token": 3})
+    written = node.fake.programmed("FakeDevice")
+    with pytest.raises(ProgramFailed) as refused:
+        Programming(node.conf, {"fake": node.fake}.get,
+                    fences=FenceStore(node.directory)).program(program)
+    assert refused.value.status == 409 and refused.value.message.startswith("Fenced:")
+    assert node.fake.programmed("FakeDevice") == written
+
+
+def test_a_prepare_fences_token_less_programs_of_its_deployable(tmp_path):
+    node = Steps(tmp_path)
+    bitstreams = tmp_path / "bitstreams"
+    bitstreams.mkdir()
+    image = str(uuid.uuid4())
+    (bitstreams / image).write_bytes(b"bits" * 16)
+    node.conf.set_override("bitstream_dir", str(bitstreams), group="agent")
+    node.steps().run("prepare", node.body(handle_uuid=HANDLE, fence_token=1,
+                                          deployable_uuid=DEPLOYABLE, deployable_fence=0))
+    with pytest.raises(ProgramFailed) as refused:
+        Programming(node.conf, {"fake": node.fake}.get, fences=FenceStore(
+            node.directory)).program({"driver_name": "fake", "deployable_name": "FakeDevice",
+                                      "image_id": image})
+    assert refused.value.status == 409 and node.fake.programmed("FakeDevice") == {}
+
+
+def test_a_conductor_that_took_an_agent_for_old_resends_with_tokens_when_fenced(caplog):
+    """The skew memory is stale (the agent was upgraded): the agent refuses the token-less
+    call for a fenced key; the conductor forgets the host and sends the call with its tokens
+    at once."""
+    memory = fencing.SkewMemory()
+    memory.remember("node-a")
+    sent: list[dict] = []
+
+    def upgraded(body):  # type: ignore[no-untyped-def]
+        sent.append(body)
+        if "fence_token" not in body:
+            raise AgentCallError(409, "Fenced: The release of attach handle x was sent "
+                                      "without a fencing token.")
+        return {"released": True}
+
+    fence = {"handle_uuid": HANDLE, "fence_token": 2}
+    assert fencing.post_fenced(upgraded, "node-a", {"driver_name": "fake"}, fence,
+                               memory) == {"released": True}
+    assert sent == [{"driver_name": "fake"}, {"driver_name": "fake", **fence}]
+    assert not memory.old("node-a")
+
+
+def test_a_hello_of_an_agent_that_fences_ends_the_skew_memory():
+    """Issue 37 item 10: a conductor that met a pre-fencing agent re-probes at the next
+    hello that speaks a version from fencing on (1.1), or another version than before (an
+    upgraded or restarted agent), instead of calling that host token-less for 600 s."""
+    memory = fencing.SkewMemory()
+    memory.heard("node-old", (1, 0))
+    memory.remember("node-old")
+    memory.heard("node-old", (1, 0))  # the same old agent's heartbeat: still old
+    assert memory.old("node-old")
+    memory.heard("node-old", (1, 1))
+    assert not memory.old("node-old")
+    memory.remember("node-b")
+    memory.heard("node-b", (1, 0))  # first hello heard from it since: a version change
+    assert not memory.old("node-b")
 
 
 @pytest.mark.parametrize("fence, words", [
@@ -243,3 +332,46 @@ def test_the_skew_memory_forgets_after_a_while():
     assert memory.old("node-old")
     now[0] = fencing.SKEW_MEMORY + 1
     assert not memory.old("node-old")  # tried with tokens again (the agent may be upgraded)
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"driver_name": "fake", "deployable_name": "FakeDevice", "deployable_uuid": DEPLOYABLE},
+     "are required"),
+    ({"driver_name": "fake", "deployable_name": "FakeDevice", "deployable_uuid": "x",
+      "deployable_fence": 1}, "are required"),
+    ({"driver_name": "", "deployable_name": "FakeDevice", "deployable_uuid": DEPLOYABLE,
+      "deployable_fence": 1}, "are required"),
+    ({"driver_name": "fake", "deployable_name": "FakeDevice", "deployable_uuid": DEPLOYABLE,
+      "deployable_fence": 1, "extra": 1}, "Unknown keys: extra"),
+    ([], "JSON object"),
+])
+def test_a_malformed_fence_is_400_and_fences_nothing(tmp_path, body, words):
+    node = Steps(tmp_path)
+    programming = Programming(node.conf, {"fake": node.fake}.get,
+                              fences=FenceStore(node.directory))
+    with pytest.raises(ProgramFailed) as refused:
+        programming.fence(body)
+    assert refused.value.status == 400 and words in refused.value.message
+    assert not os.path.exists(node.directory) or os.listdir(node.directory) == []
+
+
+def test_a_fence_refuses_the_programs_up_to_the_binds_token(tmp_path):
+    node = Steps(tmp_path)
+    bitstreams = tmp_path / "bitstreams"
+    bitstreams.mkdir()
+    image = str(uuid.uuid4())
+    (bitstreams / image).write_bytes(b"bits" * 16)
+    node.conf.set_override("bitstream_dir", str(bitstreams), group="agent")
+    programming = Programming(node.conf, {"fake": node.fake}.get,
+                              fences=FenceStore(node.directory))
+    assert programming.fence({"driver_name": "fake", "deployable_name": "FakeDevice",
+                              "deployable_uuid": DEPLOYABLE, "deployable_fence": 4}) == {
+        "fenced": True}
+    program = {"driver_name": "fake", "deployable_name": "FakeDevice", "image_id": image,
+               "deployable_uuid": DEPLOYABLE}
+    with pytest.raises(ProgramFailed) as refused:
+        programming.program({**program, "fence_token": 4})
+    assert refused.value.status == 409 and node.fake.programmed("FakeDevice") == {}
+    with pytest.raises(ProgramFailed):  # nor without a token, now that it is fenced
+        programming.program({k: v for k, v in program.items() if k != "deployable_uuid"})
+    assert programming.program({**program, "fence_token": 5})["image_id"] == image

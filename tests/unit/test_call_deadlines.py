@@ -80,6 +80,17 @@ def test_an_attempt_after_the_end_is_not_sent(peer):
     assert not peer.accepted.is_set()
 
 
+def test_a_bound_counted_from_an_earlier_reading_sends_nothing_once_passed(peer):
+    """``since``: the seconds count from a reading taken before the block (a lease read):
+    a thread that spent them between the reading and the block sends nothing."""
+    session = deadlines.watch(requests.Session())
+    read_at = deadlines.now() - 5.0  # the lease was read 5 s ago, with 3 s left
+    with pytest.raises(deadlines.DeadlinePassed):
+        with deadlines.bounded(3.0, "the lease", since=read_at):
+            session.get(peer.url, timeout=5)
+    assert not peer.accepted.is_set()
+
+
 def test_overdue_names_a_thread_stuck_past_its_end():
     inside, release = threading.Event(), threading.Event()
 

@@ -157,3 +157,23 @@ def test_a_hello_refused_by_a_1_0_conductor_goes_again_without_the_field(
     fresh = HelloLoop(node_client(conf, conductor.server.url), 3600, lambda: dict(hello),
                       "conductor test")
     assert fresh.once() and fresh.speaker.agreed == versions.CURRENT
+
+
+def test_a_hello_of_this_release_ends_the_conductors_token_less_spell(cloud) -> None:
+    """Issue 37 item 10: the conductor called node1 token-less (its agent had refused the
+    fencing fields); the upgraded agent's next hello, speaking 1.1, makes the next call to
+    node1 carry its tokens again, not 600 s later."""
+    from acceld.conductor import fencing
+
+    conf, db, conductor, servers = cloud
+    hello = {**recorded("agent_hello.json"), "endpoint": old_agent(conf, servers)}
+    node = node_client(conf, conductor.server.url)
+    node.call("POST", "/hello", hello)  # the agent of the previous release
+    fencing.SKEW.remember("node1")
+    try:
+        node.call("POST", "/hello", hello)  # its heartbeat: still the old agent
+        assert fencing.SKEW.old("node1")
+        node.call("POST", "/hello", {**hello, "api_version": "1.1"})  # upgraded
+        assert not fencing.SKEW.old("node1")
+    finally:
+        fencing.SKEW.forget("node1")

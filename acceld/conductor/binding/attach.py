@@ -30,14 +30,22 @@ its bind was unbound, deleted or failed is followed by a release
 have run on the host before the prepare did.
 
 Fencing. The bind transaction (1) takes the handle's next fencing token and reads the
-deployable's (acceld.db.fences); the prepare carries both. Right before the call (2) the
+deployable's (acceld.db.fences); the prepare carries both. A handle with no host step (PCI)
+of a deployable that a program ever marked takes the same two transactions, the call (2)
+being ``POST /deployables/fence`` with the deployable's token: the agent then refuses every
+program the bind saw as ended or lapsed, checked right before the device write, so a stale
+program never writes the device under the Bound ARQ (acceld.agent.programming). A
+deployable no program ever marked (token 0) has no stale program: bound in one transaction. Right before the call (2) the
 claim is checked again (the job is still this claim's and its lease has not run out, the ARQ
 still holds the handle, no newer token on it); otherwise nothing is sent. The agent refuses
 a token older than one a later claim sent (a release that overtook this stalled prepare, a
 later try of the same bind), so a conductor that stalls past its job's lease does not
 recreate an mdev that was released meanwhile; and it refuses, from then on, a program of the
 deployable whose mark the bind saw lapsed (acceld.agent.fences). A fenced or skipped prepare
-did nothing on the host: the bind is left to the claim that overtook it.
+did nothing on the host: the bind is left to the claim that overtook it, unless the refusal
+shows the database behind the agent (restored from a backup): then the handle's token is
+raised to the agent's floor and the bind is tried again at once, without using an attempt
+(acceld.conductor.fencing.caught_up).
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from sqlalchemy import Connection, Row, select, true, update
 from acceld.conductor.binding import target as bind_target
 from acceld.conductor.binding.attach_client import (AttachClient, AttachError, fence_fields,
                                                   request_body)
+from acceld.conductor.fencing import caught_up
 from acceld.conductor.programming import local_name
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs as bind_jobs_db
@@ -83,6 +92,12 @@ class Ticket:
     #: The handle's fencing token this try took, and the job's lease owner then (the claim).
     fence_token: int | None = None
     job_token: str | None = None
+    #: PREPARE the handle, or only FENCE its deployable (a handle with no host step).
+    step: str = "prepare"
+
+
+PREPARE = "prepare"
+FENCE = "fence"
 
 
 def held_handle(conn: Connection, handle_id: int) -> Row | None:
@@ -96,36 +111,50 @@ def needs_step(handle: Row) -> bool:
     return needs_attach_step(handle.attach_type, orjson.loads(handle.attach_info))
 
 
-def hold(conn: Connection, arq: Any, target: Any, job_id: int) -> Ticket:
-    """Inside the bind transaction: the ARQ keeps the handle while it stays BindStarted, and
-    the job goes back to pending (``lock_owned`` moved it to notify) so that a crash before
-    the prepare finished leaves it to be retried."""
+def hold(conn: Connection, arq: Any, target: Any, job_id: int) -> Ticket | None:
+    """Inside the bind transaction, when the host must act before the ARQ is Bound: the ARQ
+    keeps the handle while it stays BindStarted, and the job goes back to pending
+    (``lock_owned`` moved it to notify) so that a crash before the call finished leaves it to
+    be retried. The host acts for a handle with a host step (PREPARE), and for any other
+    handle of a deployable that a program ever marked (FENCE: its token *m* read under the
+    bind's shared lock, so that the agent refuses every program up to *m* before the ARQ is
+    Bound). None: neither; the caller binds at once."""
     handle, dep = target.handle, target.deployable
+    owned = conn.execute(select(deployables.c.driver_name, deployables.c.uuid,
+                                deployables.c.fence_token).where(
+        deployables.c.id == dep.id)).one()
+    step = PREPARE if needs_step(handle) else FENCE if owned.fence_token > 0 else None
+    if step is None:
+        return None
     fresh = arq.attach_handle_id != handle.id  # not held from an interrupted earlier try
     conn.execute(update(arqs).where(arqs.c.id == arq.id).values(
         attach_handle_id=handle.id, deployable_id=dep.id, updated_at=utcnow()))
     conn.execute(update(bind_jobs).where(bind_jobs.c.id == job_id).values(
         phase="pending", updated_at=utcnow()))
-    owned = conn.execute(select(deployables.c.driver_name, deployables.c.uuid,
-                                deployables.c.fence_token).where(
-        deployables.c.id == dep.id)).one()
     token = fences.take_handle_tokens(conn, [handle.id])[handle.id]
     job_token = conn.execute(select(bind_jobs.c.lease_owner).where(
         bind_jobs.c.id == job_id)).scalar()
     name = local_name(dep.name, dep.hostname)
-    body = {**request_body(owned.driver_name, name, handle.attach_type, handle.attach_info),
-            **fence_fields(handle.uuid, token, owned.uuid, owned.fence_token)}
+    if step == PREPARE:
+        body = {**request_body(owned.driver_name, name, handle.attach_type,
+                               handle.attach_info),
+                **fence_fields(handle.uuid, token, owned.uuid, owned.fence_token)}
+    else:
+        body = {"driver_name": owned.driver_name or "", "deployable_name": name,
+                "deployable_uuid": owned.uuid, "deployable_fence": owned.fence_token}
     return Ticket(arq_id=arq.id, arq_uuid=arq.uuid, instance_uuid=arq.instance_uuid,
                   job_id=job_id, handle_id=handle.id, handle_uuid=handle.uuid,
                   hostname=dep.hostname, deployable_name=dep.name, body=body, fresh=fresh,
-                  fence_token=token, job_token=job_token)
+                  fence_token=token, job_token=job_token, step=step)
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """What the agent said: ``error`` None when the handle is ready."""
+    """What the agent said: ``error`` None when the handle is ready. ``again``: refused only
+    because the database was behind the agent, now caught up: try the bind again at once."""
 
     error: AttachError | None = None
+    again: bool = False
 
 
 def still_ours(db: Database, ticket: Ticket) -> bool:
@@ -158,10 +187,17 @@ def prepare(client: AttachClient, ticket: Ticket) -> Prepared:
         return Prepared(AttachError(409, "the bind's claim lapsed before the prepare was "
                                          "sent", fenced=True))
     try:
-        client.prepare(ticket.hostname, ticket.body)
+        if ticket.step == FENCE:
+            client.fence(ticket.hostname, ticket.body)
+        else:
+            client.prepare(ticket.hostname, ticket.body)
     except AttachError as exc:
         if exc.status == 503:
             raise
+        if exc.fenced and db is not None and caught_up(
+                db, attach_handles, ticket.handle_id, exc.message,
+                f"attach handle {ticket.handle_uuid}", ticket.hostname):
+            return Prepared(exc, again=True)
         if exc.fenced:
             LOG.warning("Prepare of attach handle %s for ARQ %s on %s refused by its agent "
                         "(fenced; left to the newer claim): %s", ticket.handle_uuid,
@@ -184,7 +220,8 @@ def settle(db: Database, ticket: Ticket, job_id: int, token: str,
                 or (error is not None and error.fenced)  # a newer claim has it: not ours
                 or not bind_jobs_db.lock_owned(conn, job_id, token))
         if lost:
-            if error is None or error.unknown:
+            # A fence leaves nothing on the host to undo; a prepare may have.
+            if ticket.step == PREPARE and (error is None or error.unknown):
                 outcome = handle_releases.reclaim(conn, ticket.handle_id)
                 if outcome in ("queued", "rearmed"):
                     LOG.warning("Attach handle %s of %s on %s was prepared after ARQ %s let "
@@ -209,11 +246,14 @@ def settle(db: Database, ticket: Ticket, job_id: int, token: str,
             arq_db.transition(conn, [arq.id], arq_db.BOUND, bind_failure_reason=None)
             claims.record_claimed(conn, arq, ticket.handle_id)
             LOG.info("Bound ARQ %s (instance %s) to handle %s of deployable %s on %s, "
-                     "prepared on the host", arq.uuid, arq.instance_uuid, ticket.handle_uuid,
-                     ticket.deployable_name, ticket.hostname)
+                     "%s on the host", arq.uuid, arq.instance_uuid, ticket.handle_uuid,
+                     ticket.deployable_name, ticket.hostname,
+                     "prepared" if ticket.step == PREPARE else "its programs fenced")
             return True
-        reason = (f"preparing attach handle {ticket.handle_uuid} of deployable "
-                  f"{ticket.deployable_name} on {ticket.hostname} failed: {error.message}")
+        doing = (f"preparing attach handle {ticket.handle_uuid}" if ticket.step == PREPARE
+                 else "fencing the programs")
+        reason = (f"{doing} of deployable {ticket.deployable_name} on {ticket.hostname} "
+                  f"failed: {error.message}")
         if ticket.fresh and not error.unknown:
             handle_releases.free_now(conn, [ticket.handle_id])  # the host holds nothing
         else:

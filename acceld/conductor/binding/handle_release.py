@@ -15,7 +15,10 @@ is sent with it; right before the call the worker checks that the claim is still
 (lease not run out, no newer token on the handle) and otherwise does not call. A conductor
 that stalls after that check (GC pause, SIGSTOP) while another released the handle and a new
 bind prepared it again is refused by the agent, which has seen the newer tokens (409,
-acceld.agent.fences): the worker then does nothing for that row and logs it once.
+acceld.agent.fences): the worker then does nothing for that row and logs it once. A
+refusal that shows the database behind the agent (restored from a backup) raises the
+handle's token to the agent's floor and makes the row due again at once
+(acceld.conductor.fencing.caught_up).
 
 Orphans. Each agent reports, at start and every ``[agent] discovery_interval``,
 the host-step resources acceld made on its node that exist now
@@ -37,11 +40,13 @@ from oslo_config import cfg
 
 from acceld.conductor.binding.attach_client import (AttachClient, AttachError, fence_fields,
                                                   request_body)
+from acceld.conductor.fencing import caught_up
 from acceld.conductor.fleet.membership import EVERYTHING, Ownership
 from acceld.conductor.programming import local_name
 from acceld.conductor.service import PeriodicTask
 from acceld.db import handle_releases
 from acceld.db.engine import Database
+from acceld.db.models import attach_handles
 from acceld.drivers.base import ATTACH_TYPES
 from acceld.internal.server import caller_node, json_body, respond
 from acceld.jsonschemas import strict_validator
@@ -103,6 +108,13 @@ class ReleaseWorker:
             try:
                 self.client.release(row.hostname, body)
             except AttachError as exc:
+                if exc.fenced and caught_up(self.db, attach_handles, row.attach_handle_id,
+                                            exc.message, f"attach handle {row.handle_uuid}",
+                                            row.hostname):
+                    # The database was behind the agent (a restore): due again now, under a
+                    # newer token than the agent's floor.
+                    handle_releases.retry_later(self.db, row.id, token, 0.0, exc.message)
+                    continue
                 if exc.fenced:
                     # A newer claim acted on the handle: nothing was done here, nothing to
                     # free or retry (the lease, if still ours, lapses and the row is retaken

@@ -126,6 +126,8 @@ class BindWorker:
         self._stuck: set[str] = set()  # tokens no longer renewed (logged once each)
         # Tests: called with the job ids once _notify has read its jobs, before Nova.
         self.on_notify_read: Callable[[list[int]], None] = lambda job_ids: None
+        # Tests: called with the lease left, right after _still_ours read it, before Nova.
+        self.on_lease_read: Callable[[float], None] = lambda lease_left: None
 
     def _token(self) -> str:
         return f"{self.owner}-{uuid.uuid4().hex[:16]}"[:64]
@@ -402,8 +404,9 @@ class BindWorker:
             outcome = _Outcome(arq_db.BIND_FAILED, refused.reason[:REASON_LENGTH])
         else:
             self._agent_back(job, target)
-            if bind_attach.needs_step(target.handle):
-                return bind_attach.hold(conn, arq, target, job.id)
+            ticket = bind_attach.hold(conn, arq, target, job.id)
+            if ticket is not None:  # the host acts first (a prepare, or a fence)
+                return ticket
             moved = arq_db.transition(conn, [arq.id], arq_db.BOUND,
                                       attach_handle_id=target.handle.id,
                                       deployable_id=target.deployable.id,
@@ -451,6 +454,9 @@ class BindWorker:
                 503, bind_outages.reason(outage, self.conf.conductor.bind_timeout)))
         else:
             self.outages.up(what, LOG)
+        if prepared.again:  # the database was behind the agent, caught up: a new token now
+            bind_jobs.retry_later(self.db, [job.id], token, 0.0, refund=True)
+            return False
         # Bound or BindFailed, never leaving a host step behind (bind_attach.settle).
         if not bind_attach.settle(self.db, ticket, job.id, token, prepared.error):
             raise _JobLost  # unbound or deleted meanwhile: the handle went to the queue
@@ -490,11 +496,14 @@ class BindWorker:
         job_of = {event.arq_uuid: row.id for row, event in events}
         lost: set[int] = set()  # claims that lapsed: their events are another's to send
         for global_request_id, batch in by_request.items():
+            read_at = deadlines.now()  # the lease's clock starts at its read, not the send
             batch, lease_left = self._still_ours(batch, job_of, token, lost)
             if not batch:
                 continue
+            self.on_lease_read(lease_left)
             with request_ids.bound(global_request_id), \
-                    deadlines.bounded(lease_left - LEASE_MARGIN, "the bind jobs' lease"):
+                    deadlines.bounded(lease_left - LEASE_MARGIN, "the bind jobs' lease",
+                                      since=read_at):
                 outcomes.update(metrics.nova_events(self.notifier.send(batch)))
         done = list(silent)
         again: list[int] = []
@@ -520,8 +529,10 @@ class BindWorker:
                     lost: set[int]) -> tuple[list[nova.Event], float]:
         """The events of ``batch`` whose jobs this claim still holds, by the database, right
         before Nova is called (the others go into ``lost``), and the seconds the claim has
-        left, which bound the call (a worker frozen after this check
-        finds its deadline passed when it resumes, and sends nothing).
+        left, which bound the call counted from a monotonic reading taken before this read
+        (a worker frozen anywhere after it, before or inside the bounded block, finds its
+        deadline passed when it resumes: the watched session refuses to start a request
+        past it, and nothing is sent).
 
         The fence for a stalled conductor: one whose lease lapsed while it was frozen
         (SIGSTOP, a pause) does not send an event that the conductor which claimed the job

@@ -1,0 +1,158 @@
+"""A stale program does not rewrite a PCI-handle FPGA under a Bound ARQ (issue 37 item 8),
+on SQLite, PostgreSQL and MariaDB.
+
+A bind of a PCI handle has no host step, so before this the agent never heard of it and a
+program whose mark lapsed was written as soon as it reached the agent. Now:
+
+* a bind of a handle of a deployable that any program ever marked (its token above 0) tells
+  the agent, before the ARQ is Bound, the deployable's token as the bind read it
+  (``POST /deployables/fence``): from then on the agent refuses every program up to it;
+* the agent checks a program's token under the deployable's fence lock right before the
+  driver writes, and holds that lock around the write; a bind's fence (and an mdev
+  prepare's) takes the same lock. A program that stalls anywhere before the write (at the
+  conductor after its last check, or in the agent while it fetches the image) is refused
+  once a bind fenced the deployable; one already writing ends before the bind goes on.
+
+The agent is the production one (FencedNode), over the fake driver's PCI handles.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import types
+import uuid
+
+import pytest
+from sqlalchemy import update
+
+from acceld.agent import attach as agent_attach
+from acceld.agent import images
+from acceld.agent import programming as agent_programming
+from acceld.conductor.binding import attach_client
+from acceld.conductor.programming import Programmer, ProgramError
+from acceld.db.models import agents
+from acceld.internal.auth import agent_destination
+from acceld.internal.server import InternalServer, build_app as internal_app
+from tests.db.test_fencing import IMAGE, FencedNode, _dep_uuid, lapse_marks
+from tests.unit.test_attach_handles import HOST, SECRET
+
+
+OTHER = str(uuid.uuid4())  # the stale program's image: a write would change the digest
+
+
+@pytest.fixture
+def node(tmp_path, db):
+    built = FencedNode(tmp_path, db, attach_type="TEST_PCI")
+    (tmp_path / "bitstreams" / OTHER).write_bytes(b"\xaa\x55 another" * 32)
+    built.start_agent()
+    yield built
+    built.stop_agent()
+
+
+def test_a_program_stalled_after_its_last_check_is_refused_after_a_pci_bind(node, monkeypatch):
+    """A checked its mark and stalls before its call reaches the agent; the mark lapses and
+    a bind of a PCI handle goes Bound; A's program arrives: refused, nothing written."""
+    programmer = Programmer(node.conf, node.db, SECRET)
+    assert programmer.program(_dep_uuid(node), "bitstream", image_id=IMAGE) == IMAGE
+    written = node.fake.programmed("FakeDevice")
+    real_call = Programmer._call_agent
+    later: dict[str, str] = {}
+
+    def stall_then_resume(self, url, hostname, request, path="/program"):  # type: ignore[no-untyped-def]
+        if path == "/program" and "arq" not in later:
+            lapse_marks(node)
+            later["arq"] = node.bind()
+            assert node.arq(later["arq"])["state"] == "Bound"
+        return real_call(self, url, hostname, request, path)
+
+    monkeypatch.setattr(Programmer, "_call_agent", stall_then_resume)
+    with pytest.raises(ProgramError) as refused:
+        programmer.program(_dep_uuid(node), "bitstream", image_id=OTHER)
+    assert refused.value.status == 409 and refused.value.message.startswith("Fenced:")
+    assert node.fake.programmed("FakeDevice") == written  # not written again
+    assert node.arq(later["arq"])["state"] == "Bound"
+
+
+def test_a_program_stalled_in_the_agent_before_the_write_is_refused(node, monkeypatch):
+    """The agent admitted A's program and stalls while it fetches the image; meanwhile the
+    mark lapses and a PCI bind goes Bound. A's token is checked again right before the
+    write, under the lock the bind's fence took: refused, nothing written."""
+    programmer = Programmer(node.conf, node.db, SECRET)
+    assert programmer.program(_dep_uuid(node), "bitstream", image_id=IMAGE) == IMAGE
+    written = node.fake.programmed("FakeDevice")
+    fetching, resume = threading.Event(), threading.Event()
+    real_open = images.DirectorySource.open
+
+    def stalled_open(self, image_id):  # type: ignore[no-untyped-def]
+        fetching.set()
+        assert resume.wait(60)
+        return real_open(self, image_id)
+
+    monkeypatch.setattr(images.DirectorySource, "open", stalled_open)
+    outcome: list[BaseException | str] = []
+
+    def program() -> None:
+        try:
+            outcome.append(programmer.program(_dep_uuid(node), "bitstream", image_id=OTHER))
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=program, daemon=True)
+    thread.start()
+    try:
+        assert fetching.wait(30), "the program never reached the agent"
+        lapse_marks(node)
+        arq = node.bind()
+        assert node.arq(arq)["state"] == "Bound"
+    finally:
+        resume.set()
+        thread.join(60)
+    [result] = outcome
+    assert isinstance(result, ProgramError) and result.status == 409, result
+    assert result.message.startswith("Fenced:")
+    assert node.fake.programmed("FakeDevice") == written
+    assert node.arq(arq)["state"] == "Bound"
+
+
+def test_binds_of_a_never_programmed_deployable_do_not_call_the_agent(node, monkeypatch):
+    """No program ever marked it (token 0): no program can be stale, the bind stays one
+    transaction with no agent call."""
+    node.stop_agent()  # any call would fail
+    arq = node.bind()
+    assert node.arq(arq)["state"] == "Bound"
+
+
+def test_a_pci_bind_after_programs_is_bound_and_unbinds_as_before(node):
+    programmer = Programmer(node.conf, node.db, SECRET)
+    assert programmer.program(_dep_uuid(node), "bitstream", image_id=IMAGE) == IMAGE
+    arq = node.bind()
+    assert node.arq(arq)["state"] == "Bound" and len(node.in_use()) == 1
+    node.unbind(arq)
+    assert node.in_use() == [] and node.queue() == []  # a PCI handle: freed at once
+    assert programmer.program(_dep_uuid(node), "bitstream", image_id=IMAGE) == IMAGE
+
+
+def test_an_agent_from_before_the_fence_route_still_binds(node, caplog):
+    """Version skew: the agent answers 404 for ``POST /deployables/fence``; the bind goes on
+    unfenced there, as before, with one WARNING for the host."""
+    assert Programmer(node.conf, node.db, SECRET).program(
+        _dep_uuid(node), "bitstream", image_id=IMAGE) == IMAGE
+    node.stop_agent()
+    shell = types.SimpleNamespace(conf=node.conf, hostname=HOST,
+                                  find_driver={"fake": node.fake}.get,
+                                  discover_in_background=lambda: None)
+    routes = {**agent_attach.agent_routes(shell), **agent_programming.agent_routes(shell)}
+    del routes["/deployables/fence"]
+    node.agent = InternalServer(internal_app(SECRET, 60, routes,
+                                             destination=agent_destination(HOST)),
+                                "127.0.0.1", 0).start()
+    with node.db.write() as conn:
+        conn.execute(update(agents).where(agents.c.hostname == HOST).values(
+            endpoint=node.agent.url[len("http://"):]))
+    attach_client.SKEW.forget(HOST)  # what another test's agent taught this process
+    with caplog.at_level(logging.WARNING):
+        arq = node.bind()
+        assert node.arq(arq)["state"] == "Bound"
+    attach_client.SKEW.forget(HOST)
+    assert len([r for r in caplog.records if "/deployables/fence" in r.getMessage()]) == 1
