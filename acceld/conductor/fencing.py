@@ -14,7 +14,8 @@ anything. The call is then sent once more without them (unfenced, as before this
 one WARNING per host says so, and that host's calls go unfenced until the agent is seen to
 have changed: the host's next hello that speaks internal API 1.1 or later (every agent since
 1.1 fences) or another version than its last hello (an agent restarted into another release)
-ends the spell at once (:meth:`SkewMemory.heard`, from acceld.conductor.fleet.agents), and
+ends the spell at once (:meth:`SkewMemory.heard`, told by acceld.conductor.fleet.agents
+through :func:`acceld.internal.versions.heard`, which fleet may import), and
 :data:`SKEW_MEMORY` seconds bound it in any case. An agent that fences answers a token-less
 call for a key it has fenced with a fenced 409 before doing anything (acceld.agent.fences):
 the conductor then forgets the host and sends the call again with its tokens.
@@ -33,6 +34,7 @@ from acceld.agent.fences import FENCED, floor_in
 from acceld.clients.agent import AgentCallError
 from acceld.db import fences
 from acceld.db.engine import Database
+from acceld.internal import versions
 from acceld.internal.versions import Version
 
 LOG = logging.getLogger(__name__)
@@ -107,6 +109,7 @@ class SkewMemory:
 
 
 SKEW = SkewMemory()
+versions.on_hello(SKEW.heard)
 
 
 def post_fenced(post: Callable[[dict[str, Any]], Any], hostname: str, body: dict[str, Any],

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any
+from typing import Any, Callable
 
 LOG = logging.getLogger(__name__)
 
@@ -33,6 +33,23 @@ _FORM = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
 # How long a client keeps leaving the field out for a server that refused it (then it
 # tries again: the server may have been upgraded meanwhile).
 LEGACY_FOR = 600.0
+
+
+# Who wants to know the version each host's hello speaks (the conductor's fencing, whose
+# token-less spell for an old agent ends when it is upgraded): registered by them, so the
+# hello's handler (acceld.conductor.fleet) need not import what listens.
+_HELLO_LISTENERS: list[Callable[[str, "Version"], None]] = []
+
+
+def on_hello(listener: Callable[[str, Version], None]) -> None:
+    """Call ``listener(hostname, version)`` for each hello a conductor accepts."""
+    _HELLO_LISTENERS.append(listener)
+
+
+def heard(hostname: str, version: Version) -> None:
+    """A hello of ``hostname`` speaking ``version`` was accepted: tell the listeners."""
+    for listener in _HELLO_LISTENERS:
+        listener(hostname, version)
 
 
 class Unsupported(ValueError):

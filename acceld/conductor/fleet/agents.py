@@ -43,7 +43,6 @@ from acceld import fastcheck
 from acceld.db import node_keys
 from acceld.clients.internal import internal_url
 from acceld import quarantine
-from acceld.conductor import fencing
 from acceld.conductor.fleet import endpoints
 from acceld.conductor.fleet.membership import EVERYTHING, Ownership, dead_after
 from acceld.conductor.fleet.liveness import Liveness
@@ -161,8 +160,9 @@ class AgentsComponent:
             raise falcon.HTTPBadRequest(description=str(exc)) from None
         endpoint = body["endpoint"]
         hostname = self._speaker(req, body.get("hostname"))
-        # An agent upgraded past fencing gets tokens again now (acceld.conductor.fencing).
-        fencing.SKEW.heard(hostname, versions.offered(body))
+        # An agent upgraded past fencing gets tokens again now (acceld.conductor.fencing
+        # listens).
+        versions.heard(hostname, versions.offered(body))
         interval = body.get("heartbeat_interval", self.conf.agent.heartbeat_interval)
         digest = body.get("hardware_digest")
         discovery = body.get("discovery")
