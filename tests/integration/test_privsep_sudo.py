@@ -18,7 +18,9 @@ root owns, naming a fixture sysfs tree). Needs root (useradd, /etc/sudoers.d) an
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
+import marshal  # noqa: F401 (the child, as the user, compiles bytecode: loaded here)
 import os
 import pwd
 import re
@@ -506,3 +508,117 @@ def test_the_agent_starts_each_daemon_through_sudo(shipped: Setup) -> None:
         ["--bus", "0x3b", "--device", "0x00", "--function", "0x0",
          str(shipped.base / "images" / "x.gbs")]]
     assert answers["acceld.privileged.nvml"].startswith("NVML: "), answers
+
+
+# --- what a caller holding a daemon's socket can make root do ---------------------------
+#
+# The acceld user starts a daemon for a socket of its own (the privsep client's start, as
+# the agent does it) and then sends whatever it likes: oslo.privsep's daemon imports the
+# module a call names before asking whether the function is an entry point, and it runs
+# with umask 0 (Daemon.run), so that root's imports create world-writable ``__pycache__``
+# directories and a vendor tool creates files anyone may rewrite.
+
+
+def _probe_module(setup: Setup) -> tuple[str, Path]:
+    """A root-owned module on the helper's path (the launcher's directory, as any module
+    of the installation that nothing compiled yet): its import leaves a marker."""
+    name = f"acceldprobe_{secrets.token_hex(4)}"
+    marker = setup.base / f"{name}.imported"
+    source = setup.base / "bin" / f"{name}.py"
+    source.write_text("import os\n"
+                      f"open({str(marker)!r}, 'w').write(str(os.geteuid()))\n"
+                      "def f():\n    return 'root'\n")
+    source.chmod(0o644)
+    return name, marker
+
+
+def _start(context, setup: Setup) -> None:  # type: ignore[no-untyped-def]
+    from oslo_config import cfg
+
+    rule = setup.rule(context.pypath)
+    cfg.CONF.set_override("helper_command", " ".join(["sudo", "-n", rule.command,
+                                                      *rule.prefix]),
+                          group=context.cfg_section)
+    context.set_client_mode(True)
+    context.start()
+
+
+def _call_probe(setup: Setup, probe: str) -> dict[str, str]:
+    """As the user: the sysfs daemon asked for ``<probe>.f``; then, when the import left
+    a cache directory the user may write, the user's own bytecode planted there for the
+    probe and a fresh daemon asked again (root then runs the user's code)."""
+    context = privileged.sysfs
+    out: dict[str, str] = {}
+    _start(context, setup)
+    try:
+        try:
+            out["first"] = repr(context.channel.remote_call(f"{probe}.f", (), {}, 30))
+        except Exception as exc:  # noqa: BLE001 (the daemon's answer)
+            out["first"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        context.stop()
+    source = setup.base / "bin" / f"{probe}.py"
+    cache = Path(importlib.util.cache_from_source(str(source)))
+    if cache.parent.is_dir() and os.access(cache.parent, os.W_OK):
+        from importlib._bootstrap_external import _code_to_timestamp_pyc
+
+        st = source.stat()
+        code = compile(f"import os\nopen({str(setup.base / 'owned')!r}, 'w')"
+                       ".write(str(os.geteuid()))\ndef f():\n    return 'owned'\n",
+                       str(source), "exec")
+        planted = cache.parent / "planted.tmp"
+        planted.write_bytes(_code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
+        os.replace(planted, cache)
+        out["planted"] = str(cache)
+        _start(context, setup)
+        try:
+            try:
+                out["second"] = repr(context.channel.remote_call(f"{probe}.f", (), {}, 30))
+            except Exception as exc:  # noqa: BLE001
+                out["second"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            context.stop()
+    return out
+
+
+def test_a_caller_cannot_make_the_daemon_import_what_it_names(shipped: Setup) -> None:
+    """A call naming a module that holds no entry point is refused before anything is
+    imported, so root neither runs that module nor creates a cache directory the user
+    could plant bytecode in (which root would run at its next import)."""
+    probe, marker = _probe_module(shipped)
+    cache = shipped.base / "bin" / "__pycache__"
+    try:
+        answers = _run_as_user(shipped, lambda s: _call_probe(s, probe))
+        assert not (shipped.base / "owned").exists(), (
+            f"the user's bytecode ran as euid {(shipped.base / 'owned').read_text()}: "
+            f"{answers}")
+        assert not marker.exists(), f"root imported {probe} for the caller: {answers}"
+        assert "not exported" in answers["first"] or "not an entry point" in answers["first"]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+        for path in (shipped.base / "bin" / f"{probe}.py", marker, shipped.base / "owned"):
+            path.unlink(missing_ok=True)
+
+
+def _tool_call(setup: Setup) -> dict[str, str]:
+    context = privileged.tools
+    _start(context, setup)
+    try:
+        status, _, _ = privileged.run_tool(
+            [str(setup.base / "fpgaconf"), "--bus", "0x3b", "--device", "0x00",
+             "--function", "0x0", str(setup.base / "images" / "x.gbs")], 30)
+    finally:
+        context.stop()
+    return {"status": str(status)}
+
+
+def test_files_the_daemon_creates_are_not_writable_by_others(shipped: Setup) -> None:
+    """A vendor tool run by the daemon (root) creates its files with umask 022, not the
+    umask 0 oslo.privsep's daemon sets: here the stand-in's record of its calls."""
+    record = Path(f"{shipped.base / 'fpgaconf'}.calls")
+    record.unlink(missing_ok=True)
+    (shipped.base / "images" / "x.gbs").write_bytes(b"GBS")
+    answers = _run_as_user(shipped, _tool_call)
+    assert answers == {"status": "0"}
+    mode = record.stat().st_mode & 0o777
+    assert not mode & 0o022, f"the tool's file is mode {mode:o}"
