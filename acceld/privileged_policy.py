@@ -201,6 +201,10 @@ def check_image(policy: Policy, path: str) -> str:
         raise NotAllowed(f"image {path!r} is neither under [agent] bitstream_dir "
                          f"({', '.join(policy.image_dirs) or 'unset'}) nor a download in "
                          f"{', '.join(policy.download_dirs)}")
+    # Under an image directory, nothing on the image's path may be swapped between this
+    # check and the tool's own open: the file and each directory above it must be root's.
+    if inside and check_trusted(real, "image") != real:
+        raise NotAllowed(f"image {path!r} changed while it was checked")
     try:
         st = os.stat(real)
     except OSError as exc:

@@ -622,3 +622,83 @@ def test_files_the_daemon_creates_are_not_writable_by_others(shipped: Setup) -> 
     assert answers == {"status": "0"}
     mode = record.stat().st_mode & 0o777
     assert not mode & 0o022, f"the tool's file is mode {mode:o}"
+
+
+def _reading_tool(path: Path, gate: Path) -> None:
+    """A stand-in vendor tool that, like fpgaconf, opens its image some time after it
+    started: it says so (``<gate>.started``), waits for ``gate``, then prints the image."""
+    path.write_text(f"#!{sys.executable}\nimport os, sys, time\n"
+                    f"open({str(gate) + '.started'!r}, 'w').close()\n"
+                    "deadline = time.monotonic() + 20\n"
+                    f"while not os.path.exists({str(gate)!r}) and time.monotonic() < deadline:\n"
+                    "    time.sleep(0.01)\n"
+                    "sys.stdout.write(open(sys.argv[-1]).read())\n")
+    path.chmod(0o755)
+
+
+def _swap_while_the_tool_waits(setup: Setup, secret_dir: Path) -> dict[str, str]:
+    """As the user, owner of the image directory: ask for ``<images>/sub/x.gbs`` (its own
+    file, which the daemon checks), and once the tool has started, put a link to
+    ``secret_dir`` where ``sub`` was."""
+    import threading
+
+    images = setup.base / "images"
+    gate = images / "go"
+    (images / "sub").mkdir()
+    (images / "sub" / "x.gbs").write_text("GBS")
+    context = privileged.tools
+    _start(context, setup)
+    out: dict[str, str] = {}
+
+    def call() -> None:
+        try:
+            status, stdout, _ = privileged.run_tool(
+                [str(setup.base / "fpgaconf"), "--bus", "0x3b", "--device", "0x00",
+                 "--function", "0x0", str(images / "sub" / "x.gbs")], 30)
+            out["result"] = f"exit {status}: {stdout}"
+        except Exception as exc:  # noqa: BLE001 (the daemon's refusal)
+            out["result"] = f"{type(exc).__name__}: {exc}"
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        deadline = time.monotonic() + 20
+        while caller.is_alive() and not Path(f"{gate}.started").exists() \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if Path(f"{gate}.started").exists():
+            os.rename(images / "sub", images / "sub.old")
+            os.symlink(secret_dir, images / "sub")
+            gate.touch()
+        caller.join(30)
+    finally:
+        context.stop()
+    return out
+
+
+def test_an_image_the_caller_could_swap_is_refused(shipped: Setup) -> None:
+    """An image directory the ``acceld`` user owns: the daemon checks the image, the tool
+    opens it later, and in between the user replaces a directory on its path with a link
+    to root's files; the tool (root) would then read root's file for it. An image is
+    taken only when it and every directory above it are root's."""
+    images, tool = shipped.base / "images", shipped.base / "fpgaconf"
+    kept_tool = tool.read_bytes()
+    secret_dir = Path(tempfile.mkdtemp(prefix="acceld-secret-"))  # root's, 0700
+    (secret_dir / "x.gbs").write_text("root's secret")
+    try:
+        _reading_tool(tool, images / "go")
+        os.chown(images, shipped.uid, shipped.gid)
+        answers = _run_as_user(shipped, lambda s: _swap_while_the_tool_waits(s, secret_dir))
+        assert "root's secret" not in answers["result"], answers
+        assert answers["result"].startswith("NotAllowed: "), answers
+        assert "images" in answers["result"] and "not root" in answers["result"]
+    finally:
+        os.chown(images, 0, 0)
+        for name in ("sub", "sub.old", "go", "go.started"):
+            entry = images / name
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink(missing_ok=True)
+        tool.write_bytes(kept_tool)
+        shutil.rmtree(secret_dir)

@@ -222,6 +222,29 @@ def test_images_only_from_the_image_directories(node: Node) -> None:
     refused_tool(node, node.fpgaconf_argv(str(node.images)), "neither under")
 
 
+@ROOT_ONLY
+def test_an_image_another_user_could_swap_is_refused(node: Node) -> None:
+    """Under [agent] bitstream_dir the tool opens the image after the check: a directory
+    on its path, or the file, that the ``acceld`` user owns or others may write would
+    let that user put a link to root's files in its place in between."""
+    (node.images / "sub").mkdir()
+    (node.images / "sub" / "x.gbs").write_bytes(b"GBS")
+    os.chown(node.images / "sub", 65534, 65534)
+    refused_tool(node, node.fpgaconf_argv(str(node.images / "sub" / "x.gbs")),
+                 "sub is owned by uid 65534, not root")
+    os.chown(node.images / "sub", 0, 0)
+    (node.images / "sub").chmod(0o777)
+    refused_tool(node, node.fpgaconf_argv(str(node.images / "sub" / "x.gbs")),
+                 "writable by group or others")
+    (node.images / "sub").chmod(0o755)
+    os.chown(node.images / "sub" / "x.gbs", 65534, 65534)
+    refused_tool(node, node.fpgaconf_argv(str(node.images / "sub" / "x.gbs")),
+                 "x.gbs is owned by uid 65534")
+    os.chown(node.images / "sub" / "x.gbs", 0, 0)
+    assert privileged.run_tool(node.fpgaconf_argv(str(node.images / "sub" / "x.gbs")),
+                               10)[0] == 0
+
+
 def test_glance_downloads_are_accepted_only_as_the_image_source_writes_them(
         node: Node) -> None:
     """acceld.agent.images writes a Glance image to mkstemp(prefix='acceld-<id>-')."""
