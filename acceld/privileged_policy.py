@@ -18,7 +18,8 @@ entry point builds on its own side of the socket:
 
 A policy accepts, exactly: the configured tool (absolute path, root's all the way up to
 ``/``) with the argv its driver builds, the image resolved under ``[agent]
-bitstream_dir`` or one of the Glance source's downloads (``acceld-<id>-*`` directly in
+bitstream_dir`` (root's all the way up, as the tool: the tool opens it after the check)
+or one of the Glance source's downloads (``acceld-<id>-*`` directly in
 ``tempfile.gettempdir()``); writes of ``create``/``remove``/``current_vgpu_type`` resolved under
 ``<sysfs_root>/devices/`` in the kernel's layout, each with its one form of value.
 """

@@ -23,7 +23,9 @@ anything is parsed, and nothing the caller can write is read:
   working directory is ``/`` and the umask 022;
 * the socket is connected with the credentials of the user who ran sudo (``SUDO_UID``,
   ``SUDO_GID``, which sudo sets and the rules let no one else set): root connects only
-  where that user could connect itself, never to another service's socket.
+  where that user could connect itself, never to another service's socket;
+* the daemon takes only its context's entry point, refusing any other call before anything
+  is imported, and serves with umask 022 (:func:`_daemon_class`).
 """
 
 from __future__ import annotations
