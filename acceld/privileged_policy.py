@@ -21,7 +21,8 @@ A policy accepts, exactly: the configured tool (absolute path, root's all the wa
 bitstream_dir`` (root's all the way up, as the tool: the tool opens it after the check)
 or one of the Glance source's downloads (``acceld-<id>-*`` directly in
 ``tempfile.gettempdir()``); writes of ``create``/``remove``/``current_vgpu_type`` resolved under
-``<sysfs_root>/devices/`` in the kernel's layout, each with its one form of value.
+``<sysfs_root>/devices/`` in the kernel's layout, of an NVIDIA GPU, each with its one
+form of value.
 """
 
 from __future__ import annotations
@@ -299,16 +300,22 @@ def check_sysfs(policy: Policy, path: str, value: str) -> str:
     if form is None:
         raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r}")
     devices = [os.path.join(os.path.realpath(root), "devices") for root in policy.sysfs_roots]
-    below = [real[len(d) + 1:] for d in devices if real.startswith(d + os.sep)]
+    below = [(d, real[len(d) + 1:]) for d in devices if real.startswith(d + os.sep)]
     if not below:
         raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r} is not under "
                          f"{' or '.join(devices) or 'a sysfs root'}")
     parents, value_form = form
-    dirs = below[0].split(os.sep)[:-1]
+    top, rest = below[0]
+    dirs = rest.split(os.sep)[:-1]
     if len(dirs) < len(parents) or not all(
             re.fullmatch(pattern, part)
             for pattern, part in zip(parents, dirs[-len(parents):])):
         raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r}")
+    # The PCI function the attribute belongs to (each form's first parent): an NVIDIA GPU,
+    # the one kind of device acceld's sysfs writer (the nvidia_gpu driver) drives.
+    if not _is_nvidia_gpu(os.path.join(top, *dirs[:len(dirs) - len(parents) + 1])):
+        raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r} is not an "
+                         f"NVIDIA GPU's")
     if not isinstance(value, str) or not re.fullmatch(value_form, value):
         raise NotAllowed(f"not a value acceld writes to {os.path.basename(real)}: {value!r}")
     return real
@@ -325,15 +332,20 @@ def check_gpu(policy: Policy, address: str) -> str:
     the privileged GPU-instance read (acceld.privileged.read_gpu_instances)."""
     if not isinstance(address, str) or not re.fullmatch(_PCI, address):
         raise NotAllowed(f"not a PCI address: {address!r}")
-    for root in policy.sysfs_roots:
-        device = os.path.join(root, "bus", "pci", "devices", address)
-        try:
-            with open(os.path.join(device, "vendor")) as f:
-                vendor = f.read().strip()
-            with open(os.path.join(device, "class")) as f:
-                class_code = f.read().strip()
-        except OSError:
-            continue
-        if vendor == _NVIDIA and re.fullmatch(r"0x03[0-9a-f]{4}", class_code):
-            return address
+    if any(_is_nvidia_gpu(os.path.join(root, "bus", "pci", "devices", address))
+           for root in policy.sysfs_roots):
+        return address
     raise NotAllowed(f"not an NVIDIA GPU acceld reads: {address!r}")
+
+
+def _is_nvidia_gpu(device: str) -> bool:
+    """Whether the PCI function whose sysfs directory is ``device`` is an NVIDIA
+    display-class function (vendor 0x10de, class 0x03xxxx)."""
+    try:
+        with open(os.path.join(device, "vendor")) as f:
+            vendor = f.read().strip()
+        with open(os.path.join(device, "class")) as f:
+            class_code = f.read().strip()
+    except OSError:
+        return False
+    return vendor == _NVIDIA and re.fullmatch(r"0x03[0-9a-f]{4}", class_code) is not None

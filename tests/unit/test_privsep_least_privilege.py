@@ -305,6 +305,26 @@ def test_the_drivers_writes_succeed_under_the_sysfs_root(node: Node) -> None:
     assert vgpu.read_text() == "0"
 
 
+@pytest.mark.parametrize("vendor,class_code", [
+    ("0x8086", "0x030000"),  # another vendor's GPU (Intel GVT-g), its mdevs a VM may use
+    ("0x10de", "0x068000"),  # an NVIDIA function that is no GPU (an NVSwitch bridge)
+])
+def test_only_nvidia_gpus_mdevs_and_vgpu_types_are_written(node: Node, vendor: str,
+                                                          class_code: str) -> None:
+    """acceld's one sysfs writer is the nvidia_gpu driver: creating or removing another
+    device's mediated devices (another service's, a running VM's) or setting its vGPU type
+    is nothing acceld needs, whatever the attributes' names and places."""
+    other, other_mdev = "0000:0a:00.0", "7e0b9c1d-0000-4000-8000-000000000002"
+    node.tree.add_pci(other, vendor, "0x3e92", class_code)
+    node.tree.add_mdev_type(other, "i915-GVTg_V5_4", None, 4)
+    node.tree.add_mdev(other, "i915-GVTg_V5_4", other_mdev)
+    node.tree.add_nvidia_vfio(other, {1054: "NVIDIA H200X-1-18C"})
+    refused_write(node, node.pci(other) / "mdev_supported_types" / "i915-GVTg_V5_4" /
+                  "create", "5d0a2b44-0000-4000-8000-0000000000aa")
+    refused_write(node, node.sys / "bus" / "mdev" / "devices" / other_mdev / "remove", "1")
+    refused_write(node, node.pci(other) / "nvidia" / "current_vgpu_type", "1054")
+
+
 def test_other_attributes_are_refused(node: Node) -> None:
     for name, value in [("unbind", GPU), ("driver_override", "vfio-pci"),
                         ("sriov_numvfs", "4"), ("remove", "1")]:  # the PCI device's remove
