@@ -20,19 +20,21 @@ A policy accepts, exactly: the configured tool (absolute path, root's all the wa
 ``/``) with the argv its driver builds, the image resolved under ``[agent]
 bitstream_dir`` (root's all the way up, as the tool: the tool opens it after the check)
 or one of the Glance source's downloads (``acceld-<id>-*`` directly in
-``tempfile.gettempdir()``); writes of ``create``/``remove``/``current_vgpu_type`` resolved under
+``tempfile.gettempdir()``, which the tool gets as a private copy: :func:`pinned_downloads`); writes of ``create``/``remove``/``current_vgpu_type`` resolved under
 ``<sysfs_root>/devices/`` in the kernel's layout, of an NVIDIA GPU, each with its one
 form of value.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from oslo_config import cfg
 
@@ -197,8 +199,7 @@ def check_image(policy: Policy, path: str) -> str:
     real = os.path.realpath(path)
     inside = any(real != top and os.path.commonpath([top, real]) == top
                  for top in map(os.path.realpath, policy.image_dirs))
-    downloaded = re.fullmatch(_DOWNLOAD, os.path.basename(real)) and any(
-        os.path.dirname(real) == os.path.realpath(d) for d in policy.download_dirs)
+    downloaded = is_download(policy, real)
     if not (inside or downloaded):
         raise NotAllowed(f"image {path!r} is neither under [agent] bitstream_dir "
                          f"({', '.join(policy.image_dirs) or 'unset'}) nor a download in "
@@ -216,6 +217,41 @@ def check_image(policy: Policy, path: str) -> str:
     if downloaded and not inside and st.st_nlink != 1:  # mkstemp's file has one name
         raise NotAllowed(f"image {path!r} has other links: not a download")
     return real
+
+
+def is_download(policy: Policy, real: str) -> bool:
+    """Whether the resolved ``real`` is named and placed as a Glance download."""
+    return re.fullmatch(_DOWNLOAD, os.path.basename(real)) is not None and any(
+        os.path.dirname(real) == os.path.realpath(d) for d in policy.download_dirs)
+
+
+@contextlib.contextmanager
+def pinned_downloads(policy: Policy, argv: Sequence[str]) -> Iterator[list[str]]:
+    """``argv`` (checked) with each Glance download replaced by a private copy of what was
+    checked, removed after. A download is the caller's own file in a directory where the
+    caller may put anything in its place between the check and the tool's open (a link
+    to root's file, where fs.protected_symlinks is off): it is opened here without
+    following a link, must still be a regular file with one name, and is copied into a
+    new directory only this process can enter, under its own name."""
+    out, made = list(argv), []
+    try:
+        for i, arg in enumerate(out):
+            if i == 0 or not os.path.isabs(arg) or not is_download(policy, arg):
+                continue
+            fd = os.open(arg, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with open(fd, "rb") as source:
+                st = os.fstat(source.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                    raise NotAllowed(f"image {arg!r} changed after it was checked")
+                made.append(tempfile.mkdtemp(prefix="acceld-image-"))
+                out[i] = os.path.join(made[-1], os.path.basename(arg))
+                with open(os.open(out[i], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+                          "wb") as copy:
+                    shutil.copyfileobj(source, copy)
+        yield out
+    finally:
+        for directory in made:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _fpgaconf_args(policy: Policy, args: list[str]) -> list[str]:

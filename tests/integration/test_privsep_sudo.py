@@ -702,3 +702,64 @@ def test_an_image_the_caller_could_swap_is_refused(shipped: Setup) -> None:
                 entry.unlink(missing_ok=True)
         tool.write_bytes(kept_tool)
         shutil.rmtree(secret_dir)
+
+
+def _swap_a_download(setup: Setup, secret: Path, gate: Path) -> dict[str, str]:
+    """As the user: a Glance download of its own in /tmp (as acceld.agent.images writes
+    it), checked by the daemon; once the tool has started, a link to ``secret`` in its
+    place (refused by the kernel only where fs.protected_symlinks is on)."""
+    import threading
+
+    fd, download = tempfile.mkstemp(prefix="acceld-6f1b1c1e-8a55-4f35-a7e4-0c1f3a0c2b9d-")
+    os.write(fd, b"GBS")
+    os.close(fd)
+    context = privileged.tools
+    _start(context, setup)
+    out: dict[str, str] = {}
+
+    def call() -> None:
+        try:
+            status, stdout, stderr = privileged.run_tool(
+                [str(setup.base / "fpgaconf"), "--bus", "0x3b", "--device", "0x00",
+                 "--function", "0x0", download], 30)
+            out["result"] = f"exit {status}: {stdout}{stderr}"
+        except Exception as exc:  # noqa: BLE001 (the daemon's refusal)
+            out["result"] = f"{type(exc).__name__}: {exc}"
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        deadline = time.monotonic() + 20
+        while caller.is_alive() and not Path(f"{gate}.started").exists() \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.unlink(download)
+        os.symlink(secret, download)
+        out["swapped"] = str(Path(f"{gate}.started").exists())
+        gate.touch()
+        caller.join(30)
+    finally:
+        context.stop()
+        os.unlink(download)
+    return out
+
+
+def test_a_download_swapped_after_the_check_is_not_what_the_tool_reads(
+        shipped: Setup) -> None:
+    """The Glance download is the user's own file in /tmp: the daemon checks it, the tool
+    opens it later, and in between the user puts a link to root's file in its place. The
+    tool must get what was checked, whatever fs.protected_symlinks says."""
+    tool, kept_tool = shipped.base / "fpgaconf", (shipped.base / "fpgaconf").read_bytes()
+    secret_dir = Path(tempfile.mkdtemp(prefix="acceld-secret-"))  # root's, 0700
+    (secret_dir / "x.gbs").write_text("root's secret")
+    gates = _user_dir(shipped, "gate")  # the tool's start marker, and the user's gate
+    try:
+        _reading_tool(tool, gates / "go")
+        answers = _run_as_user(
+            shipped, lambda s: _swap_a_download(s, secret_dir / "x.gbs", gates / "go"))
+        assert answers.get("swapped") == "True", answers
+        assert answers["result"] == "exit 0: GBS", answers
+    finally:
+        shutil.rmtree(gates)
+        tool.write_bytes(kept_tool)
+        shutil.rmtree(secret_dir)

@@ -253,7 +253,13 @@ def test_glance_downloads_are_accepted_only_as_the_image_source_writes_them(
     os.close(fd)
     try:
         assert privileged.run_tool(node.fpgaconf_argv(download), 10)[0] == 0
-        assert calls(node.fpgaconf)[-1][-1] == os.path.realpath(download)
+        # The tool got a private copy of what was checked (the caller could replace the
+        # download itself before the tool opens it), under the download's name; gone after.
+        copy = calls(node.fpgaconf)[-1][-1]
+        assert os.path.basename(copy) == os.path.basename(download) and copy != download
+        assert os.path.dirname(os.path.dirname(copy)) == tempfile.gettempdir()
+        assert os.path.basename(os.path.dirname(copy)).startswith("acceld-image-")
+        assert not os.path.exists(os.path.dirname(copy))
         # A hard link of another file, named as a download, is not one.
         hardlinked = f"{download}x"
         os.link(node.image, hardlinked)
@@ -278,6 +284,40 @@ def test_the_tool_is_given_the_resolved_image(node: Node) -> None:
     (node.images / "alias.gbs").symlink_to(node.images / "nlb0.gbs")
     privileged.run_tool(node.fpgaconf_argv(str(node.images / "alias.gbs")), 10)
     assert calls(node.fpgaconf)[0][-1] == os.path.realpath(node.image)
+
+
+def test_a_download_is_copied_as_checked_and_never_through_a_link(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the tool reads is the download's content at the check; a download that is a
+    link, a FIFO or has another name by then is refused, and nothing is left behind."""
+    image_id = "6f1b1c1e-8a55-4f35-a7e4-0c1f3a0c2b9d"
+    policy = privileged_policy.current()
+    fd, download = tempfile.mkstemp(prefix=f"acceld-{image_id}-")
+    os.write(fd, b"GBS")
+    os.close(fd)
+    copies = node.tmp / "copies"  # where the copies go from here on (mkdtemp's directory)
+    copies.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(copies))
+    try:
+        argv = privileged_policy.check_tool(policy, node.fpgaconf_argv(download))
+        with privileged_policy.pinned_downloads(policy, argv) as pinned:
+            os.unlink(download)
+            os.symlink(node.tmp / "secret", download)  # too late: the copy is made
+            assert Path(pinned[-1]).read_bytes() == b"GBS"
+            assert stat.S_IMODE(os.stat(os.path.dirname(pinned[-1])).st_mode) == 0o700
+        assert os.path.dirname(os.path.dirname(pinned[-1])) == str(copies)
+        assert not os.path.exists(os.path.dirname(pinned[-1]))
+        with pytest.raises(OSError):  # a link in its place when the copy is made
+            with privileged_policy.pinned_downloads(policy, argv):
+                pass
+        os.unlink(download)
+        os.mkfifo(download)
+        with pytest.raises(NotAllowed, match="changed after it was checked"):
+            with privileged_policy.pinned_downloads(policy, argv):
+                pass
+        assert list(copies.iterdir()) == []
+    finally:
+        os.unlink(download)
 
 
 @pytest.mark.parametrize("timeout", [0, -1, "10", None, True])
