@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from dataclasses import dataclass
@@ -640,8 +641,6 @@ def _swap_while_the_tool_waits(setup: Setup, secret_dir: Path) -> dict[str, str]
     """As the user, owner of the image directory: ask for ``<images>/sub/x.gbs`` (its own
     file, which the daemon checks), and once the tool has started, put a link to
     ``secret_dir`` where ``sub`` was."""
-    import threading
-
     images = setup.base / "images"
     gate = images / "go"
     (images / "sub").mkdir()
@@ -708,11 +707,17 @@ def _swap_a_download(setup: Setup, secret: Path, gate: Path) -> dict[str, str]:
     """As the user: a Glance download of its own in /tmp (as acceld.agent.images writes
     it), checked by the daemon; once the tool has started, a link to ``secret`` in its
     place (refused by the kernel only where fs.protected_symlinks is on)."""
-    import threading
-
     fd, download = tempfile.mkstemp(prefix="acceld-6f1b1c1e-8a55-4f35-a7e4-0c1f3a0c2b9d-")
     os.write(fd, b"GBS")
     os.close(fd)
+    try:
+        return _swap_after_the_check(setup, download, secret, gate)
+    finally:
+        os.unlink(download)
+
+
+def _swap_after_the_check(setup: Setup, download: str, secret: Path,
+                          gate: Path) -> dict[str, str]:
     context = privileged.tools
     _start(context, setup)
     out: dict[str, str] = {}
@@ -740,7 +745,6 @@ def _swap_a_download(setup: Setup, secret: Path, gate: Path) -> dict[str, str]:
         caller.join(30)
     finally:
         context.stop()
-        os.unlink(download)
     return out
 
 
