@@ -138,14 +138,16 @@ def run_tool(argv: Sequence[str], timeout: float) -> tuple[int | None, str, str]
     """Run a vendor tool: (exit status, stdout, stderr); exit status None when it did not
     finish within ``timeout`` seconds (it was killed). NotAllowed unless ``argv`` is the
     configured tool with its driver's arguments; OSError when it cannot start."""
-    argv = privileged_policy.check_tool(privileged_policy.current(), list(argv))
+    policy = privileged_policy.current()
+    argv = privileged_policy.check_tool(policy, list(argv))
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout:
         raise NotAllowed(f"a tool's timeout must be a positive number of seconds: {timeout!r}")
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              check=False, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        return None, _text(exc.stdout), _text(exc.stderr)
+    with privileged_policy.pinned_downloads(policy, argv) as pinned:
+        try:
+            done = subprocess.run(pinned, capture_output=True, text=True, timeout=timeout,
+                                  check=False, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            return None, _text(exc.stdout), _text(exc.stderr)
     return done.returncode, done.stdout, done.stderr
 
 

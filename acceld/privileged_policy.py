@@ -18,19 +18,23 @@ entry point builds on its own side of the socket:
 
 A policy accepts, exactly: the configured tool (absolute path, root's all the way up to
 ``/``) with the argv its driver builds, the image resolved under ``[agent]
-bitstream_dir`` or one of the Glance source's downloads (``acceld-<id>-*`` directly in
-``tempfile.gettempdir()``); writes of ``create``/``remove``/``current_vgpu_type`` resolved under
-``<sysfs_root>/devices/`` in the kernel's layout, each with its one form of value.
+bitstream_dir`` (root's all the way up, as the tool: the tool opens it after the check)
+or one of the Glance source's downloads (``acceld-<id>-*`` directly in
+``tempfile.gettempdir()``, which the tool gets as a private copy: :func:`pinned_downloads`); writes of ``create``/``remove``/``current_vgpu_type`` resolved under
+``<sysfs_root>/devices/`` in the kernel's layout, of an NVIDIA GPU, each with its one
+form of value.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from oslo_config import cfg
 
@@ -195,12 +199,15 @@ def check_image(policy: Policy, path: str) -> str:
     real = os.path.realpath(path)
     inside = any(real != top and os.path.commonpath([top, real]) == top
                  for top in map(os.path.realpath, policy.image_dirs))
-    downloaded = re.fullmatch(_DOWNLOAD, os.path.basename(real)) and any(
-        os.path.dirname(real) == os.path.realpath(d) for d in policy.download_dirs)
+    downloaded = is_download(policy, real)
     if not (inside or downloaded):
         raise NotAllowed(f"image {path!r} is neither under [agent] bitstream_dir "
                          f"({', '.join(policy.image_dirs) or 'unset'}) nor a download in "
                          f"{', '.join(policy.download_dirs)}")
+    # Under an image directory, nothing on the image's path may be swapped between this
+    # check and the tool's own open: the file and each directory above it must be root's.
+    if inside and check_trusted(real, "image") != real:
+        raise NotAllowed(f"image {path!r} changed while it was checked")
     try:
         st = os.stat(real)
     except OSError as exc:
@@ -210,6 +217,41 @@ def check_image(policy: Policy, path: str) -> str:
     if downloaded and not inside and st.st_nlink != 1:  # mkstemp's file has one name
         raise NotAllowed(f"image {path!r} has other links: not a download")
     return real
+
+
+def is_download(policy: Policy, real: str) -> bool:
+    """Whether the resolved ``real`` is named and placed as a Glance download."""
+    return re.fullmatch(_DOWNLOAD, os.path.basename(real)) is not None and any(
+        os.path.dirname(real) == os.path.realpath(d) for d in policy.download_dirs)
+
+
+@contextlib.contextmanager
+def pinned_downloads(policy: Policy, argv: Sequence[str]) -> Iterator[list[str]]:
+    """``argv`` (checked) with each Glance download replaced by a private copy of what was
+    checked, removed after. A download is the caller's own file in a directory where the
+    caller may put anything in its place between the check and the tool's open (a link
+    to root's file, where fs.protected_symlinks is off): it is opened here without
+    following a link, must still be a regular file with one name, and is copied into a
+    new directory only this process can enter, under its own name."""
+    out, made = list(argv), []
+    try:
+        for i, arg in enumerate(out):
+            if i == 0 or not os.path.isabs(arg) or not is_download(policy, arg):
+                continue
+            fd = os.open(arg, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with open(fd, "rb") as source:
+                st = os.fstat(source.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                    raise NotAllowed(f"image {arg!r} changed after it was checked")
+                made.append(tempfile.mkdtemp(prefix="acceld-image-"))
+                out[i] = os.path.join(made[-1], os.path.basename(arg))
+                with open(os.open(out[i], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+                          "wb") as copy:
+                    shutil.copyfileobj(source, copy)
+        yield out
+    finally:
+        for directory in made:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _fpgaconf_args(policy: Policy, args: list[str]) -> list[str]:
@@ -294,16 +336,22 @@ def check_sysfs(policy: Policy, path: str, value: str) -> str:
     if form is None:
         raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r}")
     devices = [os.path.join(os.path.realpath(root), "devices") for root in policy.sysfs_roots]
-    below = [real[len(d) + 1:] for d in devices if real.startswith(d + os.sep)]
+    below = [(d, real[len(d) + 1:]) for d in devices if real.startswith(d + os.sep)]
     if not below:
         raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r} is not under "
                          f"{' or '.join(devices) or 'a sysfs root'}")
     parents, value_form = form
-    dirs = below[0].split(os.sep)[:-1]
+    top, rest = below[0]
+    dirs = rest.split(os.sep)[:-1]
     if len(dirs) < len(parents) or not all(
             re.fullmatch(pattern, part)
             for pattern, part in zip(parents, dirs[-len(parents):])):
         raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r}")
+    # The PCI function the attribute belongs to (each form's first parent): an NVIDIA GPU,
+    # the one kind of device acceld's sysfs writer (the nvidia_gpu driver) drives.
+    if not _is_nvidia_gpu(os.path.join(top, *dirs[:len(dirs) - len(parents) + 1])):
+        raise NotAllowed(f"not a sysfs attribute acceld writes: {path!r} is not an "
+                         f"NVIDIA GPU's")
     if not isinstance(value, str) or not re.fullmatch(value_form, value):
         raise NotAllowed(f"not a value acceld writes to {os.path.basename(real)}: {value!r}")
     return real
@@ -320,15 +368,20 @@ def check_gpu(policy: Policy, address: str) -> str:
     the privileged GPU-instance read (acceld.privileged.read_gpu_instances)."""
     if not isinstance(address, str) or not re.fullmatch(_PCI, address):
         raise NotAllowed(f"not a PCI address: {address!r}")
-    for root in policy.sysfs_roots:
-        device = os.path.join(root, "bus", "pci", "devices", address)
-        try:
-            with open(os.path.join(device, "vendor")) as f:
-                vendor = f.read().strip()
-            with open(os.path.join(device, "class")) as f:
-                class_code = f.read().strip()
-        except OSError:
-            continue
-        if vendor == _NVIDIA and re.fullmatch(r"0x03[0-9a-f]{4}", class_code):
-            return address
+    if any(_is_nvidia_gpu(os.path.join(root, "bus", "pci", "devices", address))
+           for root in policy.sysfs_roots):
+        return address
     raise NotAllowed(f"not an NVIDIA GPU acceld reads: {address!r}")
+
+
+def _is_nvidia_gpu(device: str) -> bool:
+    """Whether the PCI function whose sysfs directory is ``device`` is an NVIDIA
+    display-class function (vendor 0x10de, class 0x03xxxx)."""
+    try:
+        with open(os.path.join(device, "vendor")) as f:
+            vendor = f.read().strip()
+        with open(os.path.join(device, "class")) as f:
+            class_code = f.read().strip()
+    except OSError:
+        return False
+    return vendor == _NVIDIA and re.fullmatch(r"0x03[0-9a-f]{4}", class_code) is not None

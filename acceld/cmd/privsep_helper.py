@@ -23,7 +23,9 @@ anything is parsed, and nothing the caller can write is read:
   working directory is ``/`` and the umask 022;
 * the socket is connected with the credentials of the user who ran sudo (``SUDO_UID``,
   ``SUDO_GID``, which sudo sets and the rules let no one else set): root connects only
-  where that user could connect itself, never to another service's socket.
+  where that user could connect itself, never to another service's socket;
+* the daemon takes only its context's entry point, refusing any other call before anything
+  is imported, and serves with umask 022 (:func:`_daemon_class`).
 """
 
 from __future__ import annotations
@@ -170,6 +172,47 @@ def _connect(path: str) -> socket.socket:
     return sock
 
 
+def entry_points(context: PrivContext) -> frozenset[str]:
+    """The names a privsep client sends for ``context``'s entry points (``module.function``,
+    as oslo.privsep's PrivContext names a call): the only calls its daemon takes."""
+    import functools
+
+    from acceld import privileged
+
+    functions = [value.args[0] if isinstance(value, functools.partial) else value
+                 for value in vars(privileged).values() if context.is_entrypoint(value)]
+    return frozenset(f"{func.__module__}.{func.__name__}" for func in functions)
+
+
+def _daemon_class():  # type: ignore[no-untyped-def]
+    """oslo.privsep's Daemon with two of its habits removed, both of which let the caller
+    reach root's interpreter: it imports whatever module a call names before asking
+    whether the function is an entry point (root then runs that module, and caches its
+    bytecode), and it serves with umask 0 (every file and directory root then creates,
+    a ``__pycache__`` of such an import or a vendor tool's file, is writable by anyone,
+    so the caller could plant bytecode that root's next import runs)."""
+    from oslo_privsep import comm, daemon
+
+    class Daemon(daemon.Daemon):
+        def __init__(self, channel: comm.ServerChannel, context: PrivContext) -> None:
+            super().__init__(channel, context)
+            self.entry_points = entry_points(context)
+
+        def _drop_privs(self) -> None:
+            super()._drop_privs()
+            os.umask(0o022)  # run() set 0 just before; this runs before the first call
+
+        def _process_cmd(self, msgid: str, cmd: comm.Message, *args: object) -> tuple:
+            if cmd == comm.Message.CALL:
+                name = args[0] if args else None
+                if not isinstance(name, str) or name not in self.entry_points:
+                    return (comm.Message.ERR.value, "builtins.NameError",
+                            (f"not an entry point of {self.context.pypath}: {name!r}",), "")
+            return super()._process_cmd(msgid, cmd, *args)
+
+    return Daemon
+
+
 def _load_config(files: Sequence[str]) -> None:
     """The global config from ``files`` alone (no environment, no standard places)."""
     from oslo_config import cfg
@@ -205,7 +248,7 @@ def _serve(invocation: Invocation, files: Sequence[str],
     daemon.replace_logging(daemon.PrivsepLogHandler(channel))
     LOG.info("privsep daemon starting")
     try:
-        daemon.Daemon(channel, context).run()
+        _daemon_class()(channel, context).run()
     except Exception as exc:  # noqa: BLE001 (oslo.privsep's helper does the same)
         LOG.exception(exc)
         sys.exit(str(exc))

@@ -18,7 +18,9 @@ root owns, naming a fixture sysfs tree). Needs root (useradd, /etc/sudoers.d) an
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
+import marshal  # noqa: F401 (the child, as the user, compiles bytecode: loaded here)
 import os
 import pwd
 import re
@@ -28,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from dataclasses import dataclass
@@ -506,3 +509,261 @@ def test_the_agent_starts_each_daemon_through_sudo(shipped: Setup) -> None:
         ["--bus", "0x3b", "--device", "0x00", "--function", "0x0",
          str(shipped.base / "images" / "x.gbs")]]
     assert answers["acceld.privileged.nvml"].startswith("NVML: "), answers
+
+
+# --- what a caller holding a daemon's socket can make root do ---------------------------
+#
+# The acceld user starts a daemon for a socket of its own (the privsep client's start, as
+# the agent does it) and then sends whatever it likes: oslo.privsep's daemon imports the
+# module a call names before asking whether the function is an entry point, and it runs
+# with umask 0 (Daemon.run), so that root's imports create world-writable ``__pycache__``
+# directories and a vendor tool creates files anyone may rewrite.
+
+
+def _probe_module(setup: Setup) -> tuple[str, Path]:
+    """A root-owned module on the helper's path (the launcher's directory, as any module
+    of the installation that nothing compiled yet): its import leaves a marker."""
+    name = f"acceldprobe_{secrets.token_hex(4)}"
+    marker = setup.base / f"{name}.imported"
+    source = setup.base / "bin" / f"{name}.py"
+    source.write_text("import os\n"
+                      f"open({str(marker)!r}, 'w').write(str(os.geteuid()))\n"
+                      "def f():\n    return 'root'\n")
+    source.chmod(0o644)
+    return name, marker
+
+
+def _start(context, setup: Setup) -> None:  # type: ignore[no-untyped-def]
+    from oslo_config import cfg
+
+    rule = setup.rule(context.pypath)
+    cfg.CONF.set_override("helper_command", " ".join(["sudo", "-n", rule.command,
+                                                      *rule.prefix]),
+                          group=context.cfg_section)
+    context.set_client_mode(True)
+    context.start()
+
+
+def _call_probe(setup: Setup, probe: str) -> dict[str, str]:
+    """As the user: the sysfs daemon asked for ``<probe>.f``; then, when the import left
+    a cache directory the user may write, the user's own bytecode planted there for the
+    probe and a fresh daemon asked again (root then runs the user's code)."""
+    context = privileged.sysfs
+    out: dict[str, str] = {}
+    _start(context, setup)
+    try:
+        try:
+            out["first"] = repr(context.channel.remote_call(f"{probe}.f", (), {}, 30))
+        except Exception as exc:  # noqa: BLE001 (the daemon's answer)
+            out["first"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        context.stop()
+    source = setup.base / "bin" / f"{probe}.py"
+    cache = Path(importlib.util.cache_from_source(str(source)))
+    if cache.parent.is_dir() and os.access(cache.parent, os.W_OK):
+        from importlib._bootstrap_external import _code_to_timestamp_pyc
+
+        st = source.stat()
+        code = compile(f"import os\nopen({str(setup.base / 'owned')!r}, 'w')"
+                       ".write(str(os.geteuid()))\ndef f():\n    return 'owned'\n",
+                       str(source), "exec")
+        planted = cache.parent / "planted.tmp"
+        planted.write_bytes(_code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
+        os.replace(planted, cache)
+        out["planted"] = str(cache)
+        _start(context, setup)
+        try:
+            try:
+                out["second"] = repr(context.channel.remote_call(f"{probe}.f", (), {}, 30))
+            except Exception as exc:  # noqa: BLE001
+                out["second"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            context.stop()
+    return out
+
+
+def test_a_caller_cannot_make_the_daemon_import_what_it_names(shipped: Setup) -> None:
+    """A call naming a module that holds no entry point is refused before anything is
+    imported, so root neither runs that module nor creates a cache directory the user
+    could plant bytecode in (which root would run at its next import)."""
+    probe, marker = _probe_module(shipped)
+    cache = shipped.base / "bin" / "__pycache__"
+    try:
+        answers = _run_as_user(shipped, lambda s: _call_probe(s, probe))
+        assert not (shipped.base / "owned").exists(), (
+            f"the user's bytecode ran as euid {(shipped.base / 'owned').read_text()}: "
+            f"{answers}")
+        assert not marker.exists(), f"root imported {probe} for the caller: {answers}"
+        assert answers["first"].startswith("NameError: not an entry point of "), answers
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+        for path in (shipped.base / "bin" / f"{probe}.py", marker, shipped.base / "owned"):
+            path.unlink(missing_ok=True)
+
+
+def _tool_call(setup: Setup) -> dict[str, str]:
+    context = privileged.tools
+    _start(context, setup)
+    try:
+        status, _, _ = privileged.run_tool(
+            [str(setup.base / "fpgaconf"), "--bus", "0x3b", "--device", "0x00",
+             "--function", "0x0", str(setup.base / "images" / "x.gbs")], 30)
+    finally:
+        context.stop()
+    return {"status": str(status)}
+
+
+def test_files_the_daemon_creates_are_not_writable_by_others(shipped: Setup) -> None:
+    """A vendor tool run by the daemon (root) creates its files with umask 022, not the
+    umask 0 oslo.privsep's daemon sets: here the stand-in's record of its calls."""
+    record = Path(f"{shipped.base / 'fpgaconf'}.calls")
+    record.unlink(missing_ok=True)
+    (shipped.base / "images" / "x.gbs").write_bytes(b"GBS")
+    answers = _run_as_user(shipped, _tool_call)
+    assert answers == {"status": "0"}
+    mode = record.stat().st_mode & 0o777
+    assert not mode & 0o022, f"the tool's file is mode {mode:o}"
+
+
+def _reading_tool(path: Path, gate: Path) -> None:
+    """A stand-in vendor tool that, like fpgaconf, opens its image some time after it
+    started: it says so (``<gate>.started``), waits for ``gate``, then prints the image."""
+    path.write_text(f"#!{sys.executable}\nimport os, sys, time\n"
+                    f"open({str(gate) + '.started'!r}, 'w').close()\n"
+                    "deadline = time.monotonic() + 20\n"
+                    f"while not os.path.exists({str(gate)!r}) and time.monotonic() < deadline:\n"
+                    "    time.sleep(0.01)\n"
+                    "sys.stdout.write(open(sys.argv[-1]).read())\n")
+    path.chmod(0o755)
+
+
+def _swap_while_the_tool_waits(setup: Setup, secret_dir: Path) -> dict[str, str]:
+    """As the user, owner of the image directory: ask for ``<images>/sub/x.gbs`` (its own
+    file, which the daemon checks), and once the tool has started, put a link to
+    ``secret_dir`` where ``sub`` was."""
+    images = setup.base / "images"
+    gate = images / "go"
+    (images / "sub").mkdir()
+    (images / "sub" / "x.gbs").write_text("GBS")
+    context = privileged.tools
+    _start(context, setup)
+    out: dict[str, str] = {}
+
+    def call() -> None:
+        try:
+            status, stdout, _ = privileged.run_tool(
+                [str(setup.base / "fpgaconf"), "--bus", "0x3b", "--device", "0x00",
+                 "--function", "0x0", str(images / "sub" / "x.gbs")], 30)
+            out["result"] = f"exit {status}: {stdout}"
+        except Exception as exc:  # noqa: BLE001 (the daemon's refusal)
+            out["result"] = f"{type(exc).__name__}: {exc}"
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        deadline = time.monotonic() + 20
+        while caller.is_alive() and not Path(f"{gate}.started").exists() \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if Path(f"{gate}.started").exists():
+            os.rename(images / "sub", images / "sub.old")
+            os.symlink(secret_dir, images / "sub")
+            gate.touch()
+        caller.join(30)
+    finally:
+        context.stop()
+    return out
+
+
+def test_an_image_the_caller_could_swap_is_refused(shipped: Setup) -> None:
+    """An image directory the ``acceld`` user owns: the daemon checks the image, the tool
+    opens it later, and in between the user replaces a directory on its path with a link
+    to root's files; the tool (root) would then read root's file for it. An image is
+    taken only when it and every directory above it are root's."""
+    images, tool = shipped.base / "images", shipped.base / "fpgaconf"
+    kept_tool = tool.read_bytes()
+    secret_dir = Path(tempfile.mkdtemp(prefix="acceld-secret-"))  # root's, 0700
+    (secret_dir / "x.gbs").write_text("root's secret")
+    try:
+        _reading_tool(tool, images / "go")
+        os.chown(images, shipped.uid, shipped.gid)
+        answers = _run_as_user(shipped, lambda s: _swap_while_the_tool_waits(s, secret_dir))
+        assert "root's secret" not in answers["result"], answers
+        assert answers["result"].startswith("NotAllowed: "), answers
+        assert "images" in answers["result"] and "not root" in answers["result"]
+    finally:
+        os.chown(images, 0, 0)
+        for name in ("sub", "sub.old", "go", "go.started"):
+            entry = images / name
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink(missing_ok=True)
+        tool.write_bytes(kept_tool)
+        shutil.rmtree(secret_dir)
+
+
+def _swap_a_download(setup: Setup, secret: Path, gate: Path) -> dict[str, str]:
+    """As the user: a Glance download of its own in /tmp (as acceld.agent.images writes
+    it), checked by the daemon; once the tool has started, a link to ``secret`` in its
+    place (refused by the kernel only where fs.protected_symlinks is on)."""
+    fd, download = tempfile.mkstemp(prefix="acceld-6f1b1c1e-8a55-4f35-a7e4-0c1f3a0c2b9d-")
+    os.write(fd, b"GBS")
+    os.close(fd)
+    try:
+        return _swap_after_the_check(setup, download, secret, gate)
+    finally:
+        os.unlink(download)
+
+
+def _swap_after_the_check(setup: Setup, download: str, secret: Path,
+                          gate: Path) -> dict[str, str]:
+    context = privileged.tools
+    _start(context, setup)
+    out: dict[str, str] = {}
+
+    def call() -> None:
+        try:
+            status, stdout, stderr = privileged.run_tool(
+                [str(setup.base / "fpgaconf"), "--bus", "0x3b", "--device", "0x00",
+                 "--function", "0x0", download], 30)
+            out["result"] = f"exit {status}: {stdout}{stderr}"
+        except Exception as exc:  # noqa: BLE001 (the daemon's refusal)
+            out["result"] = f"{type(exc).__name__}: {exc}"
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        deadline = time.monotonic() + 20
+        while caller.is_alive() and not Path(f"{gate}.started").exists() \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.unlink(download)
+        os.symlink(secret, download)
+        out["swapped"] = str(Path(f"{gate}.started").exists())
+        gate.touch()
+        caller.join(30)
+    finally:
+        context.stop()
+    return out
+
+
+def test_a_download_swapped_after_the_check_is_not_what_the_tool_reads(
+        shipped: Setup) -> None:
+    """The Glance download is the user's own file in /tmp: the daemon checks it, the tool
+    opens it later, and in between the user puts a link to root's file in its place. The
+    tool must get what was checked, whatever fs.protected_symlinks says."""
+    tool, kept_tool = shipped.base / "fpgaconf", (shipped.base / "fpgaconf").read_bytes()
+    secret_dir = Path(tempfile.mkdtemp(prefix="acceld-secret-"))  # root's, 0700
+    (secret_dir / "x.gbs").write_text("root's secret")
+    gates = _user_dir(shipped, "gate")  # the tool's start marker, and the user's gate
+    try:
+        _reading_tool(tool, gates / "go")
+        answers = _run_as_user(
+            shipped, lambda s: _swap_a_download(s, secret_dir / "x.gbs", gates / "go"))
+        assert answers.get("swapped") == "True", answers
+        assert answers["result"] == "exit 0: GBS", answers
+    finally:
+        shutil.rmtree(gates)
+        tool.write_bytes(kept_tool)
+        shutil.rmtree(secret_dir)

@@ -222,6 +222,29 @@ def test_images_only_from_the_image_directories(node: Node) -> None:
     refused_tool(node, node.fpgaconf_argv(str(node.images)), "neither under")
 
 
+@ROOT_ONLY
+def test_an_image_another_user_could_swap_is_refused(node: Node) -> None:
+    """Under [agent] bitstream_dir the tool opens the image after the check: a directory
+    on its path, or the file, that the ``acceld`` user owns or others may write would
+    let that user put a link to root's files in its place in between."""
+    (node.images / "sub").mkdir()
+    (node.images / "sub" / "x.gbs").write_bytes(b"GBS")
+    os.chown(node.images / "sub", 65534, 65534)
+    refused_tool(node, node.fpgaconf_argv(str(node.images / "sub" / "x.gbs")),
+                 "sub is owned by uid 65534, not root")
+    os.chown(node.images / "sub", 0, 0)
+    (node.images / "sub").chmod(0o777)
+    refused_tool(node, node.fpgaconf_argv(str(node.images / "sub" / "x.gbs")),
+                 "writable by group or others")
+    (node.images / "sub").chmod(0o755)
+    os.chown(node.images / "sub" / "x.gbs", 65534, 65534)
+    refused_tool(node, node.fpgaconf_argv(str(node.images / "sub" / "x.gbs")),
+                 "x.gbs is owned by uid 65534")
+    os.chown(node.images / "sub" / "x.gbs", 0, 0)
+    assert privileged.run_tool(node.fpgaconf_argv(str(node.images / "sub" / "x.gbs")),
+                               10)[0] == 0
+
+
 def test_glance_downloads_are_accepted_only_as_the_image_source_writes_them(
         node: Node) -> None:
     """acceld.agent.images writes a Glance image to mkstemp(prefix='acceld-<id>-')."""
@@ -230,7 +253,13 @@ def test_glance_downloads_are_accepted_only_as_the_image_source_writes_them(
     os.close(fd)
     try:
         assert privileged.run_tool(node.fpgaconf_argv(download), 10)[0] == 0
-        assert calls(node.fpgaconf)[-1][-1] == os.path.realpath(download)
+        # The tool got a private copy of what was checked (the caller could replace the
+        # download itself before the tool opens it), under the download's name; gone after.
+        copy = calls(node.fpgaconf)[-1][-1]
+        assert os.path.basename(copy) == os.path.basename(download) and copy != download
+        assert os.path.dirname(os.path.dirname(copy)) == tempfile.gettempdir()
+        assert os.path.basename(os.path.dirname(copy)).startswith("acceld-image-")
+        assert not os.path.exists(os.path.dirname(copy))
         # A hard link of another file, named as a download, is not one.
         hardlinked = f"{download}x"
         os.link(node.image, hardlinked)
@@ -257,6 +286,40 @@ def test_the_tool_is_given_the_resolved_image(node: Node) -> None:
     assert calls(node.fpgaconf)[0][-1] == os.path.realpath(node.image)
 
 
+def test_a_download_is_copied_as_checked_and_never_through_a_link(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the tool reads is the download's content at the check; a download that is a
+    link, a FIFO or has another name by then is refused, and nothing is left behind."""
+    image_id = "6f1b1c1e-8a55-4f35-a7e4-0c1f3a0c2b9d"
+    policy = privileged_policy.current()
+    fd, download = tempfile.mkstemp(prefix=f"acceld-{image_id}-")
+    os.write(fd, b"GBS")
+    os.close(fd)
+    copies = node.tmp / "copies"  # where the copies go from here on (mkdtemp's directory)
+    copies.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(copies))
+    try:
+        argv = privileged_policy.check_tool(policy, node.fpgaconf_argv(download))
+        with privileged_policy.pinned_downloads(policy, argv) as pinned:
+            os.unlink(download)
+            os.symlink(node.tmp / "secret", download)  # too late: the copy is made
+            assert Path(pinned[-1]).read_bytes() == b"GBS"
+            assert stat.S_IMODE(os.stat(os.path.dirname(pinned[-1])).st_mode) == 0o700
+        assert os.path.dirname(os.path.dirname(pinned[-1])) == str(copies)
+        assert not os.path.exists(os.path.dirname(pinned[-1]))
+        with pytest.raises(OSError):  # a link in its place when the copy is made
+            with privileged_policy.pinned_downloads(policy, argv):
+                pass
+        os.unlink(download)
+        os.mkfifo(download)
+        with pytest.raises(NotAllowed, match="changed after it was checked"):
+            with privileged_policy.pinned_downloads(policy, argv):
+                pass
+        assert list(copies.iterdir()) == []
+    finally:
+        os.unlink(download)
+
+
 @pytest.mark.parametrize("timeout", [0, -1, "10", None, True])
 def test_an_odd_timeout_is_refused(node: Node, timeout) -> None:
     before = snapshot(node.tmp)
@@ -280,6 +343,26 @@ def test_the_drivers_writes_succeed_under_the_sysfs_root(node: Node) -> None:
     assert vgpu.read_text() == "1054"
     privileged.write_sysfs(str(vgpu), "0")
     assert vgpu.read_text() == "0"
+
+
+@pytest.mark.parametrize("vendor,class_code", [
+    ("0x8086", "0x030000"),  # another vendor's GPU (Intel GVT-g), its mdevs a VM may use
+    ("0x10de", "0x068000"),  # an NVIDIA function that is no GPU (an NVSwitch bridge)
+])
+def test_only_nvidia_gpus_mdevs_and_vgpu_types_are_written(node: Node, vendor: str,
+                                                          class_code: str) -> None:
+    """acceld's one sysfs writer is the nvidia_gpu driver: creating or removing another
+    device's mediated devices (another service's, a running VM's) or setting its vGPU type
+    is nothing acceld needs, whatever the attributes' names and places."""
+    other, other_mdev = "0000:0a:00.0", "7e0b9c1d-0000-4000-8000-000000000002"
+    node.tree.add_pci(other, vendor, "0x3e92", class_code)
+    node.tree.add_mdev_type(other, "i915-GVTg_V5_4", None, 4)
+    node.tree.add_mdev(other, "i915-GVTg_V5_4", other_mdev)
+    node.tree.add_nvidia_vfio(other, {1054: "NVIDIA H200X-1-18C"})
+    refused_write(node, node.pci(other) / "mdev_supported_types" / "i915-GVTg_V5_4" /
+                  "create", "5d0a2b44-0000-4000-8000-0000000000aa")
+    refused_write(node, node.sys / "bus" / "mdev" / "devices" / other_mdev / "remove", "1")
+    refused_write(node, node.pci(other) / "nvidia" / "current_vgpu_type", "1054")
 
 
 def test_other_attributes_are_refused(node: Node) -> None:
