@@ -17,8 +17,10 @@ from oslo_upgradecheck.upgradecheck import Code, Result
 from acceld.api.policy import RULES
 
 _REFERENCE = re.compile(r"rule:([A-Za-z0-9_:.-]+)")
-# oslo.policy's UserWarning for a rule whose deprecated default still applies.
+# oslo.policy's UserWarning for a rule whose deprecated default still applies, and for a
+# legacy rule in the file (which _deprecated_uses names already).
 _DEPRECATED_DEFAULT = re.compile(r'^Policy "([^"]+)":".*" was deprecated in ')
+_FOR_REMOVAL = re.compile(r'^Policy "[^"]+":".*" was deprecated for removal ')
 
 
 def check_policy(conf: cfg.ConfigOpts) -> Result:
@@ -48,11 +50,13 @@ def check_policy(conf: cfg.ConfigOpts) -> Result:
 
 
 def _transition(caught: list[warnings.WarningMessage]) -> str:
-    """One finding for oslo.policy's per-rule deprecation warnings ("" when none); any
-    other warning is shown as it came."""
+    """One finding for oslo.policy's per-rule deprecation warnings ("" when none); a
+    legacy rule's is dropped (named by _deprecated_uses), any other is shown as it came."""
     names = []
     for warning in caught:
         found = _DEPRECATED_DEFAULT.match(str(warning.message))
+        if found is None and _FOR_REMOVAL.match(str(warning.message)):
+            continue
         if found is None:
             warnings.showwarning(warning.message, warning.category, warning.filename,
                                  warning.lineno)
