@@ -267,6 +267,10 @@ class PlacementClient:
         resp = self._request("GET", f"/resource_providers/{uuid}/inventories")
         return resp.json()["inventories"]
 
+    def get_traits(self, uuid: str) -> list[str]:
+        resp = self._request("GET", f"/resource_providers/{uuid}/traits")
+        return resp.json()["traits"]
+
     def read_inventories(self, uuid: str) -> tuple[dict[str, dict[str, Any]], int]:
         """The provider's inventories and its generation as of that read."""
         body = self._request("GET", f"/resource_providers/{uuid}/inventories").json()
