@@ -172,3 +172,34 @@ def test_audit_names_the_operators_edits_once_and_repairs_only_acceld_s(placemen
     assert f"CUSTOM_OPERATOR_{tag}" in lines[0]
     assert inventory(placement, rp)["FPGA"]["reserved"] == 2
     assert f"CUSTOM_OPERATOR_{tag}" in traits(placement, rp)
+
+
+def test_an_operator_edit_between_acceld_s_read_and_write_is_kept(placement, pconf, db, host,
+                                                                 tag):
+    """The operator tags and drains the card right after acceld read its traits, before
+    acceld writes them: acceld's write carries the generation it read, gets a 409, reads
+    again and merges again, so neither edit is lost."""
+    placement.create_compute_node(host)
+    acc = add_accelerator(db, host, "0000:5e:00.0", traits=(f"CUSTOM_A_{tag}",), num=2)
+    rp = acc["rp"]
+    sync = PlacementSync(pconf, db)
+    sync.sync_once()
+    set_device(db, acc, trait0=f"CUSTOM_B_{tag}")
+    real = sync.client.read_traits
+    reads: list[int] = []
+
+    def then_the_operator(uuid: str):  # type: ignore[no-untyped-def]
+        found = real(uuid)
+        reads.append(found[1])
+        if len(reads) == 1:  # between acceld's read and its write
+            operator_tags(placement, rp, f"CUSTOM_OPERATOR_{tag}")
+            operator_reserves(placement, rp, "FPGA", 1)
+        return found
+
+    sync.client.read_traits = then_the_operator  # type: ignore[method-assign]
+    assert sync.sync_once(full=False).written == [rp]
+
+    assert len(reads) == 2  # read again after the 409
+    assert traits(placement, rp) == {"OWNER_CYBORG", f"CUSTOM_B_{tag}", f"CUSTOM_OPERATOR_{tag}"}
+    assert inventory(placement, rp)["FPGA"]["reserved"] == 1
+    assert sync.audit([host]).repaired == {}
