@@ -84,9 +84,24 @@ $(STAMP_TOOLS): | $(BIN)/python
 	else echo "make: not root or no apt-get: the browser and promtool tests skip"; fi
 	touch $@
 
-test-tools: $(STAMP_TOOLS)
+# sudo, for the privsep helper's rules through the real sudo (tests/integration/
+# test_privsep_sudo.py), installed once where this runs as root with apt-get; elsewhere
+# that test skips with the reason.
+STAMP_SUDO := $(VENV)/.acceld-test-sudo
+$(STAMP_SUDO): | $(BIN)/python
+	@if command -v sudo >/dev/null && command -v visudo >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends sudo \
+			>/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y --no-install-recommends sudo >/dev/null; } \
+		|| echo "make: sudo not installed; the privsep sudo test skips"; \
+	else echo "make: not root or no apt-get: the privsep sudo test skips without sudo"; fi
+	touch $@
 
-test: $(STAMP_TEST) $(STAMP_KEYSTONE) $(STAMP_PLACEMENT) $(STAMP_TOOLS) $(STAMP_UPSTREAM) $(STAMP_NOVA)
+test-tools: $(STAMP_TOOLS) $(STAMP_SUDO)
+
+test: $(STAMP_TEST) $(STAMP_KEYSTONE) $(STAMP_PLACEMENT) $(STAMP_TOOLS) $(STAMP_SUDO) \
+		$(STAMP_UPSTREAM) $(STAMP_NOVA)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # wrk, the C load generator the benches drive the APIs with (Debian's package), installed

@@ -2,8 +2,10 @@
 
 The agent runs as an unprivileged user. The few operations that need more go
 through a privsep daemon that keeps only the capabilities named here, started on
-first use with ``[privsep_sysfs]`` / ``[privsep_tools]`` ``helper_command``
-(default: ``sudo privsep-helper --config-file ... --privsep_context ...``):
+first use with ``[privsep_sysfs]`` / ``[privsep_tools]`` / ``[privsep_nvml]``
+``helper_command`` (production: ``sudo /opt/acceld/bin/acceld-privsep-helper --config-file
+/etc/acceld/acceld.conf``, acceld.cmd.privsep_helper, which accepts nothing but that and
+the two options privsep appends):
 
 * ``sysfs``: writes to a device's sysfs attributes (create or remove a mediated
   device, choose a vGPU type): CAP_DAC_OVERRIDE, because those attributes are
@@ -72,6 +74,11 @@ nvml = priv_context.PrivContext(
     capabilities=list(NVML_CAPABILITIES))
 
 CONTEXTS = (sysfs, tools, nvml)
+HELPER_COMMAND_HELP = (
+    " acceld: sudo /opt/acceld/bin/acceld-privsep-helper --config-file "
+    "/etc/acceld/acceld.conf, the command etc/sudoers.d/acceld-privsep allows (README.md, "
+    "docs/security.md). The generated default runs oslo.privsep's privsep-helper, which "
+    "those rules do not allow.")
 _CAPABILITIES = {sysfs.cfg_section: SYSFS_CAPABILITIES, tools.cfg_section: TOOLS_CAPABILITIES,
                  nvml.cfg_section: NVML_CAPABILITIES}
 _CAP_NAMES = {number: name for name, number in caps.CAPS_BYNAME.items()}
@@ -95,6 +102,8 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
             if opt.dest == "capabilities":
                 opt.default = list(kept)
                 opt.sample_default = ",".join(_CAP_NAMES[c] for c in kept)
+            if opt.dest == "helper_command":
+                opt.help += HELPER_COMMAND_HELP
         out.append((context.cfg_section, opts))
     return out
 

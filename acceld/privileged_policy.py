@@ -5,11 +5,12 @@ code they load. So everything the caller sends is an argument to check, never a 
 The tool paths, the image directories and the sysfs root come from a :class:`Policy` the
 entry point builds on its own side of the socket:
 
-* in a privsep daemon, from the config files privsep-helper was started with, and only
-  when every one of them is root's (owned by root, not writable by group or others, nor
-  is any directory above it): sudoers matches the helper's command line as one string,
-  so its trailing ``*`` also lets the caller append a ``--config-file`` of its own. The
-  environment is not read (``OS_<GROUP>__<OPTION>`` would be the caller's word too).
+* in a privsep daemon, from the config files acceld-privsep-helper was started with,
+  and only when every one of them is root's (owned by root, not writable by group or
+  others, nor is any directory above it): the helper refuses to start on any other
+  (acceld.cmd.privsep_helper), and this check, at each call, also covers a file changed
+  since. The environment is not read (``OS_<GROUP>__<OPTION>`` would be the caller's
+  word too).
 * in process (``[agent] privileged_calls = in_process``, and tests), from the configs of
   the drivers built in this process (:func:`adopt`): that process is the privileged
   party itself, so its own config is the one to enforce. A daemon builds no driver, so
@@ -116,7 +117,7 @@ def current() -> Policy:
 
 def _started_with() -> tuple[list[str], list[str]]:
     """The config files and dirs the process's global config was parsed from: in a privsep
-    daemon, privsep-helper's ``--config-file``/``--config-dir`` (none before parsing)."""
+    daemon, the helper's config files (none before parsing)."""
     try:
         return list(cfg.CONF.config_file or []), list(cfg.CONF.config_dir or [])
     except cfg.NoSuchOptError:

@@ -4,6 +4,9 @@ matching the privsep contexts."""
 
 from __future__ import annotations
 
+import fnmatch
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from acceld import cli, privileged
+from acceld.cmd import privsep_helper
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "etc" / "systemd"
@@ -94,15 +98,35 @@ def test_units_parse_and_run_acceld_commands(name: str, command: str) -> None:
     if command in ("api", "conductor"):  # nothing privileged: no capability at all
         assert service["CapabilityBoundingSet"] == [""]
         assert service["NoNewPrivileges"] == ["yes"]
-    else:  # sudo privsep-helper must work: no NoNewPrivileges
+    else:  # sudo acceld-privsep-helper must work: no NoNewPrivileges
         assert "NoNewPrivileges" not in service
 
 
-def test_sudoers_rule_allows_exactly_the_privsep_contexts() -> None:
-    lines = [line for line in (REPO / "etc" / "sudoers.d" / "acceld-privsep").read_text()
-             .splitlines() if line.startswith("acceld ALL")]
-    contexts = sorted(line.split("--privsep_context ")[1].split()[0] for line in lines)
-    assert contexts == sorted(c.pypath for c in privileged.CONTEXTS)
+def test_sudoers_rules_allow_exactly_the_command_lines_of_the_privsep_contexts() -> None:
+    """One rule per context, each one exact command line of acceld-privsep-helper (no
+    ``*``: sudo matches the arguments as one string), the one README's helper_command
+    gives once oslo.privsep appends its two options; and the environment reset for it."""
+    text = (REPO / "etc" / "sudoers.d" / "acceld-privsep").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("acceld ALL")]
+    helper = INSTALLED_BIN + "acceld-privsep-helper"
+    assert f"Defaults!{helper} env_reset, !env_keep, !setenv" in text.splitlines()
+    readme = (REPO / "README.md").read_text()
+    commands = set(re.findall(r"(?m)^helper_command = (.*)$", readme))
+    assert len(commands) == 1, commands
+    command = commands.pop()
+    assert command in privileged.HELPER_COMMAND_HELP  # what the sample config says
+    argv = shlex.split(command)
+    assert argv[:2] == ["sudo", helper]
+    sock = "/tmp/tmpabcd_123/privsep.sock"  # the privsep client's mkdtemp() form
+    contexts = []
     for line in lines:
-        assert line.split("NOPASSWD: ")[1].startswith(
-            INSTALLED_BIN + "privsep-helper --config-file /etc/acceld/acceld.conf ")
+        command, args = line.split("NOPASSWD: ")[1].split(" ", 1)
+        assert command == helper and "*" not in args and "?" not in args
+        context = args.split("--privsep_context ")[1].split()[0]
+        contexts.append(context)
+        built = argv[2:] + ["--privsep_context", context, "--privsep_sock_path", sock]
+        assert fnmatch.fnmatchcase(" ".join(built), args)
+        assert privsep_helper.parse_argv(built).context == context
+        for extra in (" --log-config-append x", " x", "x"):
+            assert not fnmatch.fnmatchcase(" ".join(built) + extra, args)
+    assert sorted(contexts) == sorted(c.pypath for c in privileged.CONTEXTS)

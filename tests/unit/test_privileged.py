@@ -1,5 +1,5 @@
 """acceld.privileged: the root operations' narrow forms, in process (as tests and the
-all-in-one run them) and through a real privsep daemon started by privsep-helper (as
+all-in-one run them) and through a real privsep daemon started by acceld-privsep-helper (as
 an unprivileged agent runs them; needs root to start the daemon)."""
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from tests.conftest import make_conf
 from tests.support.fake_tools import calls, make_tool
 from tests.support.sysfs_fixtures import SysfsTree
 
-BIN = Path(sys.executable).parent
 GPU = "0000:06:00.0"
 
 
@@ -68,20 +67,22 @@ def test_configure_chooses_the_daemon_unless_in_process(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[None]:
-    """Both contexts through privsep-helper daemons (the production path, with the helper
-    started directly instead of through sudo: the test already runs as root), each with
-    its own config file naming the fixture sysfs tree and the fake tool."""
+def daemon(tmp_path: Path, monkeypatch) -> Iterator[None]:
+    """Both contexts through acceld-privsep-helper daemons (the production path, with the
+    helper started directly instead of through sudo: the test already runs as root), each
+    with its own config file naming the fixture sysfs tree and the fake tool."""
     if os.geteuid() != 0:
         pytest.skip("starting a privsep daemon needs root")
+    for name in ("SUDO_UID", "SUDO_GID"):  # root starts it here, not a user through sudo
+        monkeypatch.delenv(name, raising=False)
     conf_file = tmp_path / "privsep.conf"
     conf_file.write_text(f"[nvidia_gpu]\nsysfs_root = {tmp_path / 'sys'}\n"
                          f"[intel_fpga]\nfpgaconf_path = {tmp_path / 'fpgaconf'}\n"
                          f"[agent]\nbitstream_dir = {tmp_path / 'images'}\n")
     for context in privileged.CONTEXTS:
         cfg.CONF.set_override("helper_command",
-                              f"{BIN / 'privsep-helper'} --config-file {conf_file}",
-                              group=context.cfg_section)
+                              f"{sys.executable} -m acceld.cmd.privsep_helper "
+                              f"--config-file {conf_file}", group=context.cfg_section)
         context.set_client_mode(True)
     try:
         yield
