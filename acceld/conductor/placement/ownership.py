@@ -122,10 +122,10 @@ def _write_once(client: pl.PlacementClient, want: DesiredProvider, record: Recor
     inventories, generation = client.read_inventories(want.rp_uuid)
     operator = operator_reserved(want, inventories, record)
     wanted = inventories_for(want, operator)
+    reserved = wanted.get(want.resource_class or "", {}).get("reserved", 0)
     if inventories != wanted:
         changes.append(f"{want.rp_uuid} inventory {inventory_text(inventories)} "
                        f"(want {inventory_text(wanted)})")
-        reserved = wanted[want.resource_class]["reserved"] if wanted else 0  # type: ignore
         generation = client.set_inventory(want.rp_uuid, want.resource_class, want.total,
                                           reserved, generation, attempts=1)
     current, generation = client.read_traits(want.rp_uuid)
@@ -136,7 +136,6 @@ def _write_once(client: pl.PlacementClient, want: DesiredProvider, record: Recor
     kept_traits = sorted(traits - own_traits(want))
     kept = ([f"reserved={operator}"] if operator else []) + \
         ([f"traits {' '.join(kept_traits)}"] if kept_traits else [])
-    final = wanted.get(want.resource_class or "", {}).get("reserved", 0)
     return Written(generation, changes, ", ".join(kept),
-                   {"reserved": final, "operator_reserved": operator,
+                   {"reserved": reserved, "operator_reserved": operator,
                     "traits": " ".join(sorted(own_traits(want) | record.traits))})
