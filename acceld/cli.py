@@ -137,6 +137,24 @@ def cmd_db_import_cyborg(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db_cyborg_changes(args: argparse.Namespace) -> int:
+    from acceld.db import cyborg_changes, cyborg_import
+    from acceld.db.engine import from_config
+
+    conf = _load(args)
+    logs.setup(conf, "db")
+    db = from_config(conf)
+    try:
+        found = cyborg_changes.changes(args.source, db)
+    except cyborg_import.ImportRefused as exc:
+        print(f"acceld db cyborg-changes: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        db.dispose()
+    print("\n".join(cyborg_changes.report(found)))
+    return 0
+
+
 def cmd_db_version(args: argparse.Namespace) -> int:
     from acceld.services import db_version
 
@@ -207,6 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Print what would be imported and what cannot be carried over; "
                         "change nothing.")
     q.set_defaults(func=cmd_db_import_cyborg)
+    q = dbsub.add_parser("cyborg-changes", help="After an import, list by instance the ARQs "
+                                                "acceld holds differently from upstream's "
+                                                "database (before going back to upstream); "
+                                                "upstream's is only read.")
+    _common(q)
+    q.add_argument("--from", dest="source", required=True, metavar="URL",
+                   help="SQLAlchemy URL of upstream's database (the one imported).")
+    q.set_defaults(func=cmd_db_cyborg_changes)
     q = dbsub.add_parser("version", help="Print the database's schema revision and this "
                                          "release's (head); exit status 0: up to date, 3: "
                                          "`acceld db upgrade` needed, 4: a revision this "

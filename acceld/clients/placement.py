@@ -220,9 +220,10 @@ class PlacementClient:
     # -- generation-guarded writes ---------------------------------------------------------
 
     def _guarded_put(self, uuid: str, path: str, payload: dict[str, Any],
-                     generation: int | None) -> int:
-        """PUT ``payload`` with the provider generation; on a 409 conflict re-read and retry."""
-        for _ in range(CONFLICT_RETRIES):
+                     generation: int | None, attempts: int = CONFLICT_RETRIES) -> int:
+        """PUT ``payload`` with the provider generation; on a 409 conflict re-read and retry
+        (``attempts`` in all: 1 for a payload merged from a read, which must be merged again)."""
+        for _ in range(attempts):
             if generation is None:
                 provider = self.get_provider(uuid)
                 if provider is None:
@@ -238,10 +239,10 @@ class PlacementClient:
             LOG.debug("Generation conflict on %s; re-reading", path)
             generation = None
         raise GenerationConflict(f"Provider {uuid} kept changing; gave up after "
-                                 f"{CONFLICT_RETRIES} attempts", 409)
+                                 f"{attempts} attempt(s)", 409)
 
     def set_inventory(self, uuid: str, resource_class: str | None, total: int, reserved: int,
-                      generation: int | None = None) -> int:
+                      generation: int | None = None, attempts: int = CONFLICT_RETRIES) -> int:
         """Make the provider's inventory exactly this one class (or none); the new generation."""
         inventories: dict[str, Any] = {}
         if resource_class and total > 0:
@@ -251,14 +252,16 @@ class PlacementClient:
                 "reserved": max(0, min(reserved, total)), "allocation_ratio": 1.0}
         path = f"/resource_providers/{uuid}/inventories"
         try:
-            return self._guarded_put(uuid, path, {"inventories": inventories}, generation)
+            return self._guarded_put(uuid, path, {"inventories": inventories}, generation,
+                                     attempts)
         except PlacementError as exc:
             if exc.status != 400 or resource_class not in self._known_classes:
                 raise
             # The class we created is gone (Placement's database wiped or restored): again.
             self._known_classes.discard(resource_class)
             self.ensure_resource_class(resource_class)
-            return self._guarded_put(uuid, path, {"inventories": inventories}, generation)
+            return self._guarded_put(uuid, path, {"inventories": inventories}, generation,
+                                     attempts)
 
     def get_inventories(self, uuid: str) -> dict[str, dict[str, Any]]:
         resp = self._request("GET", f"/resource_providers/{uuid}/inventories")
@@ -268,14 +271,25 @@ class PlacementClient:
         resp = self._request("GET", f"/resource_providers/{uuid}/traits")
         return resp.json()["traits"]
 
-    def set_traits(self, uuid: str, traits: Iterable[str], generation: int | None = None) -> int:
+    def read_inventories(self, uuid: str) -> tuple[dict[str, dict[str, Any]], int]:
+        """The provider's inventories and its generation as of that read."""
+        body = self._request("GET", f"/resource_providers/{uuid}/inventories").json()
+        return body["inventories"], int(body["resource_provider_generation"])
+
+    def read_traits(self, uuid: str) -> tuple[set[str], int]:
+        """The provider's traits and its generation as of that read."""
+        body = self._request("GET", f"/resource_providers/{uuid}/traits").json()
+        return set(body["traits"]), int(body["resource_provider_generation"])
+
+    def set_traits(self, uuid: str, traits: Iterable[str], generation: int | None = None,
+                   attempts: int = CONFLICT_RETRIES) -> int:
         """Make the provider's traits exactly ``traits`` plus OWNER_CYBORG; the new generation."""
         wanted = sorted(set(traits) | {OWNER_TRAIT})
         for trait in wanted:
             self.ensure_trait(trait)
         path = f"/resource_providers/{uuid}/traits"
         try:
-            return self._guarded_put(uuid, path, {"traits": wanted}, generation)
+            return self._guarded_put(uuid, path, {"traits": wanted}, generation, attempts)
         except PlacementError as exc:
             if exc.status != 400 or not self._known_traits.intersection(wanted):
                 raise
@@ -283,7 +297,7 @@ class PlacementClient:
             self._known_traits.difference_update(wanted)
             for trait in wanted:
                 self.ensure_trait(trait)
-            return self._guarded_put(uuid, path, {"traits": wanted}, generation)
+            return self._guarded_put(uuid, path, {"traits": wanted}, generation, attempts)
 
     # -- allocations -----------------------------------------------------------------------
 

@@ -127,7 +127,7 @@ class Plan:
 # -- reading upstream ----------------------------------------------------------------------
 
 
-def _read_only_engine(url: str) -> Engine:
+def read_only_engine(url: str) -> Engine:
     """An engine on upstream's database that cannot write: a SQLite file opened read-only,
     a server session whose transactions are read-only."""
     parsed = make_url(url)
@@ -193,7 +193,7 @@ def upstream_revision(conn: Connection) -> str:
 
 def read(url: str) -> Plan:
     """Everything the import carries, read from upstream's database at ``url``."""
-    engine = _read_only_engine(url)
+    engine = read_only_engine(url)
     try:
         with engine.connect() as conn:
             revision = upstream_revision(conn)

@@ -370,6 +370,12 @@ class PlacementSync(Base):
     dirty: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
     generation: Mapped[int | None] = mapped_column(BigInteger)
     updated_at: Mapped[dt.datetime | None] = mapped_column(Timestamp, onupdate=utcnow)
+    # What is acceld's and what the operator's (acceld.conductor.placement.ownership):
+    # the inventory's reserved as acceld last wrote or read it, the operator's part of it,
+    # and the traits acceld wrote (space-separated). NULL: never written by this version.
+    reserved: Mapped[int | None] = mapped_column(Integer)
+    operator_reserved: Mapped[int | None] = mapped_column(Integer)
+    traits: Mapped[str | None] = mapped_column(Text)
 
 
 class SchemaMigration(Base):

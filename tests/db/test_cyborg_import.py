@@ -317,3 +317,57 @@ def test_db_upgrade_on_upstreams_database_says_what_to_do(tmp_path, capsys) -> N
                        "connection at a new, empty database and carry this one over with "
                        "`acceld db import-cyborg --from <this URL>`"]
         assert dump(url) == before
+
+
+def test_the_instances_whose_arqs_changed_since_the_import(upstream, db, tmp_path,
+                                                          capsys) -> None:
+    """Issue 40, the way back: `acceld db cyborg-changes --from URL` lists, by instance,
+    the ARQs acceld's database no longer holds as upstream's does (deleted, created,
+    bound elsewhere), which going back to upstream would show as upstream last had them.
+    Upstream's database is only read."""
+    from sqlalchemy import delete, insert, update
+
+    from acceld.db import cyborg_changes
+
+    before = dump(upstream)
+    cyborg_import.run(upstream, db, dry_run=False)
+    restarts = {a["uuid"] for a in before["extended_accelerator_requests"]
+                if a["state"] == "BindStarted"}  # the import frees their handles
+    assert {c.arq for c in cyborg_changes.changes(upstream, db)} <= restarts
+    handles = {h["id"]: h["uuid"] for h in before["attach_handles"]}
+    bound = sorted((a for a in before["extended_accelerator_requests"]
+                    if a["state"] == "Bound"), key=lambda a: a["uuid"])
+    gone, moved = bound[0], bound[1]
+    newer = "7f1e0c2a-0000-4000-8000-00000000abcd"
+    with db.write() as conn:  # what Nova did through acceld meanwhile
+        row = dict(conn.execute(select(accelerator_requests).where(
+            accelerator_requests.c.uuid == gone["uuid"])).mappings().one())
+        conn.execute(delete(accelerator_requests).where(
+            accelerator_requests.c.uuid == gone["uuid"]))  # its instance deleted
+        conn.execute(insert(accelerator_requests).values(  # a newer one on that handle
+            {**{k: v for k, v in row.items() if k != "id"},
+             "uuid": "5d1c1e4e-0000-4000-8000-00000000beef", "instance_uuid": newer}))
+        conn.execute(update(accelerator_requests).where(
+            accelerator_requests.c.uuid == moved["uuid"]).values(
+            state="Unbound", instance_uuid=None, attach_handle_id=None))
+
+    found = cyborg_changes.changes(upstream, db)
+    by_arq = {c.arq: c for c in found}
+    assert by_arq[gone["uuid"]].acceld is None
+    assert by_arq[gone["uuid"]].upstream.handle == handles[gone["attach_handle_id"]]
+    assert by_arq["5d1c1e4e-0000-4000-8000-00000000beef"].upstream is None
+    assert by_arq[moved["uuid"]].acceld.state == "Unbound"
+
+    state = tmp_path / "state"
+    url = db.url.render_as_string(hide_password=False)
+    (tmp_path / "acceld.conf").write_text(f"[database]\nconnection = {url}\n")
+    assert cli.main(["db", "cyborg-changes", "--from", upstream, "--config-file",
+                     str(tmp_path / "acceld.conf"), "--state-path", str(state)]) == 0
+    out = capsys.readouterr().out
+    handle = handles[gone["attach_handle_id"]]
+    assert (f"instance {gone['instance_uuid']}: ARQ {gone['uuid']} upstream Bound on handle "
+            f"{handle}; in acceld: deleted") in out
+    assert (f"instance {newer}: ARQ 5d1c1e4e-0000-4000-8000-00000000beef upstream: none; "
+            f"in acceld: Bound on handle {handle}") in out
+    assert f"instance {moved['instance_uuid']}: ARQ {moved['uuid']}" in out
+    assert dump(upstream) == before  # only read

@@ -142,3 +142,54 @@ def test_acceld_agent_report_reconciles_onto_the_imported_rows(placement, db, tm
     assert set(after["providers"]) == set(before["providers"])
     assert after["providers"][rp]["inventories"] == before["providers"][rp]["inventories"]
     assert after["allocations"] == before["allocations"]
+
+
+def test_operators_reserved_and_trait_survive_the_adoption(placement, db, tmp_path) -> None:
+    """Issue 40: the operator drained the card by one (``reserved``) and tagged it with a
+    custom trait flavors require, under upstream. acceld's import, reconcile, first sync and
+    audit keep both; acceld's own trait that its device no longer has is removed, and the
+    operator's stays through that too (docs/placement.md, "Ownership")."""
+    from acceld.db.placement_flags import mark_dirty
+    from sqlalchemy import update
+
+    host, _root, rp, instances, before = upstream_cloud(placement, db, tmp_path)
+    fpga = before["providers"][rp]["inventories"]["FPGA"]
+    assert fpga["reserved"] == 0 and fpga["total"] > 2
+    body = placement.get(f"/resource_providers/{rp}/inventories").json()
+    assert placement.put(f"/resource_providers/{rp}/inventories/FPGA", {
+        "resource_provider_generation": body["resource_provider_generation"],
+        **dict(fpga, reserved=1)}).status_code == 200
+    assert placement.put("/traits/CUSTOM_OPERATOR_TAG", {}).status_code in (201, 204)
+    body = placement.get(f"/resource_providers/{rp}/traits").json()
+    assert placement.put(f"/resource_providers/{rp}/traits", {
+        "resource_provider_generation": body["resource_provider_generation"],
+        "traits": body["traits"] + ["CUSTOM_OPERATOR_TAG"]}).status_code == 200
+
+    conf = make_conf(str(tmp_path), host=host)
+    records = [r.to_dict() for r in loader.load("fake_driver", conf, host).discover()]
+    assert not apply_report(db, host, {"hardware": records, "digest": "d1"}).problems
+    placement.configure(conf)
+    sync = PlacementSync(conf, db)
+    sync.sync_once()
+    assert sync.audit([host]).repaired == {}
+    sync.sync_once()
+
+    def state() -> tuple[int, set[str]]:
+        inv = placement.get(f"/resource_providers/{rp}/inventories").json()["inventories"]
+        return (inv["FPGA"]["reserved"],
+                set(placement.get(f"/resource_providers/{rp}/traits").json()["traits"]))
+
+    assert state() == (1, {"CUSTOM_FAKE_DEVICE", "CUSTOM_OPERATOR_TAG", "OWNER_CYBORG"})
+    assert snapshot(placement, host, instances)["allocations"] == before["allocations"]
+
+    # The device's trait changes under acceld: the one acceld wrote goes, the operator's stays.
+    with db.write() as conn:
+        dep = conn.execute(select(deployables.c.id).where(deployables.c.rp_uuid == rp)
+                           ).scalar_one()
+        conn.execute(update(attributes).where(attributes.c.deployable_id == dep,
+                                              attributes.c.value == "CUSTOM_FAKE_DEVICE")
+                     .values(value="CUSTOM_FAKE_DEVICE_V2"))
+        mark_dirty(conn, hostname=host)
+    sync.sync_once(full=False)
+    assert sync.audit([host]).repaired == {}
+    assert state() == (1, {"CUSTOM_FAKE_DEVICE_V2", "CUSTOM_OPERATOR_TAG", "OWNER_CYBORG"})

@@ -101,7 +101,7 @@ def test_conductor_start_repairs_drift_that_the_full_pass_never_saw(placement, p
     assert placement.delete(f"/resource_providers/{gpu['rp']}").status_code == 204
     resp = placement.put(f"/resource_providers/{fpga['rp']}/inventories", {
         "resource_provider_generation": generation(placement, fpga["rp"]),
-        "inventories": {"FPGA": {"total": 7, "max_unit": 7, "reserved": 3}}})
+        "inventories": {"FPGA": {"total": 7, "max_unit": 7, "reserved": 0}}})
     assert resp.status_code == 200, resp.text
     # The database's own record says all is written: the digest-only full pass sees nothing.
     assert PlacementSync(pconf, db).sync_once(full=True).written == []
@@ -138,7 +138,8 @@ def test_deleted_child_provider_is_recreated(placement, pconf, db, host, tag):
     assert sync.audit([host]).repaired == {}  # repaired means repaired
 
 
-def test_edited_inventory_total_and_reserved_are_restored(placement, pconf, db, host, tag):
+def test_edited_inventory_total_and_class_are_restored_and_reserved_is_the_operators(
+        placement, pconf, db, host, tag):
     placement.create_compute_node(host)
     fpga, gpu = two_devices(db, host, tag)
     sync = PlacementSync(pconf, db)
@@ -150,17 +151,22 @@ def test_edited_inventory_total_and_reserved_are_restored(placement, pconf, db, 
     assert resp.status_code == 200, resp.text
     resp = placement.put(f"/resource_providers/{gpu['rp']}/inventories", {
         "resource_provider_generation": generation(placement, gpu["rp"]),
-        "inventories": {"PGPU": {"total": 1, "max_unit": 1, "reserved": 1}}})
+        "inventories": {"PGPU": {"total": 3, "max_unit": 3, "reserved": 0}}})
     assert resp.status_code == 200, resp.text
 
     result = sync.audit([host])
 
     drift = " ".join(result.repaired[host])
     assert fpga["rp"] in drift and gpu["rp"] in drift and "inventory" in drift
-    matches(placement, db, host)
+    # total and the extra class are acceld's to put back; the reserved is the operator's
+    # (docs/placement.md, "Ownership"), kept up to the total.
+    assert "VCPU" in drift and "want FPGA total=2 reserved=2" in drift
+    matches_kept = {fpga["rp"]: {"reserved": 9}}
+    assert_placement_matches_db(placement, db, host, kept=matches_kept)
 
 
-def test_traits_removed_and_added_by_hand_are_repaired(placement, pconf, db, host, tag):
+def test_traits_removed_by_hand_are_repaired_and_added_ones_kept(placement, pconf, db, host,
+                                                                 tag):
     placement.create_compute_node(host)
     fpga, gpu = two_devices(db, host, tag)
     sync = PlacementSync(pconf, db)
@@ -176,8 +182,10 @@ def test_traits_removed_and_added_by_hand_are_repaired(placement, pconf, db, hos
 
     drift = " ".join(result.repaired[host])
     assert "traits" in drift and fpga["rp"] in drift and gpu["rp"] in drift
-    assert f"CUSTOM_HAND_{tag}" in drift and f"CUSTOM_AU_{tag}" in drift
-    matches(placement, db, host)
+    assert f"CUSTOM_AU_{tag}" in drift
+    assert f"CUSTOM_HAND_{tag}" not in drift  # the operator's: kept (docs/placement.md)
+    assert_placement_matches_db(placement, db, host,
+                                kept={fpga["rp"]: {"traits": {f"CUSTOM_HAND_{tag}"}}})
 
 
 def test_renamed_and_reparented_providers_are_put_back(placement, pconf, db, host, tag):

@@ -325,7 +325,9 @@ def test_generation_conflict_is_reread_and_retried(placement, pconf, sqlite_db, 
     result = sync.sync_once(full=False)
 
     assert result.written == [acc["rp"]] and result.failed == []
-    assert_matches_db(placement, db, host, pconf)  # our traits back, new inventory
+    # Our traits back, new inventory, and the other's trait kept (docs/placement.md).
+    assert_placement_matches_db(placement, db, host, pconf.conductor.reserve_devices_of_down_agents,
+                                kept={acc["rp"]: {"traits": {f"CUSTOM_OTHER_{tag}"}}})
     now = placement.get(f"/resource_providers/{acc['rp']}").json()["generation"]
     assert sync_rows(db, host)[acc["rp"]].generation == now > stored + 1
 

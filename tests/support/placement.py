@@ -166,8 +166,10 @@ class PlacementServer:
 
 
 def assert_placement_matches_db(server: PlacementServer, db: Any, host: str,
-                                reserve_down_agents: bool = True) -> None:
-    """Placement holds exactly the providers, inventories and traits acceld's DB asks for."""
+                                reserve_down_agents: bool = True,
+                                kept: dict[str, dict[str, Any]] | None = None) -> None:
+    """Placement holds exactly the providers, inventories and traits acceld's DB asks for,
+    plus what ``kept`` says of the operator's per provider (``reserved``, ``traits``)."""
     from acceld.placement_model import desired_providers
 
     with db.read() as conn:
@@ -177,12 +179,15 @@ def assert_placement_matches_db(server: PlacementServer, db: Any, host: str,
     children = {p["uuid"]: p for p in tree["resource_providers"] if p["uuid"] != root["uuid"]}
     assert set(children) == set(wanted), (sorted(children), sorted(wanted))
     for rp, want in wanted.items():
+        operator = (kept or {}).get(rp, {})
         assert children[rp]["name"] == want.name
         assert children[rp]["parent_provider_uuid"] == root["uuid"]
         inv = server.get(f"/resource_providers/{rp}/inventories").json()["inventories"]
+        reserved = min(want.total, max(want.reserved, operator.get("reserved", 0)))
         assert inv == ({want.resource_class: {
-            "total": want.total, "max_unit": want.total, "reserved": want.reserved,
+            "total": want.total, "max_unit": want.total, "reserved": reserved,
             "min_unit": 1, "step_size": 1, "allocation_ratio": 1.0}}
             if want.resource_class and want.total else {}), (want, inv)
         traits = server.get(f"/resource_providers/{rp}/traits").json()["traits"]
-        assert sorted(traits) == sorted(want.traits), (want, traits)
+        assert sorted(traits) == sorted(set(want.traits) | operator.get("traits", set())), \
+            (want, traits)

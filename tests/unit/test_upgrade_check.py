@@ -260,3 +260,25 @@ def test_an_agent_not_answering_is_a_warning(agent_setup) -> None:
     result = check_agents(conf)
     assert result.code == Code.WARNING
     assert "not answering: node2 (ConnectionError)" in result.details
+
+
+def test_upstreams_transition_policy_is_one_summarised_warning(tmp_path: Path) -> None:
+    """Issue 40: with upstream's `[oslo_policy] enforce_new_defaults = False` (and its
+    policy.yaml) the check printed oslo.policy's deprecation warning once per rule (17
+    UserWarnings on stderr). Now the policy check says it once: how many rules keep their
+    deprecated default, which, and what to do; stderr carries none of them."""
+    conf_file = _state(tmp_path, "head")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text((Path(__file__).parents[1] / "support" / "upstream_conf" /
+                       "policy.yaml").read_text())
+    conf_file.write_text(conf_file.read_text() + "[oslo_policy]\nenforce_new_defaults = False\n"
+                         f"policy_file = {policy}\n")
+    done = _status(conf_file)
+    assert "deprecated" not in done.stderr, done.stderr
+    assert done.stdout.count("enforce_new_defaults") == 1, done.stdout
+    assert done.returncode == 1, done.stdout  # a warning: the check's exit status 1
+    details = " ".join(done.stdout.split("Check: Policy file")[1].split("Check:")[0]
+                       .replace("|", " ").split())
+    assert "Result: Warning" in details
+    assert "rule(s) keep their deprecated default" in details
+    assert "'cyborg:arq:delete'" in details and "'admin_or_owner'" in details

@@ -10,9 +10,11 @@ per host, what Placement holds for acceld and writes only what differs:
   <compute node>&required=OWNER_CYBORG``), then each one's inventories and traits
   (Placement has no call that returns those for a whole tree); a wanted provider
   that lost ``OWNER_CYBORG`` or left the tree is looked up by uuid;
-- a provider missing is created; a wrong name or parent is put back (1.37); a
-  different inventory (class, total, reserved, units) or trait set is rewritten,
-  with the generation just read;
+- a provider missing is created; a wrong name or parent is put back (1.37); what
+  differs of acceld's part of the inventory (class, total, its own reservation, units)
+  or of its traits is rewritten, with the generation just read; the operator's part
+  (a ``reserved`` of their own, traits acceld did not write:
+  :mod:`acceld.conductor.placement.ownership`) is kept and named in one line, not drift;
 - a provider of ours (``OWNER_CYBORG``) that the database does not want (a
   backup's leftover) is deleted, or, while consumers hold allocations on it,
   kept fully reserved, as the sync does with the provider of a deployable that
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sqlalchemy import delete, select
 
 from acceld.clients import placement as pl
+from acceld.conductor.placement import ownership
 from acceld.db.models import deployables, placement_sync
 from acceld.db.placement_flags import mark_dirty
 
@@ -54,33 +57,6 @@ class AuditResult:
     repaired: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     waiting_hosts: list[str] = dataclasses.field(default_factory=list)
     failed: list[str] = dataclasses.field(default_factory=list)  # providers Placement refused
-
-
-# -- comparing ------------------------------------------------------------------------------
-
-def expected_inventories(want: DesiredProvider) -> dict[str, dict[str, Any]]:
-    """The inventories Placement answers for ``want`` once the sync has written it."""
-    if not want.resource_class or want.total <= 0:
-        return {}
-    return {want.resource_class: {
-        "total": want.total, "max_unit": want.total, "min_unit": 1, "step_size": 1,
-        "reserved": max(0, min(want.reserved, want.total)), "allocation_ratio": 1.0}}
-
-
-def _inventory_text(inventories: dict[str, dict[str, Any]]) -> str:
-    if not inventories:
-        return "none"
-    return ", ".join(f"{rc} total={inv.get('total')} reserved={inv.get('reserved')}"
-                     for rc, inv in sorted(inventories.items()))
-
-
-def _trait_text(have: set[str], want: set[str]) -> str:
-    parts = []
-    if want - have:
-        parts.append("missing " + " ".join(sorted(want - have)))
-    if have - want:
-        parts.append("unexpected " + " ".join(sorted(have - want)))
-    return ", ".join(parts)
 
 
 # -- scheduling -------------------------------------------------------------------------------
@@ -135,8 +111,8 @@ def audit_host(sync: PlacementSync, hostname: str, result: AuditResult) -> None:
     with sync.db.read() as conn:
         desired = desired_providers(conn, [hostname],
                                     sync.conf.conductor.reserve_devices_of_down_agents)
-        known = set(conn.scalars(select(placement_sync.c.rp_uuid)
-                                 .where(placement_sync.c.hostname == hostname)))
+        known = {r.rp_uuid: r for r in conn.execute(
+            select(placement_sync).where(placement_sync.c.hostname == hostname))}
     compute = client.find_provider_by_name(hostname)
     if compute is None:
         if desired or known:
@@ -154,11 +130,12 @@ def audit_host(sync: PlacementSync, hostname: str, result: AuditResult) -> None:
                 deployables.c.rp_uuid.in_([p.uuid for p in leftovers]))))
         leftovers = [p for p in leftovers if p.uuid not in elsewhere]
     drift: list[str] = []
+    kept: list[str] = []
     done: list[dict[str, Any]] = []
     try:
         for want in desired.values():
-            _audit_provider(sync, want, owned.get(want.rp_uuid), compute.uuid, drift, done,
-                            result)
+            _audit_provider(sync, want, owned.get(want.rp_uuid), compute.uuid,
+                            known.get(want.rp_uuid), (drift, kept), done, result)
         for provider in leftovers:
             _audit_leftover(sync, provider, hostname, provider.uuid in known, drift, done)
     finally:  # keep what was written, even when Placement went away half-way
@@ -167,43 +144,36 @@ def audit_host(sync: PlacementSync, hostname: str, result: AuditResult) -> None:
     if drift:  # (cut short, the host is audited again when Placement is back)
         result.repaired[hostname] = drift
         LOG.info("Placement drift repaired on host %s: %s", hostname, "; ".join(drift))
+    if kept:  # not drift: the operator's part of providers acceld manages (ownership)
+        LOG.info("Placement audit of host %s kept the operator's settings: %s", hostname,
+                 "; ".join(kept))
 
 
 def _audit_provider(sync: PlacementSync, want: DesiredProvider, provider: pl.Provider | None,
-                    root_uuid: str, drift: list[str], done: list[dict[str, Any]],
-                    result: AuditResult) -> None:
-    """Read one wanted provider back and rewrite what differs."""
+                    root_uuid: str, row: Any, lines: tuple[list[str], list[str]],
+                    done: list[dict[str, Any]], result: AuditResult) -> None:
+    """Read one wanted provider back and rewrite what differs of acceld's part; the
+    operator's part (acceld.conductor.placement.ownership) is kept and named, not drift."""
     client = sync.client
     assert client is not None
+    drift, kept = lines
     if provider is None:  # not ours in this tree: gone, moved, or lost OWNER_CYBORG
         provider = client.get_provider(want.rp_uuid)
     found: list[str] = []
     try:
         if provider is None:
             found.append(f"{want.rp_uuid} ({want.name}) missing: created")
-            generation = sync._write_provider(want, root_uuid, None)
+            written = sync._write_provider(want, root_uuid, None)
         else:
-            generation = provider.generation
             if provider.name != want.name or provider.parent_uuid != root_uuid:
                 if provider.name != want.name:
                     found.append(f"{want.rp_uuid} name {provider.name!r} (want {want.name!r})")
                 if provider.parent_uuid != root_uuid:
                     found.append(f"{want.rp_uuid} parent {provider.parent_uuid} "
                                  f"(want {root_uuid})")
-                generation = client.update_provider(want.rp_uuid, want.name,
-                                                    root_uuid).generation
-            inventories = client.get_inventories(want.rp_uuid)
-            expected = expected_inventories(want)
-            if inventories != expected:
-                found.append(f"{want.rp_uuid} inventory {_inventory_text(inventories)} "
-                             f"(want {_inventory_text(expected)})")
-                generation = client.set_inventory(want.rp_uuid, want.resource_class,
-                                                  want.total, want.reserved, generation)
-            traits = set(client.get_traits(want.rp_uuid))
-            if traits != set(want.traits):
-                found.append(f"{want.rp_uuid} traits "
-                             f"{_trait_text(traits, set(want.traits))}")
-                generation = client.set_traits(want.rp_uuid, want.traits, generation)
+                client.update_provider(want.rp_uuid, want.name, root_uuid)
+            written = ownership.write(client, want, ownership.Record.of(row))
+            found.extend(written.changes)
     except pl.PlacementUnavailable:
         raise
     except pl.PlacementError as exc:
@@ -213,10 +183,14 @@ def _audit_provider(sync: PlacementSync, want: DesiredProvider, provider: pl.Pro
                      "generation": None})
         result.failed.append(want.rp_uuid)
         return
+    note = sync.note_operator(want.rp_uuid, written.operator)
+    if note:
+        kept.append(f"{want.rp_uuid} ({want.name}) {note}")
     if found:
         drift.extend(found)
-        done.append({"rp_uuid": want.rp_uuid, "hostname": want.hostname,
-                     "digest": want.digest, "generation": generation})
+    if found or row is None or any(getattr(row, k) != v for k, v in written.record.items()):
+        done.append(dict(written.record, rp_uuid=want.rp_uuid, hostname=want.hostname,
+                         digest=want.digest, generation=written.generation))
 
 
 def _audit_leftover(sync: PlacementSync, provider: pl.Provider, hostname: str, recorded: bool,
@@ -243,7 +217,8 @@ def _audit_leftover(sync: PlacementSync, provider: pl.Provider, hostname: str, r
     unreserved = any(inv["reserved"] != inv["total"] for inv in inventories.values())
     if unreserved:
         drift.append(f"{provider.uuid} ({provider.name}) is not in the database and held by "
-                     f"{len(allocations)} consumer(s), but {_inventory_text(inventories)}: "
+                     f"{len(allocations)} consumer(s), but "
+                     f"{ownership.inventory_text(inventories)}: "
                      "reserved again")
         sync._reserve_all(provider.uuid)
     if unreserved or not recorded:  # held: the full sync pass deletes it once it is free

@@ -8,6 +8,9 @@ inventory of the deployable's ``rc`` attribute, ``total = max_unit =
 num_accelerators``, and the ``trait*`` attributes plus ``OWNER_CYBORG`` as traits.
 ``reserved = total`` while the device is disabled (``maintaining``), quarantined for its
 health, not ready (``acc_status``), vanished while in use, or its agent is down (optional).
+That is all acceld owns on the provider: an operator's own ``reserved`` and traits are
+read before each write and kept (:mod:`acceld.conductor.placement.ownership`), and each
+write that changes something logs one line saying what.
 
 Work is proportional to change. The ``placement_sync`` table keeps, per
 provider, a digest of what was last written and a ``dirty`` flag.
@@ -51,6 +54,7 @@ from oslo_config import cfg
 from sqlalchemy import select, update
 
 from acceld.clients import placement as pl
+from acceld.conductor.placement import ownership
 from acceld.conductor.placement.audit import AuditResult, AuditWalk, audit_host
 from acceld.conductor.fleet.membership import EVERYTHING, Ownership
 from acceld.conductor.service import PeriodicTask
@@ -71,6 +75,8 @@ TASK_NAME = "placement-sync"
 HOST_LEASE_SECONDS = 60.0
 # Digest of a provider whose deployable is gone but which still has allocations.
 HELD = "held"
+# placement_sync's columns saying what on a provider is acceld's (ownership.Record).
+OWNERSHIP = ("reserved", "operator_reserved", "traits")
 
 
 # -- the component ----------------------------------------------------------------------------
@@ -163,6 +169,8 @@ class PlacementSync:
         self.outages = process_log()
         self.ownership: Ownership = EVERYTHING
         self._lease_owner = f"{socket.gethostname()[:30]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        # What of the operator's this process last said it keeps, per provider (note_operator).
+        self._operator_noted: dict[str, str] = {}
 
     def use_ownership(self, ownership: Ownership) -> None:
         """Sync and audit only the hosts the ring gives this conductor."""
@@ -405,10 +413,8 @@ class PlacementSync:
             LOG.info("Compute-node provider %r found in Placement (%s): writing its "
                      "accelerator providers", hostname, compute.uuid)
         for want in to_write:
-            row = rows.get(want.rp_uuid)
             try:
-                generation = self._write_provider(want, compute.uuid,
-                                                  row.generation if row is not None else None)
+                written = self._write_provider(want, compute.uuid, rows.get(want.rp_uuid))
             except pl.PlacementUnavailable:
                 raise
             except pl.PlacementError as exc:
@@ -418,29 +424,38 @@ class PlacementSync:
                              "generation": None})
                 result.failed.append(want.rp_uuid)
                 continue
-            done.append({"rp_uuid": want.rp_uuid, "hostname": hostname, "digest": want.digest,
-                         "generation": generation})
+            done.append(dict(written.record, rp_uuid=want.rp_uuid, hostname=hostname,
+                             digest=want.digest, generation=written.generation))
             result.written.append(want.rp_uuid)
+            kept = self.note_operator(want.rp_uuid, written.operator)
+            if written.changes or kept:
+                LOG.info("Placement provider %s (%s) written: %s", want.rp_uuid, want.name,
+                         "; ".join(written.changes + ([f"kept the operator's {kept}"]
+                                                      if kept else [])))
+
+    def note_operator(self, rp_uuid: str, kept: str) -> str:
+        """``kept`` (what of the operator's a write or audit kept on the provider) when this
+        process has not said it yet, else "": said once, and again when it changes."""
+        if self._operator_noted.get(rp_uuid, "") == kept:
+            return ""
+        self._operator_noted[rp_uuid] = kept
+        return kept
 
     def _write_provider(self, want: DesiredProvider, parent_uuid: str,
-                        generation: int | None) -> int:
-        """Create the provider if needed, then set its inventory and traits; its generation."""
+                        row: Any) -> ownership.Written:
+        """Create the provider if needed, then write acceld's part of its inventory and
+        traits, keeping the operator's (acceld.conductor.placement.ownership)."""
         assert self.client is not None
-        if generation is None:
-            generation = self.client.ensure_provider(want.rp_uuid, want.name,
-                                                     parent_uuid).generation
+        if row is None or row.generation is None:  # never written: it may exist (adopted)
+            self.client.ensure_provider(want.rp_uuid, want.name, parent_uuid)
         try:
-            generation = self.client.set_inventory(want.rp_uuid, want.resource_class,
-                                                   want.total, want.reserved, generation)
+            return ownership.write(self.client, want, ownership.Record.of(row))
         except pl.PlacementError as exc:
             if exc.status != 404:
                 raise
-            # Deleted behind our back: create it again.
-            generation = self.client.ensure_provider(want.rp_uuid, want.name,
-                                                     parent_uuid).generation
-            generation = self.client.set_inventory(want.rp_uuid, want.resource_class,
-                                                   want.total, want.reserved, generation)
-        return self.client.set_traits(want.rp_uuid, want.traits, generation)
+        # Deleted behind our back: create it again.
+        self.client.ensure_provider(want.rp_uuid, want.name, parent_uuid)
+        return ownership.write(self.client, want, ownership.Record.of(row))
 
     def _remove(self, row: Any, done: list[dict[str, Any]], result: PassResult) -> None:
         """Delete the provider of a deployable that is gone, or hold it while allocated."""
@@ -478,9 +493,13 @@ class PlacementSync:
     def _record(self, done: list[dict[str, Any]], retry: list[str], hostname: str) -> None:
         """Store what was written; flag what must be written again."""
         now = utcnow()
+        owned = [v for v in done if "traits" in v]  # written: its ownership record too
         with self.db.write() as conn:
-            upsert(conn, [dict(v, dirty=False, updated_at=now) for v in done],
+            upsert(conn, [dict(v, dirty=False, updated_at=now) for v in done
+                          if "traits" not in v],
                     ["digest", "generation", "hostname", "updated_at"])
+            upsert(conn, [dict(v, dirty=False, updated_at=now) for v in owned],
+                    ["digest", "generation", "hostname", "updated_at", *OWNERSHIP])
             upsert(conn, [{"rp_uuid": rp, "hostname": hostname, "dirty": True,
                             "updated_at": now} for rp in retry],
                     ["dirty", "updated_at"])
