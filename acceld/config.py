@@ -37,7 +37,7 @@ api_opts = [
     cfg.PortOpt("port", default=6666, help="Port the public API listens on."),
     cfg.IntOpt("workers", default=2, min=1, deprecated_name="api_workers",
                help="Number of API worker processes (gunicorn workers, each serving with "
-                    "[api] threads threads; acceld.services.api_worker)."),
+                    "[api] threads threads; acceld.serving.api_worker)."),
     cfg.IntOpt("threads", default=4, min=1,
                help="Threads per API worker. One at a time runs the application (the "
                     "serving slot: threads sharing one GIL and serving together cost more "

@@ -19,7 +19,7 @@ Candidates (``--candidate``, repeatable; default: acceld:1:1 acceld:1:2 acceld:1
 gunicorn-sync uwsgi granian):
 
 - ``acceld:W:T``: `acceld api` with ``[api] workers = W`` and ``threads = T``: its own
-  connection loop (acceld/connection_loop.py) in a gunicorn worker;
+  connection loop (acceld/serving/connection_loop.py) in a gunicorn worker;
 - ``gunicorn-sync``: gunicorn's synchronous worker (C parser), one process;
 - ``uwsgi``: pyuwsgi (a test dependency), HTTP/1.1 socket (keep-alive), one process,
   one thread;

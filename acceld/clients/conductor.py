@@ -39,7 +39,7 @@ import requests
 from oslo_config import cfg
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
-from acceld import serving_slot
+from acceld.serving import serving_slot
 from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
 from acceld.internal import auth
 from acceld.internal.auth import CONDUCTOR

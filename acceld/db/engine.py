@@ -19,7 +19,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from acceld import serving_slot
+from acceld.serving import serving_slot
 from acceld.db import outage
 
 _WRITE = "acceld_write"
@@ -214,7 +214,7 @@ def _setup_sqlite(engine: Engine, busy_timeout_ms: int, cache_kib: int | None) -
 def _begin_write_stepping_out(dbapi_conn, busy_timeout_ms: int) -> None:  # type: ignore[no-untyped-def]
     """In an API worker's serving slot: take the write lock if it is free; if another
     process holds it (the conductor reconciling, another worker's bind), wait for it
-    outside the slot, so that the worker serves reads meanwhile (acceld.serving_slot)."""
+    outside the slot, so that the worker serves reads meanwhile (acceld.serving.serving_slot)."""
     dbapi_conn.execute("PRAGMA busy_timeout=0")
     try:
         dbapi_conn.execute("BEGIN IMMEDIATE")

@@ -1,7 +1,7 @@
 """Internal HTTP servers (conductor, agent, external drivers): Falcon apps behind credentials.
 
 They run in threads of their service's process (the service also runs
-periodic work beside them), on :class:`acceld.internal.pool_server.PoolServer`
+periodic work beside them), on :class:`acceld.serving.pool_server.PoolServer`
 (bounded threads and connections, timeouts) bound to 127.0.0.1 unless
 configured otherwise, with optional TLS.
 
@@ -25,8 +25,8 @@ from acceld import request_ids
 from acceld.addresses import is_loopback
 from acceld.internal import auth
 from acceld.outages import RETRY_AFTER_SECONDS
-from acceld.connection_loop import ConnectionLoop
-from acceld.internal.pool_server import Admit, Limits, PoolServer
+from acceld.serving.connection_loop import ConnectionLoop
+from acceld.serving.pool_server import Admit, Limits, PoolServer
 
 LOG = logging.getLogger(__name__)
 

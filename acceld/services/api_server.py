@@ -1,5 +1,5 @@
 """`acceld api`: the public API in gunicorn worker processes, each a threaded worker with
-header and body deadlines (acceld.services.api_worker), so that slow or idle clients
+header and body deadlines (acceld.serving.api_worker), so that slow or idle clients
 hold no thread and cannot stall other requests."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from gunicorn.app.base import BaseApplication
 from oslo_config import cfg
 
 from acceld import logs
-from acceld.services import api_worker, gunicorn_log, noauth_guard
+from acceld.services import gunicorn_log, noauth_guard
+from acceld.serving import api_worker
 
 LOG = logging.getLogger(__name__)
 

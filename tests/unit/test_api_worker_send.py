@@ -1,4 +1,4 @@
-"""acceld.services.api_worker.ClientSocket: an answer goes out in one send when the socket
+"""acceld.serving.api_worker.ClientSocket: an answer goes out in one send when the socket
 takes it; a client that does not read a large answer blocks its own thread only, outside
 the serving slot, so the worker's other requests are served meanwhile."""
 
@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from acceld import serving_slot
-from acceld.connection_loop import Conn, Phase
-from acceld.services.api_worker import ClientSocket
+from acceld.serving import serving_slot
+from acceld.serving.connection_loop import Conn, Phase
+from acceld.serving.api_worker import ClientSocket
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""acceld.connection_loop: one epoll shared by a few threads, each serving the requests it
+"""acceld.serving.connection_loop: one epoll shared by a few threads, each serving the requests it
 reads. Real sockets on loopback; interleavings are forced with events, never sleeps (the
 deadline tests wait on purpose: time is what they test)."""
 
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from acceld import serving_slot
-from acceld.connection_loop import HEAD_END, Conn, ConnectionLoop, Outcome
+from acceld.serving import serving_slot
+from acceld.serving.connection_loop import HEAD_END, Conn, ConnectionLoop, Outcome
 
 
 class Expired(Exception):
@@ -344,7 +344,7 @@ def test_stop_waits_for_a_request_being_served():
     srv.listener.close()
 
 
-# The serving slot (acceld.serving_slot): one thread at a time handles events.
+# The serving slot (acceld.serving.serving_slot): one thread at a time handles events.
 
 def test_with_a_slot_one_thread_serves_while_none_waits_elsewhere():
     """Four threads, four clients sending requests that give the GIL away mid-request:

@@ -1,4 +1,4 @@
-"""Large bodies and answers on the internal server (acceld.internal.pool_server): a request
+"""Large bodies and answers on the internal server (acceld.serving.pool_server): a request
 body or an answer larger than the socket's buffers is waited for, not lost or cut, over
 plain TCP and TLS and over one kept-alive connection; a client that stops taking its
 answer is dropped at the request timeout without holding a server thread."""
@@ -13,7 +13,7 @@ import pytest
 
 from acceld.clients.internal import InternalClient
 from acceld.internal import auth
-from acceld.internal.pool_server import Limits
+from acceld.serving.pool_server import Limits
 from acceld.internal.server import InternalServer, build_app, json_body, respond
 from tests.support.tls import self_signed
 

@@ -15,7 +15,7 @@ import pytest
 
 from acceld.clients.internal import InternalClient
 from acceld.internal import auth
-from acceld.internal.pool_server import Limits
+from acceld.serving.pool_server import Limits
 from acceld.internal.server import InternalServer, build_app, json_body, respond
 
 SECRET = b"limits-test-secret-0123456789abcdef"

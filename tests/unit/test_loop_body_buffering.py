@@ -1,4 +1,4 @@
-"""acceld.connection_loop's BodyBuffering: a request reaches ``serve`` with its whole body
+"""acceld.serving.connection_loop's BodyBuffering: a request reaches ``serve`` with its whole body
 buffered, or at once when the owner is to refuse it; a late or oversized body is
 answered by the loop. ``serve`` here never reads the socket: it answers from
 ``conn.buffer`` alone, so a request served before its body was in shows as a short body.
@@ -13,9 +13,9 @@ from typing import Iterator
 
 import pytest
 
-from acceld.connection_loop import (HEAD_END, BodyBuffering, Conn, ConnectionLoop, Outcome,
-                                    send_refusal)
-from acceld.request_framing import chunked_end, framing
+from acceld.serving.connection_loop import (HEAD_END, BodyBuffering, Conn, ConnectionLoop,
+                                            Outcome, send_refusal)
+from acceld.serving.request_framing import chunked_end, framing
 from tests.support.net import read_until_closed
 
 MAX_BODY = 1024

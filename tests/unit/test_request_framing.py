@@ -1,11 +1,11 @@
-"""acceld.request_framing: how many bytes the connection loop waits for before a request
+"""acceld.serving.request_framing: how many bytes the connection loop waits for before a request
 is served. Cut at every byte, a body is incomplete until its last byte is in."""
 
 from __future__ import annotations
 
 import pytest
 
-from acceld.request_framing import (ChunkedMalformed, ChunkedTooLarge, Framing,
+from acceld.serving.request_framing import (ChunkedMalformed, ChunkedTooLarge, Framing,
                                     chunked_end, framing)
 
 HEAD = b"POST /x HTTP/1.1\r\nHost: h"

@@ -1,11 +1,11 @@
-"""acceld.serving_slot: one holder at a time; stepping out hands the slot on and takes it
+"""acceld.serving.serving_slot: one holder at a time; stepping out hands the slot on and takes it
 back, ahead of threads that want to poll; outside a holder, stepping out does nothing."""
 
 from __future__ import annotations
 
 import threading
 
-from acceld import serving_slot
+from acceld.serving import serving_slot
 
 
 def test_stepping_out_without_a_slot_does_nothing():

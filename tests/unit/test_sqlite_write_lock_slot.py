@@ -1,6 +1,6 @@
 """acceld.db.engine on SQLite: a write transaction begun in an API worker's serving slot
 takes a free write lock at once, and waits for one another process holds outside the
-slot, so that the worker serves reads meanwhile (acceld.serving_slot)."""
+slot, so that the worker serves reads meanwhile (acceld.serving.serving_slot)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 
 from sqlalchemy import text
 
-from acceld import serving_slot
+from acceld.serving import serving_slot
 from acceld.db.engine import Database
 
 

@@ -23,7 +23,7 @@ that thread's until it re-arms it:
 - the thread that completes a request serves it itself (``serve``): the application
   reads the buffered body and writes the answer with blocking calls under the
   owner's deadlines, then re-arms the kept-alive connection. No hand-off, no queue;
-- with a ``slot`` (acceld.serving_slot; the public API's), only the slot's holder polls
+- with a ``slot`` (acceld.serving.serving_slot; the public API's), only the slot's holder polls
   the epoll and handles events, so one thread at a time runs the application and threads
   do not trade the GIL at every system call; a request that waits for another service
   steps out of the slot and the next thread takes over meanwhile. Without one (the
@@ -38,8 +38,8 @@ that thread's until it re-arms it:
   reset and a client that never closes stalls no one.
 
 ``serve`` is the owner's: the gunicorn worker of the public API
-(acceld.services.api_worker) and the conductor's and agents' internal server
-(acceld.internal.pool_server).
+(acceld.serving.api_worker) and the conductor's and agents' internal server
+(acceld.serving.pool_server).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Callable
 
-from acceld import request_framing
-from acceld.serving_slot import Slot
+from acceld.serving import request_framing
+from acceld.serving.serving_slot import Slot
 
 LOG = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class ConnectionLoop:
                  on_header_timeout: Callable[[Conn], None] | None = None,
                  body: BodyBuffering | None = None, slot: Slot | None = None) -> None:
         self.serve = serve
-        # With a slot, one thread at a time handles events (acceld.serving_slot).
+        # With a slot, one thread at a time handles events (acceld.serving.serving_slot).
         self.slot = slot
         self.body = body
         self.threads = threads
@@ -275,7 +275,7 @@ class ConnectionLoop:
         epoll = self._epoll
         slot = self.slot
         if slot is not None:
-            slot.take()  # only the slot's holder polls (acceld.serving_slot)
+            slot.take()  # only the slot's holder polls (acceld.serving.serving_slot)
         try:
             while not self._stopping:
                 try:

@@ -3,7 +3,7 @@ deadlines for a client's request.
 
 gunicorn's threaded worker (gthread) hands each request from its selector thread to a
 pool and back; on one GIL those hand-offs cost more per request than acceld's
-handlers (docs/performance.md). This worker runs acceld.connection_loop instead:
+handlers (docs/performance.md). This worker runs acceld.serving.connection_loop instead:
 ``[api] threads`` threads wait on one epoll and each serves the requests it reads,
 with gunicorn's own HTTP parser, WSGI environ and response writer.
 
@@ -44,9 +44,10 @@ from gunicorn.http import wsgi
 from gunicorn.http.body import LengthReader
 from gunicorn.workers import base
 
-from acceld import serving_slot
+from acceld.serving import serving_slot
 from acceld.api.errors import error_body
-from acceld.connection_loop import BodyBuffering, Conn, ConnectionLoop, Outcome, send_refusal
+from acceld.serving.connection_loop import (BodyBuffering, Conn, ConnectionLoop, Outcome,
+                                            send_refusal)
 
 LOG = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class ClientSocket:
 
 
 class LoopWorker(base.Worker):
-    """A gunicorn worker on acceld.connection_loop (see the module docstring).
+    """A gunicorn worker on acceld.serving.connection_loop (see the module docstring).
 
     :func:`worker_class` makes the subclass gunicorn runs, with the configured timeouts.
     """

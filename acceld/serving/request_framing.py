@@ -1,6 +1,6 @@
 """Where a request's body ends, from its head and the bytes buffered after it.
 
-The connection loop (acceld.connection_loop) reads a request's body before any
+The connection loop (acceld.serving.connection_loop) reads a request's body before any
 application thread sees the request, as it reads heads: it must know how many bytes
 to wait for. This is only that count; the HTTP parser that serves the request
 (gunicorn's, or the internal server's) still parses and checks the head and body

@@ -2,7 +2,7 @@
 
 Why not ``wsgiref`` with a thread per connection: every connection, idle or
 not, then held a thread forever. This server runs on
-:class:`acceld.connection_loop.ConnectionLoop`:
+:class:`acceld.serving.connection_loop.ConnectionLoop`:
 
 - ``threads`` threads wait on one epoll; a request's head (request line and
   headers) and a TLS handshake are read without blocking, so idle connections
@@ -48,8 +48,8 @@ from http import HTTPStatus
 from typing import Any, Callable
 from urllib.parse import unquote
 
-from acceld.connection_loop import (HEAD_END, BodyBuffering, Conn, ConnectionLoop, Outcome,
-                                    send_refusal)
+from acceld.serving.connection_loop import (HEAD_END, BodyBuffering, Conn, ConnectionLoop,
+                                            Outcome, send_refusal)
 
 LOG = logging.getLogger(__name__)
 
