@@ -19,7 +19,7 @@ NLB0 = "d8424dc4a4a3c413f89e433683f9040b"
 
 def driver(tmp_path, tree: SysfsTree, **opts) -> IntelFpgaDriver:
     # The images the tests program lie in tmp_path: the bitstream directory, the one
-    # place the privileged tool accepts an image from (acceld.privileged_policy).
+    # place the privileged tool accepts an image from (acceld.privileged.policy).
     overrides = {"intel_fpga__sysfs_root": str(tree.root), "agent__bitstream_dir": str(tmp_path)}
     overrides.update({f"intel_fpga__{k}": v for k, v in opts.items()})
     return IntelFpgaDriver(make_conf(str(tmp_path), **overrides), "node1")

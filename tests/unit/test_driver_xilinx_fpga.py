@@ -15,7 +15,7 @@ MGMT, USER = "0000:3b:00.0", "0000:3b:00.1"
 
 def driver(tmp_path, tree: SysfsTree, **opts) -> XilinxFpgaDriver:
     # The images the tests program lie in tmp_path: the bitstream directory, the one
-    # place the privileged tool accepts an image from (acceld.privileged_policy).
+    # place the privileged tool accepts an image from (acceld.privileged.policy).
     overrides = {"xilinx_fpga__sysfs_root": str(tree.root), "agent__bitstream_dir": str(tmp_path)}
     overrides.update({f"xilinx_fpga__{k}": v for k, v in opts.items()})
     return XilinxFpgaDriver(make_conf(str(tmp_path), **overrides), "node1")

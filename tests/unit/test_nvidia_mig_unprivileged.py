@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from acceld import privileged, privileged_policy
+from acceld import privileged
+from acceld.privileged import policy as privileged_policy
 from acceld.privileged import NotAllowed
 from tests.support.fake_pynvml import make_pynvml
 from tests.support.sysfs_fixtures import SysfsTree

@@ -12,7 +12,8 @@ from typing import Iterator
 import pytest
 from oslo_config import cfg
 
-from acceld import privileged, privileged_policy
+from acceld import privileged
+from acceld.privileged import policy as privileged_policy
 from acceld.drivers import sysfs, tools
 from acceld.drivers.base import DriverError
 from tests.conftest import make_conf

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from oslo_config import cfg
 
-from acceld import privileged, privileged_policy
+from acceld import privileged
+from acceld.privileged import policy as privileged_policy
 from acceld.privileged import NotAllowed
 from tests.conftest import make_conf
 from tests.support.fake_tools import calls, make_tool

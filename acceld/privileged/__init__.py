@@ -17,7 +17,7 @@ the two options privsep appends):
   nvidia-capability (NVIDIA's MIG user guide). Read only.
 
 Each entry point accepts only the narrow form of its operation, checked on its own
-side against its own config (acceld.privileged_policy: the exact configured tool with
+side against its own config (acceld.privileged.policy: the exact configured tool with
 its driver's arguments; an existing attribute under sysfs ``devices/`` with its one form
 of value), so the daemon cannot be used as a general root shell by whoever reaches the
 agent's code. docs/security.md lists them.
@@ -41,9 +41,9 @@ from oslo_config import cfg
 from oslo_privsep import capabilities as caps
 from oslo_privsep import priv_context
 
-from acceld import privileged_policy
+from acceld.privileged import policy as privileged_policy
 from acceld.config import privileged_opts
-from acceld.privileged_policy import NotAllowed, adopt
+from acceld.privileged.policy import NotAllowed, adopt
 
 __all__ = ["NotAllowed", "adopt", "configure", "read_gpu_instances", "run_tool",
            "write_sysfs"]
