@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from acceld import cli, privileged
+from acceld import privileged
+from acceld.cmd import main as cli
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "etc" / "systemd"
