@@ -24,7 +24,7 @@ from acceld.db.models import accelerator_requests, bind_jobs, device_profiles, d
 from acceld.runtime.secrets import ensure_secret_file
 from bench.upstream import HEADERS, HOSTNAME, started_to_200, stop_process, tail
 
-ACCELD = [sys.executable, "-m", "acceld.cli"]
+ACCELD = [sys.executable, "-m", "acceld.cmd.main"]
 
 
 def has_subcommand(name: str) -> bool:

@@ -164,7 +164,7 @@ def command(name: str, conf: Path, port: int, baseline_tree: str | None
     app = "acceld.wsgi.api:application"
     python = sys.executable
     if name.startswith(("acceld:", "baseline:")) or name == "baseline":
-        argv = [python, "-m", "acceld.cli", "api", "--config-file", str(conf),
+        argv = [python, "-m", "acceld.cmd.main", "api", "--config-file", str(conf),
                 "--port", str(port)]
         if ":" in name:
             _, workers, threads = name.split(":")

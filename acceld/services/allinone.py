@@ -151,7 +151,7 @@ def run(conf: cfg.ConfigOpts, config_files: list[str], config_dirs: list[str] = 
         for service in services(conf, common):
             if not service.with_previous and not ready():
                 return 1
-            argv = [sys.executable, "-m", "acceld.cli", *service.argv]
+            argv = [sys.executable, "-m", "acceld.cmd.main", *service.argv]
             proc = subprocess.Popen(argv, start_new_session=True,
                                     env=_child_environment(conf))
             procs.append(proc)

@@ -265,7 +265,7 @@ def test_a_program_started_by_a_conductor_ahead_is_stamped_by_the_database(db, m
 def test_acceld_status_on_a_host_ahead_shows_how_long_ago_by_the_database(
         db, tmp_path, monkeypatch, capsys):
     from acceld.db import engine
-    from acceld.services import node_cli
+    from acceld.cmd import node as node_cli
 
     _heartbeat(db)
     monkeypatch.setattr(node_cli, "_load", lambda args: make_conf(str(tmp_path)))

@@ -218,7 +218,7 @@ def test_a_frozen_conductor_that_wakes_after_its_hosts_moved_finishes_nothing_tw
 
 
 def test_status_lists_the_conductors_and_the_hosts_the_ring_gives_each(db, ring_conf):
-    from acceld.services.node_cli import format_conductors
+    from acceld.cmd.node import format_conductors
 
     for name in ("cond-a", "cond-b", "cond-c"):
         Membership(ring_conf, db, name, f"http://{name}:6667").join()

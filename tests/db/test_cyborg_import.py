@@ -22,7 +22,7 @@ import pytest
 from falcon import testing
 from sqlalchemy import create_engine, func, select, text
 
-from acceld import cli
+from acceld.cmd import main as cli
 from acceld.api.app import build_app
 from acceld.db import cyborg_import, migrate
 from acceld.db.engine import Database

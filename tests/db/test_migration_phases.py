@@ -18,7 +18,7 @@ from sqlalchemy import inspect, select, text
 from acceld.db import migrate
 from acceld.db.engine import Database
 from acceld.db.models import schema_migrations
-from acceld.services import db_version
+from acceld.cmd import db as db_version
 from tests.conftest import BACKENDS
 from tests.support.databases import create_server_database, drop_server_database
 from tests.support.releases import (CONTRACT_DROP, EXPAND_INDEX, EXPAND_WIDGETS,
@@ -139,7 +139,7 @@ def test_a_schema_behind_is_refused(sqlite_db: Database, tmp_path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "acceld.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "acceld.cmd.main", *args], capture_output=True,
                           text=True, timeout=60, env=dict(os.environ))
 
 

@@ -14,7 +14,7 @@ from typing import Callable
 import pytest
 from sqlalchemy import select
 
-from acceld import cli
+from acceld.cmd import main as cli
 from acceld.agent.service import Agent
 from acceld.clients.agent import AgentCallError, AgentCaller
 from acceld.clients.internal import InternalClient, InternalError

@@ -57,7 +57,7 @@ class Process:
 
     def __init__(self, name: str, argv: list[str], log_dir: Path, port: int) -> None:
         self.name = name
-        self.argv = [sys.executable, "-m", "acceld.cli", *argv]
+        self.argv = [sys.executable, "-m", "acceld.cmd.main", *argv]
         self.log_path = log_dir / f"{name}.log"
         self.port = port
         self.proc: subprocess.Popen | None = None
@@ -290,7 +290,7 @@ def test_agents_report_reconcile_and_liveness(cluster, db_url, tmp_path):
         wait_for(lambda: hosts()["node-b"]["state"] == "up", 15, "node-b to come back")
 
         # `acceld status` lists the agents from the database.
-        status = subprocess.run([sys.executable, "-m", "acceld.cli", "status", "--config-file",
+        status = subprocess.run([sys.executable, "-m", "acceld.cmd.main", "status", "--config-file",
                                  cluster.base_conf], capture_output=True, text=True, timeout=60)
         assert status.returncode == 0, status.stdout + status.stderr
         assert all(f"node-{n}" in status.stdout for n in "abc")

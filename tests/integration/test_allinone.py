@@ -30,7 +30,7 @@ def test_all_in_one_starts_announces_and_stops(tmp_path, stop_signal):
                     f"[agent]\nport = {agent}\nenabled_drivers = fake\nheartbeat_interval = 1\n")
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "acceld.cli", "all", "--port", str(api), "--state-path",
+        [sys.executable, "-m", "acceld.cmd.main", "all", "--port", str(api), "--state-path",
          str(tmp_path / "state"), "--config-file", str(conf)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:

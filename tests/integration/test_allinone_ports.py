@@ -47,7 +47,7 @@ def _config(tmp_path, host: str) -> str:
 
 def _all(base: int, state: str, conf: str, **kwargs) -> subprocess.Popen:  # type: ignore[no-untyped-def]
     return subprocess.Popen(
-        [sys.executable, "-m", "acceld.cli", "all", "--port", str(base), "--state-path", state,
+        [sys.executable, "-m", "acceld.cmd.main", "all", "--port", str(base), "--state-path", state,
          "--config-file", conf], text=True, start_new_session=True, **kwargs)
 
 
@@ -96,7 +96,7 @@ def test_two_ports_given_the_same_value_are_refused(tmp_path):
     base = free_triple()
     conf = tmp_path / "same.conf"
     conf.write_text(f"[agent]\nport = {base + 1}\nenabled_drivers = fake\n")
-    done = subprocess.run([sys.executable, "-m", "acceld.cli", "all", "--port", str(base),
+    done = subprocess.run([sys.executable, "-m", "acceld.cmd.main", "all", "--port", str(base),
                            "--state-path", str(tmp_path / "state"), "--config-file", str(conf)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
@@ -171,11 +171,11 @@ def test_a_service_whose_port_is_taken_says_so_in_one_line(tmp_path, service):
     holder = socket.create_server(("127.0.0.1", port))
     try:
         state = str(tmp_path / "state")
-        assert subprocess.run([sys.executable, "-m", "acceld.cli", "db", "upgrade",
+        assert subprocess.run([sys.executable, "-m", "acceld.cmd.main", "db", "upgrade",
                                "--state-path", state], capture_output=True,
                               timeout=60).returncode == 0
         done = subprocess.run(
-            [sys.executable, "-m", "acceld.cli", service, "--port", str(port), "--state-path",
+            [sys.executable, "-m", "acceld.cmd.main", service, "--port", str(port), "--state-path",
              state, "--config-file", _config(tmp_path, "svc-taken")],
             capture_output=True, text=True, timeout=60,
             env={**os.environ, "OS_INTERNAL__SHARED_SECRET": "1" * 64})

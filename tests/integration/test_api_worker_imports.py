@@ -54,7 +54,7 @@ def hooks(conf):
 
 
 serve.api_master_hooks = hooks
-from acceld.cli import main
+from acceld.cmd.main import main
 sys.exit(main(sys.argv[2:]))
 """
 
@@ -71,7 +71,7 @@ def _loaded(tmp_path: Path, auth_strategy: str) -> tuple[set[str], set[str], int
         "DEFAULT": {"state_path": state, "auth_strategy": auth_strategy},
         "api": {"port": port, "workers": 1},
     })
-    subprocess.run([sys.executable, "-m", "acceld.cli", "db", "upgrade", "--config-file", conf],
+    subprocess.run([sys.executable, "-m", "acceld.cmd.main", "db", "upgrade", "--config-file", conf],
                    check=True, capture_output=True, timeout=120)
     prefix = str(tmp_path / "modules-")
     proc = Process("api", ["api", "--config-file", conf], tmp_path, port)

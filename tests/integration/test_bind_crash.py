@@ -43,7 +43,7 @@ LEASE = 5
 
 class ConductorProcess:
     def __init__(self, config_file: str, port: int, log_path: str) -> None:
-        self.argv = [sys.executable, "-m", "acceld.cli", "conductor", "--config-file",
+        self.argv = [sys.executable, "-m", "acceld.cmd.main", "conductor", "--config-file",
                      config_file, "--port", str(port)]
         self.port = port
         self.log_path = log_path

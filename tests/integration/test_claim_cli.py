@@ -50,7 +50,7 @@ def acceld(tmp_path_factory) -> Iterator[allinone.Launched]:
 
 
 def run_cli(*args: str, url: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "acceld.cli", *args, "--url", url],
+    return subprocess.run([sys.executable, "-m", "acceld.cmd.main", *args, "--url", url],
                           capture_output=True, text=True, timeout=60,
                           env={k: v for k, v in os.environ.items() if k != "OS_TOKEN"})
 

@@ -28,7 +28,7 @@ def test_sigterm_gives_the_leases_back(tmp_path):
         "DEFAULT": {"state_path": state},
         "conductor": {"port": port, "agent_check_interval": 0.2, "name": "stopping"},
     })
-    subprocess.run([sys.executable, "-m", "acceld.cli", "db", "upgrade", "--config-file", conf],
+    subprocess.run([sys.executable, "-m", "acceld.cmd.main", "db", "upgrade", "--config-file", conf],
                    check=True, capture_output=True, timeout=60)
     db = Database(f"sqlite:///{state}/acceld.sqlite")
 

@@ -58,7 +58,7 @@ def _rss_kib(service: str, state_path: str) -> int:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"acceld.cli" in argv and service.encode() in argv \
+            if b"acceld.cmd.main" in argv and service.encode() in argv \
                     and state_path.encode() in argv:
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):

@@ -17,7 +17,7 @@ import requests
 
 from tests.support.net import free_port
 
-ACCELD = [sys.executable, "-m", "acceld.cli"]
+ACCELD = [sys.executable, "-m", "acceld.cmd.main"]
 
 
 def _run(argv: list[str], tmp_path, timeout: float = 20) -> subprocess.CompletedProcess:

@@ -161,7 +161,7 @@ class Acceld:
     def start(self, service: str, port: int) -> None:
         out = open(self.workdir / f"acceld-{service}.out", "ab")
         self.procs[service] = subprocess.Popen(
-            [sys.executable, "-m", "acceld.cli", service, *self.files], stdout=out,
+            [sys.executable, "-m", "acceld.cmd.main", service, *self.files], stdout=out,
             stderr=out, cwd=self.workdir, start_new_session=True)
         out.close()
 

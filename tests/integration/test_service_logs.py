@@ -77,7 +77,7 @@ def test_each_service_writes_its_own_file_in_oslo_logs_format(tmp_path, debug):
     driver = None
     try:
         driver = subprocess.Popen(
-            [sys.executable, "-m", "acceld.cli", "driver", "fake", "--config-file", str(conf),
+            [sys.executable, "-m", "acceld.cmd.main", "driver", "fake", "--config-file", str(conf),
              "--state-path", str(tmp_path / "state"), "--port", str(free_port()),
              "--agent-url", f"http://127.0.0.1:{agent_port}"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

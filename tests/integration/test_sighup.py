@@ -54,7 +54,7 @@ def test_conductor_agent_and_driver_survive_sighup(tmp_path):
         "agent": {"port": ports["agent"], "enabled_drivers": "", "heartbeat_interval": 1},
     })) for name in ports}
     upgrade = write_conf(tmp_path / "db.conf", {"DEFAULT": common})
-    subprocess.run([sys.executable, "-m", "acceld.cli", "db", "upgrade", "--config-file",
+    subprocess.run([sys.executable, "-m", "acceld.cmd.main", "db", "upgrade", "--config-file",
                     upgrade], check=True, capture_output=True, timeout=60)
     procs = {
         "conductor": Process("conductor", ["conductor", "--config-file",

@@ -19,7 +19,7 @@ from acceld.runtime.secrets import ensure_secret_file
 
 pytestmark = pytest.mark.integration
 
-ACCELD = [sys.executable, "-m", "acceld.cli"]
+ACCELD = [sys.executable, "-m", "acceld.cmd.main"]
 
 
 def _free_port() -> int:

@@ -123,7 +123,7 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path,
     })
 
     def cli(*args: str, env: dict[str, str] | None = None,
-            command: str = "acceld.cli") -> subprocess.CompletedProcess:
+            command: str = "acceld.cmd.main") -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", command, *args], env=env, cwd=runs,
                               capture_output=True, text=True, timeout=60)
 

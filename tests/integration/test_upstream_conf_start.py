@@ -54,7 +54,7 @@ def test_services_start_from_an_upstream_cyborg_conf(tmp_path, fixture) -> None:
                            f"[agent]\nport = {agent_port}\nheartbeat_interval = 1\n"
                            "discovery_interval = 1\n")
     files = ["--config-file", str(cyborg_conf), "--config-file", str(acceld_conf)]
-    base = [sys.executable, "-m", "acceld.cli"]
+    base = [sys.executable, "-m", "acceld.cmd.main"]
     upgraded = subprocess.run([*base, "db", "upgrade", *files], capture_output=True, text=True,
                               timeout=60, cwd=tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr

@@ -41,7 +41,7 @@ def launch(state_path: str, config_file: str, *, timeout: float = 60.0,
     announced itself; RuntimeError with its last output if that does not happen within
     ``timeout`` seconds."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "acceld.cli", "all", "--port", str(port or free_port()),
+        [sys.executable, "-m", "acceld.cmd.main", "all", "--port", str(port or free_port()),
          "--state-path", str(state_path), "--config-file", str(config_file)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []

@@ -29,7 +29,7 @@ class AcceldProcess:
     def __init__(self, name: str, argv: list[str], log_dir: Path, port: int, *,
                  env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
         self.name = name
-        self.argv = [sys.executable, "-m", "acceld.cli", *argv]
+        self.argv = [sys.executable, "-m", "acceld.cmd.main", *argv]
         self.log_path = Path(log_dir) / f"{name}.log"
         self.port = port
         self.env = env  # None: this process's; the skew test runs an earlier release

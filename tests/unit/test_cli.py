@@ -7,13 +7,14 @@ import sys
 import pytest
 from oslo_config import cfg
 
-from acceld import cli, config
+from acceld import config
+from acceld.cmd import main as cli
 from acceld.db import migrate
 from acceld.db.engine import Database
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "acceld.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "acceld.cmd.main", *args], capture_output=True,
                           text=True, timeout=60, env={**os.environ, **(env or {})})
 
 

@@ -79,7 +79,7 @@ def _free(port: int) -> bool:
 def test_every_command_that_opens_the_database_says_it_in_one_line(tmp_path, module):
     url, extra = URLS[module]
     # The real command line, in a process whose import of the driver fails.
-    program = (f"import sys; sys.modules[{module!r}] = None; from acceld.cli import main; "
+    program = (f"import sys; sys.modules[{module!r}] = None; from acceld.cmd.main import main; "
                "sys.exit(main(sys.argv[1:]))")
     env = {**os.environ, "OS_DATABASE__CONNECTION": url,
            "OS_INTERNAL__SHARED_SECRET": "0" * 64}

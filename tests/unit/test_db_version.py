@@ -11,11 +11,11 @@ from sqlalchemy import text
 
 from acceld.db import migrate
 from acceld.db.engine import Database
-from acceld.services import db_version
+from acceld.cmd import db as db_version
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "acceld.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "acceld.cmd.main", *args], capture_output=True,
                           text=True, timeout=60, env=dict(os.environ))
 
 
@@ -70,7 +70,7 @@ def test_the_command_before_between_and_after_upgrades(tmp_path):
 
 def test_an_unreachable_database_is_one_line():
     done = subprocess.run(
-        [sys.executable, "-m", "acceld.cli", "db", "version"], capture_output=True, text=True,
+        [sys.executable, "-m", "acceld.cmd.main", "db", "version"], capture_output=True, text=True,
         timeout=60, env={**os.environ,
                          "OS_DATABASE__CONNECTION": "postgresql+psycopg://a@127.0.0.1:1/a"})
     assert done.returncode == 2 and done.stdout == ""

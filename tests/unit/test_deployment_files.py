@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from acceld import cli, privileged
+from acceld import privileged
+from acceld.cmd import main as cli
 from acceld.cmd import privsep_helper
 
 REPO = Path(__file__).resolve().parents[2]

@@ -157,7 +157,7 @@ def test_every_command_with_a_missing_log_dir_says_it_in_one_line(tmp_path, args
     conf = tmp_path / "acceld.conf"
     conf.write_text(f"[DEFAULT]\nlog_dir = {missing}\n[internal]\nshared_secret = {'0' * 64}\n"
                     f"[api]\nport = {free_port()}\n[conductor]\nport = {free_port()}\n")
-    program = "import sys; from acceld.cli import main; sys.exit(main(sys.argv[1:]))"
+    program = "import sys; from acceld.cmd.main import main; sys.exit(main(sys.argv[1:]))"
     done = subprocess.run([sys.executable, "-c", program, *args, "--config-file", str(conf),
                            "--state-path", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)

@@ -16,7 +16,7 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from acceld import cli
+from acceld.cmd import main as cli
 from acceld.agent.service import Agent
 from acceld.clients.internal import InternalClient, InternalError
 from acceld.conductor.fleet.agents import AgentsComponent

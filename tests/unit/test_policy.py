@@ -132,7 +132,7 @@ def test_sample_lists_every_rule_and_parses_when_uncommented() -> None:
 
 
 def test_cli_prints_the_sample(capsys) -> None:  # type: ignore[no-untyped-def]
-    from acceld.cli import main
+    from acceld.cmd.main import main
 
     assert main(["policy", "sample"]) == 0
     assert capsys.readouterr().out == sample.policy_sample()

@@ -19,7 +19,7 @@ NONE_REGISTERED = ("(no agent registered: none has reported yet, or every host t
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "acceld.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "acceld.cmd.main", *args], capture_output=True,
                           text=True, timeout=60, env=dict(os.environ))
 
 

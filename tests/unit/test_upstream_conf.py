@@ -169,7 +169,7 @@ def test_upstream_policy_yaml_is_enforced(tmp_path) -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "acceld.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "acceld.cmd.main", *args], capture_output=True,
                           text=True, timeout=60)
 
 

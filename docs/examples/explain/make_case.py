@@ -96,7 +96,7 @@ def main() -> int:
         conf_file.write_text(placement.config_lines())
         for args in (["fpga-dp"], ["fpga-dp", "--host", "cn-4", "--json"]):
             print(f"$ acceld explain {' '.join(args)}")
-            done = subprocess.run([sys.executable, "-m", "acceld.cli", "explain", *args,
+            done = subprocess.run([sys.executable, "-m", "acceld.cmd.main", "explain", *args,
                                    "--config-file", str(conf_file), "--state-path", str(state)],
                                   capture_output=True, text=True, timeout=60)
             print(done.stdout + done.stderr + f"(exit status {done.returncode})\n")

@@ -31,7 +31,7 @@ def summary(retired) -> str:  # type: ignore[no-untyped-def]
 
 
 def cmd_host_delete(args: argparse.Namespace) -> int:
-    from acceld.cli import _load
+    from acceld.cmd.main import _load
     from acceld.db import host_retire
     from acceld.db.engine import from_config
 

@@ -17,7 +17,7 @@ from acceld.internal import auth
 
 
 def cmd_node_key(args: argparse.Namespace) -> int:
-    from acceld.cli import _load
+    from acceld.cmd.main import _load
     from acceld.runtime.secrets import internal_secret
 
     if not auth.HOSTNAME.match(args.hostname):

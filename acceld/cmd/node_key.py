@@ -48,7 +48,7 @@ def revoked(hostname: str, state: auth.KeyState, ttl: int) -> str:
 def _run(args: argparse.Namespace, rotate: bool) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from acceld.cli import _load
+    from acceld.cmd.main import _load
     from acceld.db import node_keys
     from acceld.db.engine import from_config
     from acceld.runtime.secrets import internal_secret

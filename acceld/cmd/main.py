@@ -156,7 +156,7 @@ def cmd_db_cyborg_changes(args: argparse.Namespace) -> int:
 
 
 def cmd_db_version(args: argparse.Namespace) -> int:
-    from acceld.services import db_version
+    from acceld.cmd import db as db_version
 
     return db_version.cmd_db_version(args)
 
@@ -262,7 +262,7 @@ EXTRA_COMMANDS: list[Callable[..., None]] = []
 
 
 def _node_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
-    from acceld.services import node_cli  # agent, driver NAME, status
+    from acceld.cmd import node as node_cli  # agent, driver NAME, status
 
     node_cli.register(sub, common)
 
@@ -321,7 +321,7 @@ EXTRA_COMMANDS.append(_simulate_command)
 
 
 def _internal_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
-    from acceld.services import internal_cli  # internal node-key HOSTNAME
+    from acceld.cmd import internal as internal_cli  # internal node-key HOSTNAME
 
     internal_cli.register(sub, common)
 
@@ -330,7 +330,7 @@ EXTRA_COMMANDS.append(_internal_commands)
 
 
 def _host_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
-    from acceld.services import host_cli  # host delete NAME [--force]
+    from acceld.cmd import host as host_cli  # host delete NAME [--force]
 
     host_cli.register(sub, common)
 
@@ -339,7 +339,7 @@ EXTRA_COMMANDS.append(_host_commands)
 
 
 def _node_key_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
-    from acceld.services import node_key_cli  # node-key rotate|revoke HOST
+    from acceld.cmd import node_key as node_key_cli  # node-key rotate|revoke HOST
 
     node_key_cli.register(sub, common)
 
@@ -348,7 +348,7 @@ EXTRA_COMMANDS.append(_node_key_commands)
 
 
 def _explain_command(sub, common) -> None:  # type: ignore[no-untyped-def]
-    from acceld.services import explain_cli  # explain PROFILE [--host H]
+    from acceld.cmd import explain as explain_cli  # explain PROFILE [--host H]
 
     explain_cli.register(sub, common)
 
@@ -357,7 +357,7 @@ EXTRA_COMMANDS.append(_explain_command)
 
 
 def _claim_commands(sub, common) -> None:  # type: ignore[no-untyped-def]
-    from acceld.services import claim_cli  # claim PROFILE [--host H]; release ARQ...
+    from acceld.cmd import claim as claim_cli  # claim PROFILE [--host H]; release ARQ...
 
     claim_cli.register(sub, common)
 
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     named = refusal.startswith((prefix, f"{logs.PRODUCT}-"))
     line = refusal if named else prefix + refusal
     if logs.log_files():
-        logging.getLogger("acceld.cli").error("%s", line)
+        logging.getLogger("acceld.cmd.main").error("%s", line)
     print(line, file=sys.stderr)
     return 1
 
@@ -404,7 +404,7 @@ def _failed(command: str, exc: Exception) -> int:
     summary = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
     files = logs.log_files()
     if logging.getLogger().handlers:
-        logging.getLogger("acceld.cli").error("acceld %s failed", command, exc_info=exc)
+        logging.getLogger("acceld.cmd.main").error("acceld %s failed", command, exc_info=exc)
     else:  # logging not set up yet (the configuration did not load)
         traceback.print_exception(exc, file=sys.stderr)
     where = f" (traceback in {', '.join(files)})" if files else ""

@@ -21,7 +21,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from acceld import explain
     from acceld.api import arq_limits
     from acceld.api.handlers.explain import HOSTNAME_RE
-    from acceld.cli import _load
+    from acceld.cmd.main import _load
     from acceld.clients import placement
     from acceld.db.engine import from_config
     from acceld.explain import text

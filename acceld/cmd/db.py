@@ -66,7 +66,7 @@ def _ahead(db: Database, current: str | None) -> str:
 def cmd_db_version(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError
 
-    from acceld.cli import _load
+    from acceld.cmd.main import _load
     from acceld.db.engine import from_config
 
     db = from_config(_load(args))

@@ -10,7 +10,7 @@ from sqlalchemy import func, select, true
 
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from acceld.cli import _load as load
+    from acceld.cmd.main import _load as load
 
     conf = load(args)
     if getattr(args, "host", None):
