@@ -39,7 +39,6 @@ import sys
 from typing import Any
 
 from oslo_config import cfg
-from oslo_log import _options as _oslo_log_options
 from oslo_log import formatters
 from oslo_log import handlers as oslo_handlers
 from oslo_log import log as oslo_log
@@ -57,7 +56,6 @@ _SECRET_PATTERNS = [
 ]
 
 # Libraries whose INFO/DEBUG lines are noise in a service log (oslo.log's list, plus ours).
-_QUIET = ("alembic=WARN", "gunicorn.access=WARN")
 
 
 # Every secret pattern above needs one of these words: most lines have none and skip them.
@@ -213,26 +211,11 @@ def quiet_retries() -> None:
 
 
 quiet_retries()
-# acceld's defaults, set on import so that every process and the sample config
-# (oslo-config-generator imports this module through acceld.config.list_opts) agree.
-oslo_log.set_defaults(default_log_levels=oslo_log.get_default_log_levels() + list(_QUIET))
 
 
 def program_name(service: str) -> str:
     """The program a service's lines come from: ``acceld-api``, ``acceld-driver-fpga``."""
     return f"{PRODUCT}-{service}"
-
-
-def register_options(conf: cfg.ConfigOpts) -> None:
-    """oslo.log's options on ``conf`` (before it parses its command line); idempotent."""
-    if "log_config_append" in conf:
-        return
-    oslo_log.register_options(conf)
-
-
-def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
-    """oslo.log's options, for the sample config (they are in [DEFAULT])."""
-    return _oslo_log_options.list_opts()
 
 
 def setup(conf: cfg.ConfigOpts, service: str, *, starting: bool = True) -> None:

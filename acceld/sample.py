@@ -16,7 +16,7 @@ import tempfile
 from oslo_config import cfg
 from oslo_config import generator as config_generator
 
-# acceld's own options (acceld.config.list_opts, with keystoneauth's for [placement],
+# acceld's own options (acceld.conf.opts.list_opts, with keystoneauth's for [placement],
 # [nova] and [glance]) and those of the libraries acceld configures.
 NAMESPACES = (
     "acceld",

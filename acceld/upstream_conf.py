@@ -2,7 +2,7 @@
 
 acceld reads an upstream ``cyborg.conf`` as it stands (docs/nova.md and the README's
 "Replacing upstream Cyborg"): renamed options have oslo.config deprecated aliases
-(acceld.config), upstream's driver names map to acceld's (acceld.drivers.loader), and
+(acceld.conf), upstream's driver names map to acceld's (acceld.drivers.loader), and
 this module does the rest at start:
 
 * an upstream file sets no ``auth_strategy`` (upstream always validates Keystone tokens,

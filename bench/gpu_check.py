@@ -167,7 +167,7 @@ def _number(text: str | None) -> int | None:
 
 
 def options(sysfs_root: str, use_nvml: bool) -> types.SimpleNamespace:
-    """The [nvidia_gpu] options the driver reads, at their defaults (acceld/config.py)."""
+    """The [nvidia_gpu] options the driver reads, at their defaults (acceld/conf/drivers.py)."""
     from acceld.drivers.nvidia_health import DEFAULT_IGNORED_XIDS
 
     group = types.SimpleNamespace(sysfs_root=sysfs_root, use_nvml=use_nvml,

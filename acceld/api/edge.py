@@ -18,19 +18,9 @@ from oslo_config import cfg
 from oslo_middleware import cors, http_proxy_to_wsgi
 
 from acceld import healthcheck
+from acceld.conf import middleware
 
 WSGIApp = Callable[[dict, Callable], Iterable[bytes]]
-
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    """[healthcheck], [oslo_middleware] and [cors], so that config files and overrides
-    can set them before the middleware (which registers them too) is built."""
-    from oslo_middleware import opts
-
-    for list_opts in (opts.list_opts_healthcheck, opts.list_opts_http_proxy_to_wsgi,
-                      opts.list_opts_cors):
-        for group, group_opts in list_opts():
-            conf.register_opts(group_opts, group=group)
 
 
 def wrap(app: WSGIApp, conf: cfg.ConfigOpts, database: Any) -> WSGIApp:
@@ -38,7 +28,7 @@ def wrap(app: WSGIApp, conf: cfg.ConfigOpts, database: Any) -> WSGIApp:
     configured (read at start, as every WSGI pipeline is built): each builds webob request
     and response objects and inspects its handler's signature on every request, which
     took about 70 us a request, three quarters of a small GET's whole cost, doing nothing."""
-    register_opts(conf)
+    middleware.register_opts(conf)
     if conf.oslo_middleware.enable_proxy_headers_parsing:
         app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
     if _cors_configured(conf):

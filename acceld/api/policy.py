@@ -220,12 +220,13 @@ def get_enforcer() -> policy.Enforcer:
     policy, which oslopolicy-checker then evaluates) and friends: an enforcer with acceld's rules over acceld's configuration (the
     files the tool was given, else the standard locations, for [oslo_policy])."""
     from acceld import config
+    from acceld.conf import policy as policy_opts
 
     conf = cfg.CONF
     if getattr(conf, "_args", None) is None:  # the tool has not parsed a configuration
         config.load(discover=True, conf=conf)
     else:  # the tool's own command line is parsed: add only what the enforcer reads
-        config._register_policy_opts(conf)  # noqa: SLF001
+        policy_opts.register_opts(conf)
     enforcer = policy.Enforcer(conf)
     enforcer.register_defaults(RULES)
     return enforcer

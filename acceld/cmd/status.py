@@ -19,7 +19,7 @@ from typing import Any
 from oslo_config import cfg
 from oslo_upgradecheck import common_checks, upgradecheck
 
-from acceld import config
+import acceld.conf
 
 Result = upgradecheck.Result
 Code = upgradecheck.Code
@@ -97,7 +97,7 @@ class Checks(upgradecheck.UpgradeCommands):
 
 def main(argv: list[str] | None = None) -> int:
     conf = cfg.CONF
-    config.register_opts(conf)
+    acceld.conf.register_opts(conf)
     files = list(dict.fromkeys(cfg.find_config_files(project="acceld", prog="acceld")))
     return upgradecheck.main(conf, project="acceld", upgrade_command=Checks(),
                              argv=sys.argv[1:] if argv is None else argv,

@@ -31,18 +31,17 @@ the config of the drivers built in that process (:func:`adopt`).
 
 from __future__ import annotations
 
-import copy
 import os
 import stat
 import subprocess
 from typing import Sequence
 
 from oslo_config import cfg
-from oslo_privsep import capabilities as caps
 from oslo_privsep import priv_context
 
+from acceld.conf import agent as agent_opts
+from acceld.conf import privsep as privsep_opts
 from acceld.privileged import policy as privileged_policy
-from acceld.config import privileged_opts
 from acceld.privileged.policy import NotAllowed, adopt
 
 __all__ = ["NotAllowed", "adopt", "configure", "read_gpu_instances", "run_tool",
@@ -57,9 +56,10 @@ TOOLS = frozenset(privileged_policy.TOOL_OPTIONS)
 # O_NONBLOCK so that a FIFO in the way fails rather than blocks the daemon.
 _WRITE_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
-SYSFS_CAPABILITIES = (caps.CAP_DAC_OVERRIDE,)
-TOOLS_CAPABILITIES = (caps.CAP_SYS_ADMIN, caps.CAP_DAC_OVERRIDE)
-NVML_CAPABILITIES = (caps.CAP_SYS_ADMIN,)
+# Each context's capabilities: the defaults of their sections' options (acceld.conf.privsep).
+SYSFS_CAPABILITIES = privsep_opts.capabilities("privsep_sysfs")
+TOOLS_CAPABILITIES = privsep_opts.capabilities("privsep_tools")
+NVML_CAPABILITIES = privsep_opts.capabilities("privsep_nvml")
 
 sysfs = priv_context.PrivContext(
     "acceld", cfg_section="privsep_sysfs", pypath=__name__ + ".sysfs",
@@ -74,44 +74,15 @@ nvml = priv_context.PrivContext(
     capabilities=list(NVML_CAPABILITIES))
 
 CONTEXTS = (sysfs, tools, nvml)
-HELPER_COMMAND_HELP = (
-    " acceld: sudo /opt/acceld/bin/acceld-privsep-helper --config-file "
-    "/etc/acceld/acceld.conf, the command etc/sudoers.d/acceld-privsep allows (README.md, "
-    "docs/security.md). The generated default runs oslo.privsep's privsep-helper, which "
-    "those rules do not allow.")
-_CAPABILITIES = {sysfs.cfg_section: SYSFS_CAPABILITIES, tools.cfg_section: TOOLS_CAPABILITIES,
-                 nvml.cfg_section: NVML_CAPABILITIES}
-_CAP_NAMES = {number: name for name, number in caps.CAPS_BYNAME.items()}
 
 # In process until configure() says otherwise (tests, tools that import the drivers).
 for _context in CONTEXTS:
     _context.set_client_mode(False)
 
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_opts(privileged_opts, group="agent")
-
-
-def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
-    """``[agent] privileged_calls`` and each context's privsep options (helper_command,
-    capabilities, ...), for the sample config: each shows its context's capabilities."""
-    out: list[tuple[str, list[cfg.Opt]]] = [("agent", privileged_opts)]
-    for context in CONTEXTS:
-        opts = copy.deepcopy(priv_context.OPTS)
-        kept = _CAPABILITIES[context.cfg_section]
-        for opt in opts:
-            if opt.dest == "capabilities":
-                opt.default = list(kept)
-                opt.sample_default = ",".join(_CAP_NAMES[c] for c in kept)
-            if opt.dest == "helper_command":
-                opt.help += HELPER_COMMAND_HELP
-        out.append((context.cfg_section, opts))
-    return out
-
-
 def configure(conf: cfg.ConfigOpts) -> None:
     """Called by the agent and driver processes at start: use the privsep daemons unless
     ``[agent] privileged_calls = in_process``."""
-    register_opts(conf)
+    agent_opts.register_opts(conf)
     daemon = conf.agent.privileged_calls == "privsep"
     for context in CONTEXTS:
         context.set_client_mode(daemon)

@@ -131,7 +131,7 @@ def _started_with() -> tuple[list[str], list[str]]:
 def daemon_policy(files: Sequence[str], dirs: Sequence[str]) -> Policy:
     """The policy of the config in ``files`` and ``dirs``, each checked to be root's; the
     environment is ignored. No files: the built-in defaults."""
-    from acceld import config
+    import acceld.conf
 
     for path in files:
         check_trusted(path, "privsep config file")
@@ -141,7 +141,7 @@ def daemon_policy(files: Sequence[str], dirs: Sequence[str]) -> Policy:
             if name.endswith(".conf"):
                 check_trusted(os.path.join(directory, name), "privsep config file")
     conf = cfg.ConfigOpts()
-    config.register_opts(conf)
+    acceld.conf.register_opts(conf)
     conf([], project="acceld", prog="acceld", default_config_files=list(files),
          default_config_dirs=list(dirs), use_env=False)
     return conf_policy(conf)

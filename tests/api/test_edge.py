@@ -118,12 +118,13 @@ def test_cors_from_a_named_section_alone_is_configured(tmp_path) -> None:
     middleware in (the edge leaves it out when nothing is configured)."""
     from acceld import config
     from acceld.api import edge
+    from acceld.conf import middleware
 
     path = tmp_path / "acceld.conf"
     path.write_text("[cors.dashboard]\nallowed_origin = https://dash.example.com\n")
     conf = config.load([], config_files=[str(path)], conf=cfg.ConfigOpts())
-    edge.register_opts(conf)
+    middleware.register_opts(conf)
     assert edge._cors_configured(conf)
     plain = config.load([], config_files=[], conf=cfg.ConfigOpts())
-    edge.register_opts(plain)
+    middleware.register_opts(plain)
     assert not edge._cors_configured(plain)

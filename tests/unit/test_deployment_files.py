@@ -17,6 +17,7 @@ import pytest
 from acceld import privileged
 from acceld.cmd import main as cli
 from acceld.cmd import privsep_helper
+from acceld.conf import privsep as conf_privsep
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "etc" / "systemd"
@@ -115,7 +116,7 @@ def test_sudoers_rules_allow_exactly_the_command_lines_of_the_privsep_contexts()
     commands = set(re.findall(r"(?m)^helper_command = (.*)$", readme))
     assert len(commands) == 1, commands
     command = commands.pop()
-    assert command in privileged.HELPER_COMMAND_HELP  # what the sample config says
+    assert command in conf_privsep.HELPER_COMMAND_HELP  # what the sample config says
     argv = shlex.split(command)
     assert argv[:2] == ["sudo", helper]
     sock = "/tmp/tmpabcd_123/privsep.sock"  # the privsep client's mkdtemp() form

@@ -320,10 +320,11 @@ def test_oslo_log_options_are_registered_once(tmp_path):
                  "use_json", "use_syslog", "log_rotation_type", "default_log_levels",
                  "logging_context_format_string"):
         assert name in conf, name
-    from acceld import config
+    import acceld.conf
+    from acceld.conf import opts
 
-    config.register_opts(conf)  # again, on a parsed configuration: nothing to do
-    names = [opt.dest for _group, opts in config.list_opts() if _group == "DEFAULT"
-             for opt in opts]
+    acceld.conf.register_opts(conf)  # again, on a parsed configuration: nothing to do
+    names = [opt.dest for _group, group_opts in opts.list_opts() if _group == "DEFAULT"
+             for opt in group_opts]
     assert "log_config_append" in names and names.count("debug") == 1
 

@@ -12,6 +12,7 @@ from acceld import config, sample
 from acceld.api import errors
 from acceld.api.context import RequestContext
 from acceld.api.policy import RULES, UPSTREAM_RULE_NAMES, Policy
+from acceld.conf import policy as acceld_policy_opts
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, fault, member
 
@@ -257,7 +258,7 @@ def test_no_removed_oslo_policy_option_is_set(monkeypatch) -> None:
 
     monkeypatch.setattr(policy_opts, "set_defaults", recording)
     conf = cfg.ConfigOpts()
-    config._register_policy_opts(conf)
+    acceld_policy_opts.register_opts(conf)
     assert given, "acceld sets oslo.policy defaults through set_defaults"
     assert set(given) <= {opt.name for opt in policy_opts._options}
     assert conf.oslo_policy.enforce_new_defaults is True

@@ -13,9 +13,10 @@ import pytest
 from oslo_config import cfg
 
 from acceld import privileged
-from acceld.privileged import policy as privileged_policy
+from acceld.conf import privsep as privsep_opts
 from acceld.drivers import sysfs, tools
 from acceld.drivers.base import DriverError
+from acceld.privileged import policy as privileged_policy
 from tests.conftest import make_conf
 from tests.support.fake_tools import calls, make_tool
 from tests.support.sysfs_fixtures import SysfsTree
@@ -136,7 +137,7 @@ def test_each_daemon_keeps_only_its_capabilities() -> None:
     assert cfg.CONF.privsep_nvml.capabilities == [caps.CAP_SYS_ADMIN]
     # The sample config says the same.
     shown = {group: [o.sample_default for o in opts if o.dest == "capabilities"]
-             for group, opts in privileged.list_opts()[1:]}
+             for group, opts in privsep_opts.list_opts().items()}
     assert shown == {"privsep_sysfs": ["CAP_DAC_OVERRIDE"],
                      "privsep_tools": ["CAP_SYS_ADMIN,CAP_DAC_OVERRIDE"],
                      "privsep_nvml": ["CAP_SYS_ADMIN"]}
