@@ -57,7 +57,7 @@ from acceld.conductor.service import PeriodicTask
 from acceld.db import leases
 from acceld.db.engine import Database
 from acceld.db.models import agents, deployables, devices, placement_sync, utcnow
-from acceld.db.placement_flags import upsert
+from acceld.db.placement_flags import HELD, upsert
 from acceld.placement_model import DesiredProvider, desired_providers
 from acceld.metrics import record as metrics
 from acceld.outages import PLACEMENT, process_log
@@ -69,8 +69,6 @@ TASK_NAME = "placement-sync"
 # far above a host's few calls; also how long a host waits after a conductor died
 # writing it.
 HOST_LEASE_SECONDS = 60.0
-# Digest of a provider whose deployable is gone but which still has allocations.
-HELD = "held"
 
 
 # -- the component ----------------------------------------------------------------------------
