@@ -36,15 +36,10 @@ import requests
 
 from bench.acceld_stack import AcceldStack
 from bench.upstream import HEADERS, HOSTNAME
+from tests.support.net import free_port
 from tests.support.nova import RecordingNova
 
 DP = "bench-bind-latency"
-
-
-def _free_port() -> int:
-    from bench.run import free_port
-
-    return free_port()
 
 
 def _cpu_seconds(stack: AcceldStack) -> dict[str, float]:
@@ -108,7 +103,7 @@ def run(workdir: Path, binds: int, keep_alive: bool = True) -> dict:
     """An idle all-in-one of its own (API, conductor, agent, a recording Nova), warmed up
     with a tenth of the binds, then ``binds`` binds measured one at a time."""
     nova = RecordingNova(keep_alive=keep_alive).start()
-    stack = AcceldStack(workdir, _free_port(), _free_port(), _free_port(), extra_config=(
+    stack = AcceldStack(workdir, free_port(), free_port(), free_port(), extra_config=(
         f"\n[nova]\nauth_type = none\nendpoint_override = {nova.url}\n"))
     stack.configure()
     try:

@@ -22,7 +22,6 @@ import datetime as dt
 import math
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import requests
 from bench import loadgen, wrk
 from bench.acceld_stack import ACCELD, AcceldStack
 from bench.upstream import HEADERS, HOSTNAME, UpstreamCyborg, ensure_venv, stop_process
+from tests.support.net import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "performance.md"
@@ -46,12 +46,6 @@ V2 = "/accelerator/v2"
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # ---- workloads ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from acceld.runtime.secrets import ensure_secret_file
 from bench.acceld_stack import ACCELD
 from bench.procstat import cpu_seconds
 from bench.upstream import stop_process, tail
+from tests.support.net import free_port
 
 HEARTBEAT = 10.0
 STEADY_SECONDS = 30.0
@@ -69,8 +70,6 @@ class Sample:
 
 def run_scale(workdir: Path, agents: int, per_agent: int,
               log: Callable[[str], None]) -> list[tuple[str, str]]:
-    from bench.run import free_port
-
     workdir.mkdir(parents=True, exist_ok=True)
     conf = workdir / "scale.conf"
     port = free_port()

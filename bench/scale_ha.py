@@ -48,6 +48,7 @@ from acceld.runtime.secrets import ensure_secret_file
 from bench.acceld_stack import ACCELD
 from bench.procstat import cpu_seconds, tree_cpu_seconds
 from bench.upstream import HEADERS, stop_process, tail
+from tests.support.net import free_port
 from tests.support.nova import RecordingNova
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,12 +60,6 @@ DP = "scale-fpga"
 
 def log(msg: str) -> None:
     print(f"[scale {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def _free_port() -> int:
-    from bench.run import free_port
-
-    return free_port()
 
 
 def _cpu(pid: int) -> float:
@@ -164,8 +159,8 @@ class Cluster:
         self.workdir = workdir
         self.db_url = db_url
         self.procs: dict[str, subprocess.Popen] = {}
-        self.conductor_ports = [_free_port(), _free_port()]
-        self.api_ports = [_free_port(), _free_port()]
+        self.conductor_ports = [free_port(), free_port()]
+        self.api_ports = [free_port(), free_port()]
         (workdir / "common.conf").write_text(
             f"[DEFAULT]\nstate_path = {workdir}\nhost = scale-controller\n"
             f"[database]\nconnection = {db_url}\n"

@@ -1,11 +1,17 @@
-"""`acceld db version`: the database's schema revision against this code's, for an
-operator (or a script) deciding whether `acceld db upgrade` is due."""
+"""`acceld db`: `upgrade` (the schema, both phases or one), `import-cyborg` (a stopped
+upstream Cyborg's database into acceld's), `cyborg-changes` (after an import, the ARQs
+acceld holds differently from upstream's database, for the way back) and `version` (the database's schema revision
+against this code's, for an operator or a script deciding whether `acceld db upgrade`
+is due)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Callable
 
+from acceld import config, logs
+from acceld.cmd.common import load
 from acceld.db import migrate
 from acceld.db.engine import Database
 
@@ -66,10 +72,9 @@ def _ahead(db: Database, current: str | None) -> str:
 def cmd_db_version(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError
 
-    from acceld.cmd.main import _load
     from acceld.db.engine import from_config
 
-    db = from_config(_load(args))
+    db = from_config(load(args))
     try:
         text, status = report(db)
     except DBAPIError as exc:  # one line, as `acceld status`
@@ -80,3 +85,119 @@ def cmd_db_version(args: argparse.Namespace) -> int:
         db.dispose()
     sys.stdout.write(text)
     return status
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from acceld.db.engine import from_config
+
+    conf = load(args)
+    logs.setup(conf, "db")
+    db = from_config(conf)
+    phase = migrate.EXPAND if args.expand else migrate.CONTRACT if args.contract else None
+    try:
+        applied = migrate.upgrade(db, phase=phase)
+    except migrate.ContractPending as exc:
+        print(f"acceld db upgrade: {exc}", file=sys.stderr)
+        print(f"database at revision {migrate.current_revision(db)}")
+        return 3
+    except migrate.UnknownRevision as exc:
+        print(f"acceld db upgrade: {exc}", file=sys.stderr)
+        return 4
+    if applied:
+        print(f"applied {len(applied)} migration(s): "
+              + ", ".join(f"{m.revision} ({m.phase})" for m in applied))
+    print(f"database at revision {migrate.current_revision(db)}")
+    if phase == migrate.EXPAND:
+        left = migrate.pending(db)
+        if left:
+            print(f"contract migration(s) left: {', '.join(m.revision for m in left)}: run "
+                  "`acceld db upgrade --contract` once every service runs this release")
+    return 0
+
+
+def cmd_db_import_cyborg(args: argparse.Namespace) -> int:
+    import os
+
+    from sqlalchemy.engine import make_url
+
+    from acceld.db import cyborg_import
+    from acceld.db.engine import from_config
+
+    conf = load(args)
+    logs.setup(conf, "db")
+    url = make_url(config.database_url(conf))
+    absent = url.get_backend_name() == "sqlite" and not os.path.exists(url.database or "")
+    # A dry run creates nothing, not even the SQLite file's directory.
+    db = None if args.dry_run and absent else from_config(conf)
+    try:
+        lines = cyborg_import.run(args.source, db, dry_run=args.dry_run)
+    except cyborg_import.ImportRefused as exc:
+        print(f"acceld db import-cyborg: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if db is not None:
+            db.dispose()
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_db_cyborg_changes(args: argparse.Namespace) -> int:
+    from acceld.db import cyborg_changes, cyborg_import
+    from acceld.db.engine import from_config
+
+    conf = load(args)
+    logs.setup(conf, "db")
+    db = from_config(conf)
+    try:
+        found = cyborg_changes.changes(args.source, db)
+    except cyborg_import.ImportRefused as exc:
+        print(f"acceld db cyborg-changes: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        db.dispose()
+    print("\n".join(cyborg_changes.report(found)))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction,
+             common: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser("db", help="Database administration.")
+    dbsub = p.add_subparsers(dest="db_command", required=True)
+    q = dbsub.add_parser("upgrade", help="Migrate the schema to the latest version (idempotent): "
+                                         "expand and contract migrations both, or one phase "
+                                         "(docs/upgrades.md).")
+    common(q)
+    phase = q.add_mutually_exclusive_group()
+    phase.add_argument("--expand", action="store_true",
+                       help="Apply only the expand migrations (they only add; safe while "
+                            "services of the previous release run), up to the first contract "
+                            "migration.")
+    phase.add_argument("--contract", action="store_true",
+                       help="Apply every migration left (contract ones drop or change what "
+                            "the previous release used): once every service is upgraded.")
+    q.set_defaults(func=cmd_db_upgrade)
+    q = dbsub.add_parser("import-cyborg", help="Import a stopped upstream Cyborg 17's database "
+                                               "into acceld's [database] (empty), keeping every "
+                                               "uuid; upstream's is only read.")
+    common(q)
+    q.add_argument("--from", dest="source", required=True, metavar="URL",
+                   help="SQLAlchemy URL of upstream's database (its [database] connection).")
+    q.add_argument("--dry-run", action="store_true",
+                   help="Print what would be imported and what cannot be carried over; "
+                        "change nothing.")
+    q.set_defaults(func=cmd_db_import_cyborg)
+    q = dbsub.add_parser("cyborg-changes", help="After an import, list by instance the ARQs "
+                                                "acceld holds differently from upstream's "
+                                                "database (before going back to upstream); "
+                                                "upstream's is only read.")
+    common(q)
+    q.add_argument("--from", dest="source", required=True, metavar="URL",
+                   help="SQLAlchemy URL of upstream's database (the one imported).")
+    q.set_defaults(func=cmd_db_cyborg_changes)
+    q = dbsub.add_parser("version", help="Print the database's schema revision and this "
+                                         "release's (head); exit status 0: up to date, 3: "
+                                         "`acceld db upgrade` needed, 4: a revision this "
+                                         "release does not know (a newer release's), "
+                                         "5: expanded, contract migrations left.")
+    common(q)
+    q.set_defaults(func=cmd_db_version)

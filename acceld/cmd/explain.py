@@ -14,6 +14,8 @@ from typing import Callable
 
 import orjson
 
+from acceld.cmd.common import load
+
 SATISFIABLE, NOT_SATISFIABLE, UNKNOWN = 0, 1, 2
 
 
@@ -21,7 +23,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from acceld import explain
     from acceld.api import arq_limits
     from acceld.api.handlers.explain import HOSTNAME_RE
-    from acceld.cmd.main import _load
     from acceld.clients import placement
     from acceld.db.engine import from_config
     from acceld.explain import text
@@ -29,7 +30,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.host is not None and not HOSTNAME_RE.match(args.host):
         print(f"acceld explain: invalid host name {args.host!r}", file=sys.stderr)
         return UNKNOWN
-    conf = _load(args)
+    conf = load(args)
     db = from_config(conf)
     try:
         doc = explain.explain(

@@ -12,6 +12,8 @@ import argparse
 import sys
 from typing import Callable
 
+from acceld.cmd.common import load
+
 # Exit statuses: done, refused (agent up or ARQs bound there), unknown host.
 OK, REFUSED, UNKNOWN = 0, 1, 2
 
@@ -31,11 +33,10 @@ def summary(retired) -> str:  # type: ignore[no-untyped-def]
 
 
 def cmd_host_delete(args: argparse.Namespace) -> int:
-    from acceld.cmd.main import _load
     from acceld.db import host_retire
     from acceld.db.engine import from_config
 
-    conf = _load(args)
+    conf = load(args)
     db = from_config(conf)
     try:
         retired = host_retire.retire(db, args.hostname, force=args.force)

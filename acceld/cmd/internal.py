@@ -13,17 +13,17 @@ import argparse
 import sys
 from typing import Callable
 
+from acceld.cmd.common import load
 from acceld.internal import auth
 
 
 def cmd_node_key(args: argparse.Namespace) -> int:
-    from acceld.cmd.main import _load
     from acceld.runtime.secrets import internal_secret
 
     if not auth.HOSTNAME.match(args.hostname):
         print(f"acceld internal node-key: not a host name: {args.hostname!r}", file=sys.stderr)
         return 2
-    conf = _load(args)
+    conf = load(args)
     secret = internal_secret(conf)
     state = _key_state(conf, args.hostname)
     if state is None:

@@ -8,11 +8,11 @@ from typing import Callable
 
 from sqlalchemy import func, select, true
 
+from acceld.cmd import common
+
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from acceld.cmd.main import _load as load
-
-    conf = load(args)
+    conf = common.load(args)
     if getattr(args, "host", None):
         conf.set_override("host", args.host)
     return conf

@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Callable
 
+from acceld.cmd.common import load
 from acceld.internal import auth
 
 # Exit statuses: done, could not be done (database), unknown host or bad name.
@@ -48,7 +49,6 @@ def revoked(hostname: str, state: auth.KeyState, ttl: int) -> str:
 def _run(args: argparse.Namespace, rotate: bool) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from acceld.cmd.main import _load
     from acceld.db import node_keys
     from acceld.db.engine import from_config
     from acceld.runtime.secrets import internal_secret
@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace, rotate: bool) -> int:
     if not auth.HOSTNAME.match(args.hostname):
         print(f"{name}: not a host name: {args.hostname!r}", file=sys.stderr)
         return UNKNOWN
-    conf = _load(args)
+    conf = load(args)
     secret = internal_secret(conf) if rotate else None  # before anything changes
     db = from_config(conf)
     try:

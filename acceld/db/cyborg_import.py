@@ -32,20 +32,10 @@ from sqlalchemy.engine import Engine, make_url
 
 from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs, migrate
+from acceld.db.cyborg_revisions import OLDER, SUPPORTED
 from acceld.db.engine import Database, driver_message
 from acceld.db.models import (accelerator_requests, attach_handles, attributes,
                               controlpath_ids, deployables, device_profiles, devices, utcnow)
-
-# Upstream schema revisions this import reads: Cyborg 17's head, b47c8f2d1e3a
-# (devices.device_state), as openstack-cyborg 17.0.0 creates it. A later release's new
-# revision is refused by name until its schema has been checked here.
-SUPPORTED = {"b47c8f2d1e3a": "Cyborg 17"}
-# Older upstream revisions, newest first: a database at one of them is upgraded with
-# upstream's own `cyborg-dbsync upgrade` before it is imported.
-OLDER = ("a35b4295a0e5", "9625668549b5", "6c77bd6afea5", "4cc1d79978fc", "899cead40bc9",
-         "7e6f1f107f2b", "60d8ac91fd20", "7a4fd0fc3f8c", "62bcf2610c5d", "7b696fd94949",
-         "22fb1af2d51e", "57539722e5cf", "c1b5abada09c", "589ff20545b7", "ede4e3f1a232",
-         "d6f033d8fa5b", "f50980397351")
 
 # acceld's own tables an import fills: each must be empty before it.
 TARGETS = (device_profiles, devices, controlpath_ids, deployables, attributes,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from acceld.db import cyborg_revisions
 from acceld.db.engine import Database
 
 if TYPE_CHECKING:
@@ -186,9 +187,7 @@ class UpstreamCyborgDatabase(RuntimeError):
 
 
 def _refuse_upstream(current: str | None) -> None:
-    from acceld.db import cyborg_import
-
-    if current in cyborg_import.SUPPORTED or current in cyborg_import.OLDER:
+    if current in cyborg_revisions.SUPPORTED or current in cyborg_revisions.OLDER:
         raise UpstreamCyborgDatabase(
             f"this is upstream Cyborg's database (schema revision {current}), not acceld's: "
             "acceld keeps its own; point [database] connection at a new, empty database and "

@@ -16,6 +16,10 @@ from sqlalchemy import Connection, select, update
 
 from acceld.db.models import deployables, devices, placement_sync, utcnow
 
+# The digest of a row whose provider's deployable is gone while consumers still hold
+# allocations on it: the sync and the audit keep it, fully reserved, until it is free.
+HELD = "held"
+
 
 def provider_uuid(name: str) -> str:
     """The Placement provider uuid of a deployable: uuid3(NAMESPACE_DNS, name), as upstream."""

@@ -15,7 +15,16 @@ The agent and drivers also never load the database layer: importing every module
 ``acceld.conductor``, ``acceld.api`` nor SQLAlchemy. That one is checked by loading, not on
 the source: shared modules (the health check, metrics, the conductor's keyring in
 acceld.runtime.secrets) import the database inside functions only the API and the
-conductor call."""
+conductor call.
+
+No module imports itself back: acceld/ and bench/ hold no import circle, whether its
+imports are at module level or inside functions (a function's import runs whenever
+the function does, so a circle through one is as real; only ``if TYPE_CHECKING:``
+imports never run, and they count too: a type a module names is still a module it
+knows). An import of ``pkg.mod`` counts as an import of that module, not of ``pkg``'s
+``__init__`` (which Python runs first, but which a package's own modules rely on
+without it being a circle). The options (acceld/conf/) import nothing of acceld outside
+that package: the modules that use options import it, never the reverse."""
 
 from __future__ import annotations
 
@@ -27,34 +36,47 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "acceld"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "acceld"
+TREES = ("acceld", "bench")
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+MODULES = {_module_name(p): p for tree in TREES for p in (ROOT / tree).rglob("*.py")}
+
+
+def _resolve(name: str) -> str | None:
+    """The module of ours ``name`` is, or the nearest package of ours holding it."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
 def _imports(path: Path, name: str) -> set[str]:
-    """The acceld modules (and packages) ``path`` imports."""
+    """The acceld and bench modules (and packages) ``path`` imports, anywhere in it: ``from
+    pkg import mod`` is an import of pkg.mod, ``from pkg import name`` one of pkg."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
+    found: set[str | None] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.update(_resolve(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")
                 anchor = anchor[:len(anchor) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {n for n in found if n == "acceld" or n.startswith("acceld.")}
+            for alias in node.names:
+                found.add(_resolve(f"{base}.{alias.name}"))
+    found.discard(name)
+    return {n for n in found if n is not None}
 
 
-GRAPH: dict[str, set[str]] = {_module_name(p): _imports(p, _module_name(p))
-                              for p in PACKAGE.rglob("*.py")}
+GRAPH: dict[str, set[str]] = {name: _imports(path, name) for name, path in MODULES.items()}
 
 
 def _reachable(start: str) -> dict[str, str]:
@@ -92,6 +114,75 @@ def _violations(layer: str, forbidden: tuple[str, ...],
 ])
 def test_layers_keep_their_import_rules(layer: str, forbidden: tuple[str, ...]) -> None:
     assert _violations(layer, forbidden) == []
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each import circle of ``graph``: its strongly connected components of more than one
+    module (Tarjan's), each as the modules on it."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def _describe(graph: dict[str, set[str]], circle: list[str]) -> str:
+    """One loop around ``circle``: each module with the one of the circle it imports."""
+    members = set(circle)
+    path, current = [circle[0]], circle[0]
+    while True:
+        current = min(graph[current] & members, key=lambda m: (m in path, m))
+        path.append(current)
+        if current in path[:-1]:
+            return " -> ".join(path[path.index(current):])
+
+
+def test_no_import_circle() -> None:
+    assert [_describe(GRAPH, c) for c in _circles(GRAPH)] == []
+
+
+def test_a_circle_is_found() -> None:
+    """The check above finds a circle where one exists, through a function's import too:
+    acceld.config imports acceld.conf; make a group module import it back."""
+    assert "acceld.conf" in GRAPH["acceld.config"]
+    looped = {**GRAPH, "acceld.conf.api": GRAPH["acceld.conf.api"] | {"acceld.config"}}
+    circles = _circles(looped)
+    assert any({"acceld.config", "acceld.conf", "acceld.conf.api"} <= set(c) for c in circles)
+    assert "acceld.config -> " in " ".join(_describe(looped, c) for c in circles)
+
+
+def test_the_options_import_nothing_of_acceld_outside_them() -> None:
+    conf = [m for m in GRAPH if m == "acceld.conf" or m.startswith("acceld.conf.")]
+    assert len(conf) > 10
+    assert {m: sorted(t for t in GRAPH[m] if t.startswith("acceld.")
+                      and t != "acceld.conf" and not t.startswith("acceld.conf."))
+            for m in conf} == {m: [] for m in conf}
 
 
 C = "acceld.conductor."

@@ -32,20 +32,37 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from sqlalchemy import delete, select
 
 from acceld.clients import placement as pl
 from acceld.conductor.placement import ownership
 from acceld.db.models import deployables, placement_sync
-from acceld.db.placement_flags import mark_dirty
+from acceld.db.placement_flags import HELD, mark_dirty
 
 if TYPE_CHECKING:
-    from acceld.conductor.placement.sync import PlacementSync
+    from oslo_config import cfg
+
+    from acceld.db.engine import Database
     from acceld.placement_model import DesiredProvider
 
 LOG = logging.getLogger(__name__)
+
+
+class PlacementSync(Protocol):
+    """What an audit uses of the sync that runs it (acceld.conductor.placement.sync's
+    PlacementSync, which imports this module: the audit names it only by this shape)."""
+
+    conf: cfg.ConfigOpts
+    db: Database
+    client: pl.PlacementClient | None
+    _hosts_waiting: Mapping[str, Any]  # hosts whose compute node the sync waits for
+
+    def _record(self, done: list[dict[str, Any]], retry: list[str], hostname: str) -> None: ...
+
+    def _write_provider(self, want: DesiredProvider, parent_uuid: str,
+                        generation: int | None) -> int: ...
 
 
 @dataclasses.dataclass
@@ -196,8 +213,6 @@ def _audit_provider(sync: PlacementSync, want: DesiredProvider, provider: pl.Pro
 def _audit_leftover(sync: PlacementSync, provider: pl.Provider, hostname: str, recorded: bool,
                     drift: list[str], done: list[dict[str, Any]]) -> None:
     """A provider of ours the database does not want: delete it, or hold it while in use."""
-    from acceld.conductor.placement.sync import HELD
-
     client = sync.client
     assert client is not None
     allocations = client.provider_allocations(provider.uuid)

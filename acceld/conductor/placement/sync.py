@@ -61,7 +61,7 @@ from acceld.conductor.service import PeriodicTask
 from acceld.db import leases
 from acceld.db.engine import Database
 from acceld.db.models import agents, deployables, devices, placement_sync, utcnow
-from acceld.db.placement_flags import upsert
+from acceld.db.placement_flags import HELD, upsert
 from acceld.placement_model import DesiredProvider, desired_providers
 from acceld.metrics import record as metrics
 from acceld.outages import PLACEMENT, process_log
@@ -73,8 +73,6 @@ TASK_NAME = "placement-sync"
 # far above a host's few calls; also how long a host waits after a conductor died
 # writing it.
 HOST_LEASE_SECONDS = 60.0
-# Digest of a provider whose deployable is gone but which still has allocations.
-HELD = "held"
 # placement_sync's columns saying what on a provider is acceld's (ownership.Record).
 OWNERSHIP = ("reserved", "operator_reserved", "traits")
 
