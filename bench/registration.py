@@ -30,7 +30,7 @@ from acceld.conductor.reconcile import apply_report  # noqa: E402
 from acceld.db import agents as agents_db  # noqa: E402
 from acceld.db import migrate  # noqa: E402
 from acceld.db.engine import Database  # noqa: E402
-from acceld.simulate import build_agents  # noqa: E402
+from acceld.cmd.simulator import build_agents  # noqa: E402
 from tests.conftest import make_conf  # noqa: E402
 
 WARM_UP = 5

@@ -1,5 +1,5 @@
 """`acceld simulate`: many node agents against a real conductor (scale tests;
-acceld.simulate)."""
+acceld.cmd.simulator)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from acceld.cmd.common import load
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from acceld import simulate
+    from acceld.cmd import simulator
 
     conf = load(args)
     logs.setup(conf, "simulate")
-    return simulate.main_from_cli(conf, args)
+    return simulator.main_from_cli(conf, args)
 
 
 def register(sub: argparse._SubParsersAction,
              common: Callable[[argparse.ArgumentParser], None]) -> None:
-    # Its arguments here, not in acceld.simulate: every service builds this parser, and the
-    # simulator's imports (the fake driver, jsonschema) would stay in each of them.
+    # Its arguments here, not in acceld.cmd.simulator: every service builds this parser,
+    # and the simulator's imports (the fake driver, jsonschema) would stay in each of them.
     parser = sub.add_parser("simulate", help="Simulate many node agents against a real "
                                              "conductor (scale tests).")
     common(parser)

@@ -58,7 +58,7 @@ from acceld.cmd.main import main
 sys.exit(main(sys.argv[2:]))
 """
 
-NEVER = ("alembic", "mako", "oslo_privsep", "acceld.privileged", "acceld.simulate",
+NEVER = ("alembic", "mako", "oslo_privsep", "acceld.privileged", "acceld.cmd.simulator",
          "acceld.db.migrations")
 
 

@@ -185,7 +185,7 @@ def test_the_formats_are_oslo_logs_defaults(tmp_path):
     assert conf.logging_context_format_string == OSLO_CONTEXT_FORMAT
     assert conf.logging_default_format_string == OSLO_DEFAULT_FORMAT
     assert conf.logging_exception_prefix == OSLO_EXCEPTION_PREFIX
-    from acceld.sample import config_sample
+    from acceld.cmd.samples import config_sample
 
     assert f"#logging_context_format_string = {OSLO_CONTEXT_FORMAT}\n" in config_sample()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from acceld import sample
+from acceld.cmd import samples as sample
 from acceld.api.policy import RULES
 
 REPO = Path(__file__).resolve().parents[2]

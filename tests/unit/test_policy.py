@@ -8,7 +8,8 @@ import pytest
 import yaml
 from falcon import testing
 
-from acceld import config, sample
+from acceld import config
+from acceld.cmd import samples as sample
 from acceld.api import errors
 from acceld.api.context import RequestContext
 from acceld.api.policy import RULES, UPSTREAM_RULE_NAMES, Policy

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from acceld.simulate import Heartbeats, SimulatedAgent
+from acceld.cmd.simulator import Heartbeats, SimulatedAgent
 
 
 def test_heartbeats_of_registered_agents_go_first() -> None:
