@@ -3,7 +3,8 @@ operators know from other OpenStack services, with secrets never written.
 
 oslo.log gives the options (``debug``, ``log_file``, ``log_dir``, ``log_config_append``,
 ``use_journal``, ``use_json``, ``use_syslog``, ``log_rotation_type``, the format
-strings ...) and formats every line with the thread's request context
+strings ...; registered with [DEFAULT]'s, acceld.conf.default, with acceld's default log
+levels) and formats every line with the thread's request context
 (``[global_request_id request_id user project ...]``, acceld.request_ids). acceld adds:
 
 - redaction: whatever handler a line goes to (file, stream, journal, syslog, JSON, a
@@ -54,9 +55,6 @@ _SECRET_PATTERNS = [
     re.compile(r"(?i)(password|secret|token)(['\"]?\s*[:=]\s*['\"]?)([^'\"\s,}]+)"),
     re.compile(r"(?i)(://[^:/@\s]+:)([^@/\s]+)(@)"),
 ]
-
-# Libraries whose INFO/DEBUG lines are noise in a service log (oslo.log's list, plus ours).
-
 
 # Every secret pattern above needs one of these words: most lines have none and skip them.
 # (Substring tests on the lowered text: a case-insensitive regex alternation cost ~5 us.)

@@ -21,7 +21,7 @@ default_opts = [
                     "X-Service-Roles); keystone validates tokens with keystonemiddleware."),
 ]
 
-# Libraries that say too much at INFO.
+# Libraries whose INFO/DEBUG lines are noise in a service log (oslo.log's list, plus ours).
 _QUIET = ("alembic=WARN", "gunicorn.access=WARN")
 # acceld's defaults, set on import so that every process and the sample config
 # (oslo-config-generator imports this module through acceld.conf.opts) agree.
