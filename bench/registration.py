@@ -26,11 +26,11 @@ sys.path.insert(0, os.environ.get("TREE", os.getcwd()))
 
 import orjson  # noqa: E402
 
+from acceld.cmd.simulator import build_agents  # noqa: E402
 from acceld.conductor.reconcile import apply_report  # noqa: E402
 from acceld.db import agents as agents_db  # noqa: E402
 from acceld.db import migrate  # noqa: E402
 from acceld.db.engine import Database  # noqa: E402
-from acceld.cmd.simulator import build_agents  # noqa: E402
 from tests.conftest import make_conf  # noqa: E402
 
 WARM_UP = 5

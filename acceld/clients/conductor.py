@@ -39,12 +39,12 @@ import requests
 from oslo_config import cfg
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
-from acceld.serving import serving_slot
 from acceld.clients.internal import InternalClient, InternalError, scheme, tls_verify
 from acceld.internal import auth
 from acceld.internal.auth import CONDUCTOR
 from acceld.outages import OutageLog, process_log
 from acceld.runtime.secrets import SECRET_FILE, internal_secret
+from acceld.serving import serving_slot
 
 LOG = logging.getLogger(__name__)
 

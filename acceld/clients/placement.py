@@ -26,8 +26,8 @@ from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from acceld import request_ids
-from acceld.serving import serving_slot
 from acceld.clients import deadline as deadlines
+from acceld.serving import serving_slot
 
 LOG = logging.getLogger(__name__)
 

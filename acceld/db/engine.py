@@ -19,8 +19,8 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from acceld.serving import serving_slot
 from acceld.db import outage
+from acceld.serving import serving_slot
 
 _WRITE = "acceld_write"
 

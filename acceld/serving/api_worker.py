@@ -44,8 +44,8 @@ from gunicorn.http import wsgi
 from gunicorn.http.body import LengthReader
 from gunicorn.workers import base
 
-from acceld.serving import serving_slot
 from acceld.api.errors import error_body
+from acceld.serving import serving_slot
 from acceld.serving.connection_loop import (BodyBuffering, Conn, ConnectionLoop, Outcome,
                                             send_refusal)
 

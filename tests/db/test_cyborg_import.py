@@ -22,8 +22,8 @@ import pytest
 from falcon import testing
 from sqlalchemy import create_engine, func, select, text
 
-from acceld.cmd import main as cli
 from acceld.api.app import build_app
+from acceld.cmd import main as cli
 from acceld.db import cyborg_import, migrate
 from acceld.db.engine import Database
 from acceld.db.models import (accelerator_requests, attach_handles, attributes, bind_jobs,

@@ -15,10 +15,10 @@ from typing import Iterator
 import pytest
 from sqlalchemy import inspect, select, text
 
+from acceld.cmd import db as db_version
 from acceld.db import migrate
 from acceld.db.engine import Database
 from acceld.db.models import schema_migrations
-from acceld.cmd import db as db_version
 from tests.conftest import BACKENDS
 from tests.support.databases import create_server_database, drop_server_database
 from tests.support.releases import (CONTRACT_DROP, EXPAND_INDEX, EXPAND_WIDGETS,

@@ -14,10 +14,10 @@ from typing import Callable
 import pytest
 from sqlalchemy import select
 
-from acceld.cmd import main as cli
 from acceld.agent.service import Agent
 from acceld.clients.agent import AgentCallError, AgentCaller
 from acceld.clients.internal import InternalClient, InternalError
+from acceld.cmd import main as cli
 from acceld.conductor.fleet.agents import AgentsComponent
 from acceld.conductor.binding.handle_release import HOST_STEPS_PATH, HandleReleaseComponent
 from acceld.conductor.service import Conductor

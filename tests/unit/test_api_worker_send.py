@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from acceld.serving import serving_slot
-from acceld.serving.connection_loop import Conn, Phase
 from acceld.serving.api_worker import ClientSocket
+from acceld.serving.connection_loop import Conn, Phase
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import sys
 
 from sqlalchemy import text
 
+from acceld.cmd import db as db_version
 from acceld.db import migrate
 from acceld.db.engine import Database
-from acceld.cmd import db as db_version
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

@@ -85,9 +85,9 @@ def test_acceld_status_lists_unhealthy_and_quarantined_devices_per_host(
 
     from sqlalchemy import update
 
+    from acceld.cmd import node as node_cli
     from acceld.db import engine
     from acceld.db.models import devices
-    from acceld.cmd import node as node_cli
     from tests.conftest import make_conf
     from tests.support import inventory
 

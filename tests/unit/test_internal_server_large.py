@@ -13,8 +13,8 @@ import pytest
 
 from acceld.clients.internal import InternalClient
 from acceld.internal import auth
-from acceld.serving.pool_server import Limits
 from acceld.internal.server import InternalServer, build_app, json_body, respond
+from acceld.serving.pool_server import Limits
 from tests.support.tls import self_signed
 
 SECRET = b"large-answer-test-secret-0123456789a"

@@ -15,8 +15,8 @@ import pytest
 
 from acceld.clients.internal import InternalClient
 from acceld.internal import auth
-from acceld.serving.pool_server import Limits
 from acceld.internal.server import InternalServer, build_app, json_body, respond
+from acceld.serving.pool_server import Limits
 
 SECRET = b"limits-test-secret-0123456789abcdef"
 BIG = 32 * 1024 * 1024

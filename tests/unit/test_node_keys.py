@@ -16,9 +16,9 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from acceld.cmd import main as cli
 from acceld.agent.service import Agent
 from acceld.clients.internal import InternalClient, InternalError
+from acceld.cmd import main as cli
 from acceld.conductor.fleet.agents import AgentsComponent
 from acceld.conductor.service import Conductor
 from acceld.db.models import agents

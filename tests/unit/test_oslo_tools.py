@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from acceld.cmd import samples as sample
 from acceld.api.policy import RULES
+from acceld.cmd import samples as sample
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

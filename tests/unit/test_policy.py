@@ -9,10 +9,10 @@ import yaml
 from falcon import testing
 
 from acceld import config
-from acceld.cmd import samples as sample
 from acceld.api import errors
 from acceld.api.context import RequestContext
 from acceld.api.policy import RULES, UPSTREAM_RULE_NAMES, Policy
+from acceld.cmd import samples as sample
 from acceld.conf import policy as acceld_policy_opts
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, fault, member

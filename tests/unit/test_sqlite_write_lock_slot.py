@@ -9,8 +9,8 @@ import threading
 
 from sqlalchemy import text
 
-from acceld.serving import serving_slot
 from acceld.db.engine import Database
+from acceld.serving import serving_slot
 
 
 def _db(tmp_path) -> Database:
