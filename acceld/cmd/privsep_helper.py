@@ -13,7 +13,7 @@ anything is parsed, and nothing the caller can write is read:
   NAME is one of acceld's three contexts, SOCK has the form the privsep client makes
   (``<dir>/tmpXXXXXXXX/privsep.sock``);
 * each config file (and every directory above it) is root's and writable by no one else
-  (acceld.privileged_policy.check_trusted), and is then read by its resolved path; no
+  (acceld.privileged.policy.check_trusted), and is then read by its resolved path; no
   environment (``OS_<GROUP>__<OPTION>``), no standard places, no ``--config-dir``;
 * logging is never set up from the config (``log_config_append``, ``log_file``,
   ``log_dir``, syslog): standard error until the daemon forks (the privsep client logs
@@ -115,7 +115,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
 def trusted_config_files(paths: Sequence[str]) -> list[str]:
     """Each path resolved, when it is a regular file that it and every directory above it
     are root's and writable by no one else: what is then parsed."""
-    from acceld.privileged_policy import NotAllowed, check_trusted
+    from acceld.privileged.policy import NotAllowed, check_trusted
 
     out = []
     for path in paths:
@@ -217,9 +217,9 @@ def _load_config(files: Sequence[str]) -> None:
     """The global config from ``files`` alone (no environment, no standard places)."""
     from oslo_config import cfg
 
-    from acceld import logs
+    from acceld.conf import default
 
-    logs.register_options(cfg.CONF)  # for [DEFAULT] debug; nothing is set up from them
+    default.register_opts(cfg.CONF)  # for [DEFAULT] debug; no logging is set up from them
     cfg.CONF(args=[], project="acceld", prog=PROG, default_config_files=list(files),
              default_config_dirs=[], use_env=False, validate_default_values=True)
 

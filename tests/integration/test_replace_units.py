@@ -32,7 +32,8 @@ from typing import Iterator
 import pytest
 from oslo_config import cfg
 
-from acceld import cli, config
+from acceld import config
+from acceld.cmd import main as cli
 from tests.support.net import free_port
 from tests.unit.test_deployment_files import INSTALLED_BIN, UNITS, _parse
 from tests.unit.test_upstream_conf import render
@@ -104,12 +105,12 @@ def _python_for(user: str) -> list[str]:
     probe = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", "pass"],
                            capture_output=True, timeout=30)
     if probe.returncode == 0:
-        return [sys.executable, "-m", "acceld.cli"]
+        return [sys.executable, "-m", "acceld.cmd.main"]
     system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
     if not system.exists():
         pytest.skip(f"{user} cannot run {sys.executable} and there is no {system}")
     return ["env", f"PYTHONPATH={sysconfig.get_paths()['purelib']}:{REPO}", str(system),
-            "-m", "acceld.cli"]
+            "-m", "acceld.cmd.main"]
 
 
 @pytest.fixture

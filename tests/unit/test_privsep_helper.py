@@ -17,7 +17,8 @@ from typing import Iterator
 import pytest
 from oslo_config import cfg
 
-from acceld import privileged, privileged_policy
+from acceld import privileged
+from acceld.privileged import policy as privileged_policy
 from acceld.cmd import privsep_helper
 from acceld.cmd.privsep_helper import Invocation, Refused, parse_argv
 from tests.support.sysfs_fixtures import SysfsTree

@@ -64,6 +64,10 @@ class PlacementSync(Protocol):
     def _write_provider(self, want: DesiredProvider, parent_uuid: str,
                         generation: int | None) -> int: ...
 
+    def note_operator(self, rp_uuid: str, kept: str) -> str: ...
+
+    def _reserve_all(self, rp_uuid: str) -> None: ...
+
 
 @dataclasses.dataclass
 class AuditResult:
