@@ -213,3 +213,98 @@ def test_a_bind_dying_after_its_allocation_is_taken_up_once(placement, pconf, db
     run_binds(pconf, db)
     assert show(api, arq["uuid"])["state"] == "Bound"
     assert allocations(placement, arq["consumer_uuid"]) == {rps[0]: {rc: 1}}
+
+
+# -- a stale allocation write is refused or undone (issue 37, item 5) ----------------------
+
+def _hook_first_bind_send(monkeypatch, hook) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """Run ``hook`` once, inside the first PUT /allocations of the test, after the writer
+    read Placement's consumer and the database and before the request leaves; every PUT's
+    (consumer, allocations, generation) is recorded."""
+    from acceld.clients import placement as pl
+    real = pl.PlacementClient.put_allocations
+    sent: list[tuple] = []
+
+    def put(self, consumer_uuid, allocations, project_id, user_id, generation,  # type: ignore[no-untyped-def]
+            consumer_type):
+        if not sent:
+            sent.append(("hooked", consumer_uuid, allocations, generation))
+            hook()
+        else:
+            sent.append((consumer_uuid, allocations, generation))
+        return real(self, consumer_uuid, allocations, project_id, user_id, generation,
+                    consumer_type)
+
+    monkeypatch.setattr(pl.PlacementClient, "put_allocations", put)
+    return sent
+
+
+def test_a_bind_write_that_read_before_a_release_does_not_leak(placement, pconf, db, api,
+                                                              tag, monkeypatch):
+    """The bind's writer read Placement (no consumer yet) and the database (the ARQ
+    BindStarted); the ARQ is deleted and the drain runs (Placement already matches: nothing
+    to write); only then does the bind's write leave. The allocation must not outlive the
+    claim."""
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1)
+    profile(api, rc, tag)
+    [arq] = claim(api, claim={"hostname": hosts[0]}).json["arqs"]
+    consumer = arq["consumer_uuid"]
+
+    def release_and_drain() -> None:
+        assert api.simulate_delete(f"{ARQS}/{arq['uuid']}",
+                                   headers=member("project-c")).status_code == 204
+        ClaimAllocationWorker(pconf, db).run_once()
+
+    sent = _hook_first_bind_send(monkeypatch, release_and_drain)
+    BindWorker(pconf, db).run_once()
+    assert sent and sent[0][:4] == ("hooked", consumer, {rps[0]: {rc: 1}}, None)
+    assert allocations(placement, consumer) == {}
+    assert placement.get(f"/resource_providers/{rps[0]}/usages").json()["usages"][rc] == 0
+
+
+def test_a_stale_write_of_a_shared_consumer_is_refused(placement, pconf, db, api, tag,
+                                                      monkeypatch):
+    """One ARQ of a workload Bound (1 unit in Placement), a second binding: its writer read
+    generation G and wants 2 units; the second ARQ is released and drained (Placement holds
+    1 unit, as the database says) before the write leaves with G. Placement must refuse it:
+    1 unit, not 2, for 1 Bound ARQ."""
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=2)
+    profile(api, rc, tag)
+    workload = str(uuidlib.uuid4())
+    [first] = claim(api, claim={"hostname": hosts[0]}, consumer_uuid=workload).json["arqs"]
+    run_binds(pconf, db)
+    assert show(api, first["uuid"])["state"] == "Bound"
+    assert allocations(placement, workload) == {rps[0]: {rc: 1}}
+    [second] = claim(api, claim={"hostname": hosts[0]}, consumer_uuid=workload).json["arqs"]
+
+    def release_and_drain() -> None:
+        assert api.simulate_delete(f"{ARQS}/{second['uuid']}",
+                                   headers=member("project-c")).status_code == 204
+        ClaimAllocationWorker(pconf, db).run_once()
+
+    sent = _hook_first_bind_send(monkeypatch, release_and_drain)
+    BindWorker(pconf, db).run_once()
+    assert sent[0][:3] == ("hooked", workload, {rps[0]: {rc: 2}})
+    assert allocations(placement, workload) == {rps[0]: {rc: 1}}
+    assert show(api, first["uuid"])["state"] == "Bound"
+
+
+def test_a_drain_that_finds_placement_right_still_moves_the_generation(placement, pconf, db,
+                                                                       api, tag):
+    """The fence itself: a due consumer whose allocation already matches is written again,
+    so a writer holding the generation read before is refused (negative: an undue
+    consumer is not written at all)."""
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1)
+    profile(api, rc, tag)
+    [arq] = claim(api, claim={"hostname": hosts[0]}).json["arqs"]
+    run_binds(pconf, db)
+    consumer = arq["consumer_uuid"]
+    before = placement.get(f"/allocations/{consumer}").json()["consumer_generation"]
+    assert ClaimAllocationWorker(pconf, db).run_once() == 0  # nothing due: nothing written
+    assert placement.get(f"/allocations/{consumer}").json()["consumer_generation"] == before
+    with db.write() as conn:
+        conn.execute(update(claim_consumers).values(due=True))
+    assert ClaimAllocationWorker(pconf, db).run_once() == 1
+    after = placement.get(f"/allocations/{consumer}").json()
+    assert after["consumer_generation"] == before + 1
+    assert {rp: a["resources"] for rp, a in after["allocations"].items()} == {rps[0]: {rc: 1}}

@@ -38,27 +38,38 @@ LEASE_SECONDS = 120.0
 FALLBACK_ID = "acceld"
 
 
-def write(client: pl.PlacementClient, db: Database, consumer_uuid: str) -> bool:
+def write(client: pl.PlacementClient, db: Database, consumer_uuid: str, *,
+          fence: bool = False) -> bool:
     """Make the consumer's Placement allocation the database's; True if it was written
-    (False: it already was). BindRefused when Placement refuses it or the consumer is not
-    acceld's; PlacementUnavailable: try again later."""
+    (False: it already was, or it is not acceld's and acceld wants nothing of it).
+    BindRefused when Placement refuses it or the consumer is not acceld's;
+    PlacementUnavailable: try again later.
+
+    ``fence`` (the drain's writes): write even when Placement already holds it, so that the
+    consumer's generation moves and every writer that read it before is refused. A consumer
+    Placement does not have (no allocation) has no generation to move: a writer that read
+    "no consumer" and the database before a release can still create it, so every writer
+    reads both again after its write and writes once more when the database changed
+    meanwhile (a writer that dies right then leaves it to the audit, :func:`audit`).
+    """
+    written = False
     for _ in range(pl.CONFLICT_RETRIES):
-        current, generation = client.consumer(consumer_uuid)
+        held = client.consumer(consumer_uuid)
         with db.read() as conn:
             want = claims.desired(conn, consumer_uuid)
             who = claims.owner(conn, consumer_uuid)
-            ours = claims.acceld_providers(conn, current)
-        foreign = sorted(set(current) - ours)
-        if foreign:
-            raise BindRefused(f"Placement consumer {consumer_uuid} holds allocations on "
-                              f"providers acceld does not manage ({', '.join(foreign)}): "
-                              "acceld writes only consumers of its own")
-        if current == want:
-            return False
+            ours = claims.acceld_providers(conn, held.allocations)
+        refusal = not_ours(consumer_uuid, held, ours, who.project_id if who else None)
+        if refusal is not None:
+            if not want:  # nothing of acceld's to write, and not acceld's to empty
+                return written
+            raise BindRefused(refusal)
+        if held.allocations == want and (written or not fence or held.generation is None):
+            return written
         project = (who.project_id if who is not None else None) or FALLBACK_ID
         user = (who.user_id if who is not None else None) or FALLBACK_ID
         try:
-            client.put_allocations(consumer_uuid, want, project, user, generation,
+            client.put_allocations(consumer_uuid, want, project, user, held.generation,
                                    CONSUMER_TYPE)
         except pl.ConsumerConflict:
             LOG.debug("Consumer %s changed in Placement while written; again", consumer_uuid)
@@ -70,9 +81,30 @@ def write(client: pl.PlacementClient, db: Database, consumer_uuid: str) -> bool:
                               f"({_describe(want)}): {exc}") from exc
         LOG.info("Placement allocation of consumer %s written: %s", consumer_uuid,
                  _describe(want))
-        return True
+        written = True  # read again: the database may have changed since it was read
     raise pl.PlacementUnavailable(f"Placement consumer {consumer_uuid} kept changing; gave up "
                                   f"after {pl.CONFLICT_RETRIES} attempts")
+
+
+def not_ours(consumer_uuid: str, held: pl.Consumer, ours: set[str],
+             project_id: str | None) -> str | None:
+    """Why acceld may not write this Placement consumer (None: it may): it holds
+    allocations on providers that are not acceld's, it is not a standalone claim's consumer
+    (a Nova instance's, a migration's), or it is another project's than the claim's."""
+    foreign = sorted(set(held.allocations) - ours)
+    if foreign:
+        return (f"Placement consumer {consumer_uuid} holds allocations on providers acceld "
+                f"does not manage ({', '.join(foreign)}): acceld writes only consumers of "
+                "its own")
+    if held.generation is None:  # Placement has no such consumer
+        return None
+    if held.consumer_type != CONSUMER_TYPE:
+        return (f"Placement consumer {consumer_uuid} is of type {held.consumer_type}, not a "
+                "standalone claim's: acceld writes only consumers of its own")
+    if project_id is not None and held.project_id != project_id:
+        return (f"Placement consumer {consumer_uuid} belongs to another project: acceld "
+                "writes only consumers of its own")
+    return None
 
 
 def _describe(allocation: dict[str, dict[str, int]]) -> str:
@@ -102,7 +134,7 @@ class ClaimAllocationWorker:
             consumer = row.consumer_uuid
             try:
                 if self.client is not None:
-                    write(self.client, self.db, consumer)
+                    write(self.client, self.db, consumer, fence=True)
                     self.outages.up(PLACEMENT, LOG)
             except pl.PlacementUnavailable as exc:
                 # An outage: logged once when it starts and once when it ends (binds and
