@@ -228,5 +228,33 @@ def retry_later(db: Database, consumer_uuid: str, token: str, delay: float,
             last_error=error[:4000], updated_at=utcnow()))
 
 
+# -- the audit: consumers whose allocation changed without a mark ---------------------------
+
+def settled(db: Database, after: str | None, limit: int) -> list[str]:
+    """Up to ``limit`` consumers not due, in uuid order after ``after``: the audit's page."""
+    query = select(claim_consumers.c.consumer_uuid).where(claim_consumers.c.due.is_(False))
+    if after is not None:
+        query = query.where(claim_consumers.c.consumer_uuid > after)
+    with db.read() as conn:
+        return list(conn.execute(query.order_by(claim_consumers.c.consumer_uuid)
+                                 .limit(limit)).scalars())
+
+
+@retry_on_deadlock
+def mark_due_if_not(db: Database, consumer_uuid: str,
+                    held: dict[str, dict[str, int]]) -> bool:
+    """Mark the consumer due when ``held`` (its Placement allocation, read before this) is not
+    what the database wants of it; True if marked. A mark too many only costs a write (the
+    drain writes what the database says), so a bind or release racing the audit is safe."""
+    with db.write() as conn:
+        if desired(conn, consumer_uuid) == held:
+            return False
+        return conn.execute(update(claim_consumers).where(
+            claim_consumers.c.consumer_uuid == consumer_uuid,
+            claim_consumers.c.due.is_(False)).values(
+            due=True, lease_owner=None, lease_expires_at=None,
+            updated_at=utcnow())).rowcount == 1
+
+
 def backoff(attempts: int) -> float:
     return min(BACKOFF_CAP, 2.0 * 2 ** max(0, attempts - 1))

@@ -308,3 +308,56 @@ def test_a_drain_that_finds_placement_right_still_moves_the_generation(placement
     after = placement.get(f"/allocations/{consumer}").json()
     assert after["consumer_generation"] == before + 1
     assert {rp: a["resources"] for rp, a in after["allocations"].items()} == {rps[0]: {rc: 1}}
+
+
+# -- a release through an API replica of the previous release (issue 37, item 11) ----------
+
+def _release_as_previous_release(api, monkeypatch, arq_uuid: str) -> None:  # type: ignore[no-untyped-def]
+    """DELETE the ARQ as an API replica of the previous release (f96c44c, before claims)
+    does: its ``delete_locked`` is this release's without the ``mark_due`` of the consumer
+    (the only difference in what it writes), so the consumer's row is left as it was."""
+    from acceld.db import accelerator_requests as arq_db
+    with monkeypatch.context() as patched:
+        patched.setattr(arq_db.claims, "mark_due", lambda conn, consumers: 0)
+        assert api.simulate_delete(f"{ARQS}/{arq_uuid}",
+                                   headers=member("project-c")).status_code == 204
+
+
+def test_a_release_through_a_previous_release_api_is_found_and_removed(placement, pconf, db,
+                                                                      api, tag, monkeypatch):
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=3)
+    profile(api, rc, tag)
+    [alone] = claim(api, claim={"hostname": hosts[0]}).json["arqs"]
+    workload = str(uuidlib.uuid4())
+    [w1] = claim(api, claim={"hostname": hosts[0]}, consumer_uuid=workload).json["arqs"]
+    run_binds(pconf, db)
+    [w2] = claim(api, claim={"hostname": hosts[0]}, consumer_uuid=workload).json["arqs"]
+    _release_as_previous_release(api, monkeypatch, w2["uuid"])  # never bound
+    _release_as_previous_release(api, monkeypatch, alone["uuid"])
+    worker = ClaimAllocationWorker(pconf, db)
+    assert worker.run_once() == 0  # nothing was marked: the drain alone never hears of it
+    assert allocations(placement, alone["consumer_uuid"]) == {rps[0]: {rc: 1}}
+    # The conductor's audit compares Placement with the database and marks what differs.
+    assert worker.audit() == [alone["consumer_uuid"]]
+    worker.run_once()
+    assert allocations(placement, alone["consumer_uuid"]) == {}
+    assert allocations(placement, workload) == {rps[0]: {rc: 1}}
+    with db.read() as conn:
+        assert list(conn.execute(select(claim_consumers.c.consumer_uuid)).scalars()) == \
+            [workload]
+    # Part of a shared consumer released the old way: its share goes, the rest stays.
+    [w3] = claim(api, claim={"hostname": hosts[0]}, consumer_uuid=workload).json["arqs"]
+    run_binds(pconf, db)
+    assert allocations(placement, workload) == {rps[0]: {rc: 2}}
+    _release_as_previous_release(api, monkeypatch, w1["uuid"])
+    generation = placement.get(f"/allocations/{workload}").json()["consumer_generation"]
+    assert worker.audit() == [workload]
+    worker.run_once()
+    assert allocations(placement, workload) == {rps[0]: {rc: 1}}
+    assert show(api, w3["uuid"])["state"] == "Bound"
+    # Negative: an audit of consumers Placement agrees with marks and writes nothing.
+    after = placement.get(f"/allocations/{workload}").json()["consumer_generation"]
+    assert after > generation
+    assert worker.audit() == []
+    assert worker.run_once() == 0
+    assert placement.get(f"/allocations/{workload}").json()["consumer_generation"] == after

@@ -50,7 +50,7 @@ def write(client: pl.PlacementClient, db: Database, consumer_uuid: str, *,
     Placement does not have (no allocation) has no generation to move: a writer that read
     "no consumer" and the database before a release can still create it, so every writer
     reads both again after its write and writes once more when the database changed
-    meanwhile (a writer that dies right then leaves it to the audit, :func:`audit`).
+    meanwhile.
     """
     written = False
     for _ in range(pl.CONFLICT_RETRIES):
@@ -159,6 +159,37 @@ class ClaimAllocationWorker:
         while self.run_once() >= self.batch:
             pass
 
+    def audit(self) -> list[str]:
+        """Compare the Placement allocation of every consumer not due with the database and
+        mark those that differ due (the drain then writes them); the consumers marked.
+
+        What it finds: an ARQ deleted by an API replica of the previous release, whose
+        delete does not mark the consumer (during a rolling upgrade), and an allocation
+        changed in Placement by hand. One ``GET /allocations/{consumer}`` per consumer."""
+        if self.client is None:
+            return []
+        marked: list[str] = []
+        after = None
+        while True:
+            page = claims.settled(self.db, after, self.batch)
+            for consumer in page:
+                try:
+                    held = self.client.consumer(consumer).allocations
+                except pl.PlacementUnavailable as exc:
+                    self.outages.down(PLACEMENT, str(exc), "the claims' audit waits for it",
+                                      LOG)
+                    return marked
+                if claims.mark_due_if_not(self.db, consumer, held):
+                    LOG.info("Placement allocation of consumer %s is not what the database "
+                             "says (%s); written again", consumer, _describe(held))
+                    marked.append(consumer)
+            if len(page) < self.batch:
+                return marked
+            after = page[-1]
+
+    def audit_task(self) -> None:
+        self.audit()
+
 
 class ClaimAllocationComponent:
     """Conductor component: the periodic drain of the consumers marked due."""
@@ -173,7 +204,9 @@ class ClaimAllocationComponent:
 
     def periodic_tasks(self) -> list[PeriodicTask]:
         return [PeriodicTask("claim-allocations", self.conf.conductor.bind_poll_interval,
-                             self.worker.drain)]
+                             self.worker.drain),
+                PeriodicTask("claim-allocation-audit", self.conf.placement.audit_interval,
+                             self.worker.audit_task, exclusive=True)]
 
     def start(self) -> None:
         pass
