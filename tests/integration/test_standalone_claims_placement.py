@@ -128,10 +128,14 @@ def test_placement_picks_the_host_and_one_consumer_holds_a_workload(placement, p
                                headers=member("project-c")).status_code == 204
     ClaimAllocationWorker(pconf, db).run_once()
     assert allocations(placement, workload) == {rps[1]: {rc: 1}}
-    # No candidate left anywhere (Placement's view): 409 naming why, nothing created.
-    result = claim(api, claim={})
+    # No candidate left anywhere (Placement's view): 409 naming why (to who may explain),
+    # nothing created.
+    result = api.simulate_post(ARQS, json={"device_profile_name": "dp", "claim": {}},
+                               headers={**ADMIN, **version("2.8")})
     assert result.status_code == 409, result.text
     assert "Placement offers no candidate" in fault(result)
+    result = claim(api, claim={})
+    assert result.status_code == 409 and "Placement" not in fault(result)
 
 
 def test_placement_refusing_the_allocation_fails_the_bind(placement, pconf, db, api, tag):

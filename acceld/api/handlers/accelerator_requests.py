@@ -20,6 +20,7 @@ import orjson
 
 from acceld.api import arq_limits, claim_targets, errors, microversion, pagination, wire
 from acceld.api.handlers.explain import HOSTNAME_RE
+from acceld.api.handlers.explain import RULE as EXPLAIN_RULE
 from acceld.api.schemas import accelerator_requests as schemas
 from acceld.db import accelerator_requests as db
 from acceld.db import bind_jobs
@@ -218,8 +219,9 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
             f"Device profile {name} asks for {sum(counts)} accelerators; one request may "
             f"create at most {limit} ARQs ([api] max_arqs_per_create).")
     try:  # before any transaction: it may ask Placement
-        targets = claim_targets.choose(api.db, api.placement(), profile.name,
-                                       orjson.loads(profile.profile_json), hostname)
+        targets = claim_targets.choose(
+            api.db, api.placement(), profile.name, orjson.loads(profile.profile_json),
+            hostname, ctx.project_id, api.policy.allows(EXPLAIN_RULE, ctx))
     except claim_targets.UnknownHost as exc:
         raise errors.BadRequest(str(exc)) from None
     except claim_targets.NoCapacity as exc:
