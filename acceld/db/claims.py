@@ -65,13 +65,15 @@ def create_claimed(conn: Connection, *, profile_id: int,
 
 def ensure_consumer(conn: Connection, consumer_uuid: str, project_id: str | None,
                     user_id: str | None) -> None:
-    """The consumer's row, made or taken over for this claim; ConsumerTaken when the uuid is
-    another project's consumer or names a Nova instance's ARQs."""
+    """The consumer's row, made or taken over for this claim; ConsumerTaken when the uuid
+    names a Nova instance's ARQs, or another project's claims hold (or are binding, or are
+    being released) under it. A row of another project whose claims hold nothing (all failed
+    or released, the release written) claims nothing: it is taken over, so that a claim
+    refused for a consumer that was not its own never keeps that consumer from anyone."""
     if conn.execute(select(arqs.c.id).where(arqs.c.instance_uuid == consumer_uuid)
                     .limit(1)).first() is not None:
-        raise ConsumerTaken(f"consumer {consumer_uuid} is a Nova instance with accelerator "
-                            "requests; a standalone claim needs a consumer of its own")
-    row = conn.execute(select(claim_consumers.c.project_id).where(
+        raise ConsumerTaken(NOT_YOURS.format(consumer_uuid))
+    row = conn.execute(select(claim_consumers.c.project_id, claim_consumers.c.due).where(
         claim_consumers.c.consumer_uuid == consumer_uuid).with_for_update()).first()
     if row is None:
         try:
@@ -82,13 +84,28 @@ def ensure_consumer(conn: Connection, consumer_uuid: str, project_id: str | None
             raise ConsumerTaken(f"consumer {consumer_uuid} was just taken by another "
                                 "claim") from None
         return
-    if row.project_id != project_id:
-        raise ConsumerTaken(f"consumer {consumer_uuid} belongs to another project")
+    if row.project_id != project_id and (row.due or _holds(conn, consumer_uuid)):
+        raise ConsumerTaken(NOT_YOURS.format(consumer_uuid))
     # A conductor finishing this consumer's previous write must not delete the row now that
     # a claim names it again: its lease is void (finish() checks the owner).
+    owner_now = {} if row.project_id == project_id else {"project_id": project_id,
+                                                         "user_id": user_id}
     conn.execute(update(claim_consumers).where(
         claim_consumers.c.consumer_uuid == consumer_uuid).values(
-        lease_owner=None, updated_at=utcnow()))
+        lease_owner=None, updated_at=utcnow(), **owner_now))
+
+
+# One message for every consumer that is not the caller's: which it is would tell another
+# project's consumers and instances apart from free uuids.
+NOT_YOURS = ("consumer {} is not this project's to claim under: it is another project's, or "
+             "a Nova instance's (a standalone claim needs a consumer of its own)")
+
+
+def _holds(conn: Connection, consumer_uuid: str) -> bool:
+    """Does an ARQ hold, or bind, under the consumer (what its allocation is made of)?"""
+    return conn.execute(select(arqs.c.id).where(
+        arqs.c.consumer_uuid == consumer_uuid, arqs.c.state.in_(HOLDING)).limit(1)
+    ).first() is not None
 
 
 def mark_due(conn: Connection, consumer_uuids: Iterable[str | None]) -> int:

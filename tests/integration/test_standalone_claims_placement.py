@@ -365,3 +365,85 @@ def test_a_release_through_a_previous_release_api_is_found_and_removed(placement
     assert worker.audit() == []
     assert worker.run_once() == 0
     assert placement.get(f"/allocations/{workload}").json()["consumer_generation"] == after
+
+
+# -- whose consumer a claim may use (issue 37, item 4) ------------------------------------
+
+def _instance_allocation(placement: PlacementServer, consumer: str, rp: str, rc: str,
+                         project: str) -> None:
+    """A Nova instance's allocation (consumer type INSTANCE) of ``project`` on ``rp``."""
+    resp = placement.put(f"/allocations/{consumer}", {
+        "allocations": {rp: {"resources": {rc: 1}}}, "project_id": project,
+        "user_id": f"user-{project}", "consumer_generation": None,
+        "consumer_type": "INSTANCE"})
+    assert resp.status_code == 204, resp.text
+
+
+def _counts(db: Database) -> tuple[int, int]:
+    from sqlalchemy import func
+    from acceld.db.models import accelerator_requests
+    with db.read() as conn:
+        return (conn.scalar(select(func.count()).select_from(accelerator_requests)),
+                conn.scalar(select(func.count()).select_from(claim_consumers)))
+
+
+def test_a_claim_only_uses_a_consumer_that_is_its_projects_or_nobodys(placement, pconf, db,
+                                                                     api, tag):
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=3)
+    profile(api, rc, tag)
+    theirs = str(uuidlib.uuid4())  # another project's instance (Placement knows it)
+    _instance_allocation(placement, theirs, rps[0], rc, "project-a")
+    mine = str(uuidlib.uuid4())  # this project's own instance: Nova's consumer, not a claim's
+    _instance_allocation(placement, mine, rps[0], rc, "project-c")
+    claimed = str(uuidlib.uuid4())  # another project's standalone claim
+    result = api.simulate_post(ARQS, json={"device_profile_name": "dp", "claim": {},
+                                           "consumer_uuid": claimed},
+                               headers={**member("project-a"), **version("2.8")})
+    assert result.status_code == 201, result.text
+    before = _counts(db)
+    for consumer in (theirs, mine, claimed):
+        result = claim(api, claim={}, consumer_uuid=consumer)
+        assert result.status_code == 409, (consumer, result.text)
+        assert "project-a" not in fault(result) and "consumer_uuid" in fault(result)
+        assert _counts(db) == before
+    assert allocations(placement, theirs) == {rps[0]: {rc: 1}}
+    # Nobody's: taken, and the project's own claim consumer again.
+    fresh = str(uuidlib.uuid4())
+    for _ in range(2):
+        result = claim(api, claim={}, consumer_uuid=fresh)
+        assert result.status_code == 201, result.text
+
+
+def test_a_claim_refused_for_another_projects_consumer_is_not_retried_and_blocks_nobody(
+        placement, pconf, db, api, tag):
+    """The consumer was nobody's when claimed, and became another project's instance before
+    the bind (Placement knows it now): the bind is refused, and the consumer's row neither
+    stays due for ever nor keeps the consumer from anyone once it holds nothing."""
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=2)
+    profile(api, rc, tag)
+    consumer = str(uuidlib.uuid4())
+    [arq] = claim(api, claim={"hostname": hosts[0]}, consumer_uuid=consumer).json["arqs"]
+    _instance_allocation(placement, consumer, rps[0], rc, "project-a")
+    run_binds(pconf, db)
+    assert show(api, arq["uuid"])["state"] == "BindFailed"
+    worker = ClaimAllocationWorker(pconf, db)
+    worker.run_once()
+    with db.write() as conn:
+        conn.execute(update(claim_consumers).values(lease_expires_at=None))
+    assert worker.run_once() == 0  # settled: nothing of acceld's to write
+    held = placement.get(f"/allocations/{consumer}").json()
+    assert (held["project_id"], held["consumer_type"]) == ("project-a", "INSTANCE")
+    assert allocations(placement, consumer) == {rps[0]: {rc: 1}}  # left alone
+    # The instance goes; its owner's project may now claim under that uuid, although the
+    # failed claim (still there, holding nothing) named it first.
+    assert placement.delete(f"/allocations/{consumer}").status_code == 204
+    result = api.simulate_post(ARQS, json={"device_profile_name": "dp", "claim": {},
+                                           "consumer_uuid": consumer},
+                               headers={**member("project-a"), **version("2.8")})
+    assert result.status_code == 201, result.text
+    run_binds(pconf, db)
+    [bound] = result.json["arqs"]
+    assert api.simulate_get(f"{ARQS}/{bound['uuid']}", headers={
+        **ADMIN, **version("2.8")}).json["state"] == "Bound"
+    body = placement.get(f"/allocations/{consumer}").json()
+    assert body["project_id"] == "project-a" and body["consumer_type"] == "ACCELD_CLAIM"

@@ -18,10 +18,12 @@ from typing import Callable
 import falcon
 import orjson
 
+from acceld import claim_owner
 from acceld.api import arq_limits, claim_targets, errors, microversion, pagination, wire
 from acceld.api.handlers.explain import HOSTNAME_RE
 from acceld.api.handlers.explain import RULE as EXPLAIN_RULE
 from acceld.api.schemas import accelerator_requests as schemas
+from acceld.clients import placement as pl
 from acceld.db import accelerator_requests as db
 from acceld.db import bind_jobs
 from acceld.db import claims as claims_db
@@ -228,12 +230,14 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
         raise errors.Conflict(str(exc)) from None
     shared = body.get("consumer_uuid")
     project_id = ctx.project_id
+    consumer = str(uuidlib.UUID(shared)) if shared else None
+    if consumer is not None:
+        _check_placement_consumer(api, consumer, project_id)
     with arq_limits.write(api, project_id) as conn:
         again = profiles_db.get_by_name(conn, name)
         if again is None or again.id != profile.id:
             raise errors.NotFound(f"Device profile {name!r} could not be found.")
         arq_limits.check(api, conn, project_id, len(targets))  # 403: all or nothing
-        consumer = str(uuidlib.UUID(shared)) if shared else None
         created = []
         # One consumer for all (the caller's), or each ARQ its own (its uuid).
         for group, host, rp_uuid in targets:
@@ -255,6 +259,25 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
         rows = [db.get_by_uuid(conn, row["uuid"]) for row in created]
     to_wire = serializer(req)
     wire.respond(resp, {"arqs": [to_wire(r) for r in rows if r is not None]}, status=201)
+
+
+def _check_placement_consumer(api, consumer: str, project_id: str | None) -> None:  # type: ignore[no-untyped-def]
+    """409 when Placement holds ``consumer`` as another's (acceld.claim_owner: a Nova
+    instance's, another project's claim), in the words used for every consumer that is not
+    the caller's; 503 when Placement cannot be asked. Before any transaction: it is a call."""
+    client = api.placement()
+    if client is None:
+        return
+    try:
+        held = client.consumer(consumer)
+    except pl.PlacementUnavailable as exc:
+        raise errors.ServiceUnavailable(
+            f"Placement could not be asked whether consumer {consumer} is free to claim "
+            f"under ({exc}); try again later.") from None
+    with api.db.read() as conn:
+        ours = claims_db.acceld_providers(conn, held.allocations)
+    if claim_owner.refusal(consumer, held, sorted(set(held.allocations) - ours), project_id):
+        raise errors.Conflict(f"Invalid consumer_uuid: {claims_db.NOT_YOURS.format(consumer)}.")
 
 
 def list_arqs(req: falcon.Request, resp: falcon.Response) -> None:

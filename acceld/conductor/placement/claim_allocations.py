@@ -9,9 +9,9 @@ allocation is a queued row, retried by any conductor, never a best-effort call.
 
 Each write reads the consumer's generation before reading the database and writes with
 it: two writers of one consumer (two binds of one workload, a bind and a release) cannot
-lose each other's change, the later one re-reads and writes again. A consumer holding
-allocations on providers that are not acceld's (a Nova instance's uuid given as the
-consumer) is never written: the bind is refused.
+lose each other's change, the later one re-reads and writes again. A consumer that is not
+acceld's (acceld.claim_owner: a Nova instance's, another project's) is never written: the
+bind is refused, and a release has nothing to write there.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import uuid
 
 from oslo_config import cfg
 
+from acceld import claim_owner
 from acceld.clients import placement as pl
 from acceld.conductor.binding.target import BindRefused
 from acceld.conductor.service import PeriodicTask
@@ -32,7 +33,7 @@ from acceld.outages import PLACEMENT, process_log
 
 LOG = logging.getLogger(__name__)
 
-CONSUMER_TYPE = "ACCELD_CLAIM"
+CONSUMER_TYPE = claim_owner.CONSUMER_TYPE
 BATCH = 16
 LEASE_SECONDS = 120.0
 FALLBACK_ID = "acceld"
@@ -59,7 +60,9 @@ def write(client: pl.PlacementClient, db: Database, consumer_uuid: str, *,
             want = claims.desired(conn, consumer_uuid)
             who = claims.owner(conn, consumer_uuid)
             ours = claims.acceld_providers(conn, held.allocations)
-        refusal = not_ours(consumer_uuid, held, ours, who.project_id if who else None)
+        foreign = sorted(set(held.allocations) - ours)
+        refusal = claim_owner.refusal(consumer_uuid, held, foreign,
+                                      who.project_id if who else None)
         if refusal is not None:
             if not want:  # nothing of acceld's to write, and not acceld's to empty
                 return written
@@ -84,27 +87,6 @@ def write(client: pl.PlacementClient, db: Database, consumer_uuid: str, *,
         written = True  # read again: the database may have changed since it was read
     raise pl.PlacementUnavailable(f"Placement consumer {consumer_uuid} kept changing; gave up "
                                   f"after {pl.CONFLICT_RETRIES} attempts")
-
-
-def not_ours(consumer_uuid: str, held: pl.Consumer, ours: set[str],
-             project_id: str | None) -> str | None:
-    """Why acceld may not write this Placement consumer (None: it may): it holds
-    allocations on providers that are not acceld's, it is not a standalone claim's consumer
-    (a Nova instance's, a migration's), or it is another project's than the claim's."""
-    foreign = sorted(set(held.allocations) - ours)
-    if foreign:
-        return (f"Placement consumer {consumer_uuid} holds allocations on providers acceld "
-                f"does not manage ({', '.join(foreign)}): acceld writes only consumers of "
-                "its own")
-    if held.generation is None:  # Placement has no such consumer
-        return None
-    if held.consumer_type != CONSUMER_TYPE:
-        return (f"Placement consumer {consumer_uuid} is of type {held.consumer_type}, not a "
-                "standalone claim's: acceld writes only consumers of its own")
-    if project_id is not None and held.project_id != project_id:
-        return (f"Placement consumer {consumer_uuid} belongs to another project: acceld "
-                "writes only consumers of its own")
-    return None
 
 
 def _describe(allocation: dict[str, dict[str, int]]) -> str:
