@@ -82,11 +82,12 @@ class Provider:
 @dataclass(frozen=True)
 class Consumer:
     """``GET /allocations/{consumer}``: provider uuid -> {resource class: amount}, and, where
-    it has allocations, its generation, project and consumer type (else None)."""
+    it has allocations, its generation, project, user and consumer type (else None)."""
 
     allocations: dict[str, dict[str, int]]
     generation: int | None
     project_id: str | None
+    user_id: str | None
     consumer_type: str | None
 
 
@@ -316,7 +317,7 @@ class PlacementClient:
         return Consumer({rp: dict(alloc["resources"])
                          for rp, alloc in body["allocations"].items()},
                         body.get("consumer_generation"), body.get("project_id"),
-                        body.get("consumer_type"))
+                        body.get("user_id"), body.get("consumer_type"))
 
     def put_allocations(self, consumer_uuid: str, allocations: dict[str, dict[str, int]],
                         project_id: str, user_id: str, generation: int | None,

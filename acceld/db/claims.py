@@ -273,5 +273,36 @@ def mark_due_if_not(db: Database, consumer_uuid: str,
             updated_at=utcnow())).rowcount == 1
 
 
+def audit_scope(db: Database) -> tuple[list[str], set[str]]:
+    """acceld's providers, and the Placement consumers the database accounts for (claims'
+    consumer rows, Nova's instances with ARQs): where the audit looks for strays."""
+    with db.read() as conn:
+        providers = sorted(conn.execute(select(deployables.c.rp_uuid).where(
+            deployables.c.rp_uuid.is_not(None))).scalars())
+        known = set(conn.execute(select(claim_consumers.c.consumer_uuid)).scalars())
+        known.update(conn.execute(select(arqs.c.instance_uuid).where(
+            arqs.c.instance_uuid.is_not(None)).distinct()).scalars())
+    return providers, known
+
+
+@retry_on_deadlock
+def adopt(db: Database, consumer_uuid: str, project_id: str | None,
+          user_id: str | None) -> bool:
+    """A due row for a standalone claim's consumer that Placement holds and the database
+    has no row for (left by a writer that died after a write Placement could not refuse):
+    the drain then writes what the database wants of it. False when a row exists."""
+    try:
+        with db.write() as conn:
+            if conn.execute(select(claim_consumers.c.consumer_uuid).where(
+                    claim_consumers.c.consumer_uuid == consumer_uuid)).first() is not None:
+                return False
+            conn.execute(insert(claim_consumers).values(
+                consumer_uuid=consumer_uuid, project_id=project_id, user_id=user_id,
+                due=True, attempts=0, created_at=utcnow()))
+    except IntegrityError:  # a claim made it meanwhile: its writes account for it
+        return False
+    return True
+
+
 def backoff(attempts: int) -> float:
     return min(BACKOFF_CAP, 2.0 * 2 ** max(0, attempts - 1))

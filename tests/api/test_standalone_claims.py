@@ -320,7 +320,7 @@ class _AwayPlacement:
 
         if not self.back:
             raise pl.PlacementUnavailable("connection refused")
-        return pl.Consumer({}, None, None, None)
+        return pl.Consumer({}, None, None, None, None)
 
 
 def test_a_placement_outage_is_logged_once_each_way_by_the_release_drain(

@@ -447,3 +447,48 @@ def test_a_claim_refused_for_another_projects_consumer_is_not_retried_and_blocks
         **ADMIN, **version("2.8")}).json["state"] == "Bound"
     body = placement.get(f"/allocations/{consumer}").json()
     assert body["project_id"] == "project-a" and body["consumer_type"] == "ACCELD_CLAIM"
+
+
+def test_a_stale_create_whose_writer_dies_is_found_by_the_audit(placement, pconf, db, api,
+                                                                tag, monkeypatch):
+    """The one write Placement cannot refuse (it creates a consumer Placement no longer has)
+    lands after the release's drain, and its conductor dies before reading back: no row
+    remembers the consumer. The audit finds the allocation on acceld's provider, a standalone
+    claim's that the database does not want, and the drain removes it; another consumer
+    on that provider (a Nova instance's) is left alone."""
+    from acceld.clients import placement as pl
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=2)
+    profile(api, rc, tag)
+    instance = str(uuidlib.uuid4())
+    _instance_allocation(placement, instance, rps[0], rc, "project-a")
+    [arq] = claim(api, claim={"hostname": hosts[0]}).json["arqs"]
+    consumer = arq["consumer_uuid"]
+    real = pl.PlacementClient.put_allocations
+
+    class Died(BaseException):
+        pass
+
+    def put_then_die(self, consumer_uuid, allocations, *args):  # type: ignore[no-untyped-def]
+        assert api.simulate_delete(f"{ARQS}/{arq['uuid']}",
+                                   headers=member("project-c")).status_code == 204
+        with monkeypatch.context() as inner:
+            inner.setattr(pl.PlacementClient, "put_allocations", real)
+            ClaimAllocationWorker(pconf, db).run_once()
+        real(self, consumer_uuid, allocations, *args)
+        raise Died  # sent, and gone before reading back
+
+    with monkeypatch.context() as patched:
+        patched.setattr(pl.PlacementClient, "put_allocations", put_then_die)
+        with pytest.raises(Died):
+            BindWorker(pconf, db).run_once()
+    assert allocations(placement, consumer) == {rps[0]: {rc: 1}}  # the stray
+    with db.read() as conn:
+        assert conn.execute(select(claim_consumers)).first() is None
+    worker = ClaimAllocationWorker(pconf, db)
+    assert worker.audit() == [consumer]
+    worker.run_once()
+    assert allocations(placement, consumer) == {}
+    assert allocations(placement, instance) == {rps[0]: {rc: 1}}
+    with db.read() as conn:
+        assert conn.execute(select(claim_consumers)).first() is None
+    assert worker.audit() == []  # negative: nothing left to find

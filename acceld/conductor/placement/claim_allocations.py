@@ -51,7 +51,8 @@ def write(client: pl.PlacementClient, db: Database, consumer_uuid: str, *,
     Placement does not have (no allocation) has no generation to move: a writer that read
     "no consumer" and the database before a release can still create it, so every writer
     reads both again after its write and writes once more when the database changed
-    meanwhile.
+    meanwhile; one that dies between its write and that reading leaves a consumer with no
+    row, which :meth:`ClaimAllocationWorker.audit` finds.
     """
     written = False
     for _ in range(pl.CONFLICT_RETRIES):
@@ -142,32 +143,56 @@ class ClaimAllocationWorker:
             pass
 
     def audit(self) -> list[str]:
-        """Compare the Placement allocation of every consumer not due with the database and
-        mark those that differ due (the drain then writes them); the consumers marked.
+        """Find the consumers whose Placement allocation is not what the database says and
+        mark them due (the drain then writes them); the consumers marked.
 
-        What it finds: an ARQ deleted by an API replica of the previous release, whose
-        delete does not mark the consumer (during a rolling upgrade), and an allocation
-        changed in Placement by hand. One ``GET /allocations/{consumer}`` per consumer."""
+        Every consumer not due is compared (one ``GET /allocations/{consumer}`` each): this
+        finds an ARQ deleted by an API replica of the previous release, whose delete does
+        not mark the consumer (a rolling upgrade), and an allocation edited by hand. Then
+        acceld's providers are read (one ``GET .../allocations`` each) for standalone
+        claims' consumers that have no row at all: an allocation created by a writer that
+        read before a release and died after its write landed (:func:`write`)."""
         if self.client is None:
             return []
         marked: list[str] = []
+        try:
+            self._compare_rows(marked)
+            self._adopt_strays(marked)
+        except pl.PlacementUnavailable as exc:
+            self.outages.down(PLACEMENT, str(exc), "the claims' audit waits for it", LOG)
+        return marked
+
+    def _compare_rows(self, marked: list[str]) -> None:
+        assert self.client is not None
         after = None
         while True:
             page = claims.settled(self.db, after, self.batch)
             for consumer in page:
-                try:
-                    held = self.client.consumer(consumer).allocations
-                except pl.PlacementUnavailable as exc:
-                    self.outages.down(PLACEMENT, str(exc), "the claims' audit waits for it",
-                                      LOG)
-                    return marked
+                held = self.client.consumer(consumer).allocations
                 if claims.mark_due_if_not(self.db, consumer, held):
                     LOG.info("Placement allocation of consumer %s is not what the database "
                              "says (%s); written again", consumer, _describe(held))
                     marked.append(consumer)
             if len(page) < self.batch:
-                return marked
+                return
             after = page[-1]
+
+    def _adopt_strays(self, marked: list[str]) -> None:
+        assert self.client is not None
+        providers, known = claims.audit_scope(self.db)
+        for rp_uuid in providers:
+            for consumer in self.client.provider_allocations(rp_uuid):
+                if consumer in known:
+                    continue
+                known.add(consumer)
+                held = self.client.consumer(consumer)
+                if held.consumer_type != CONSUMER_TYPE:
+                    continue  # Nova's (an instance being scheduled), or anyone else's
+                if claims.adopt(self.db, consumer, held.project_id, held.user_id):
+                    LOG.warning("Placement holds a standalone claim's allocation the "
+                                "database has no consumer for (%s: %s); removed", consumer,
+                                _describe(held.allocations))
+                    marked.append(consumer)
 
     def audit_task(self) -> None:
         self.audit()
