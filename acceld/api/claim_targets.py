@@ -54,10 +54,10 @@ def choose(db: Database, client: Any, profile_name: str, groups: list[dict[str, 
     with db.read() as conn:
         fleet = fleet_db.read_fleet(conn, hostname)
         pending = _pending(conn)
-    if hostname is not None and not fleet.providers:
-        if full:
-            raise UnknownHost(f"Host {hostname} has no accelerator acceld knows.")
-        raise NoCapacity(_why_member(db, profile_name, hostname, [], parsed, project_id))
+    if hostname is not None and not fleet.providers and full:
+        raise UnknownHost(f"Host {hostname} has no accelerator acceld knows.")
+    # Anyone else goes the whole way for an unknown host too (Placement asked as for a
+    # known one), to the same answer as for a host with nothing free.
     views = pv.ask(client, parsed, hostname) if client is not None else \
         [None for _ in parsed]
     # Per group: provider id -> every reason it cannot serve it (Placement's answer aside).

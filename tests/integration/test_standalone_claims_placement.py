@@ -492,3 +492,24 @@ def test_a_stale_create_whose_writer_dies_is_found_by_the_audit(placement, pconf
     with db.read() as conn:
         assert conn.execute(select(claim_consumers)).first() is None
     assert worker.audit() == []  # negative: nothing left to find
+
+
+def test_with_placement_a_member_cannot_tell_an_unknown_host_from_a_full_one(placement,
+                                                                           pconf, db, api,
+                                                                           tag):
+    """Placement configured (its candidates judged, the host's tree asked): a host whose only
+    accelerator another project's claim holds and a host nobody knows read the same."""
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1)
+    profile(api, rc, tag)
+    taken = api.simulate_post(ARQS, json={"device_profile_name": "dp",
+                                          "claim": {"hostname": hosts[0]}},
+                              headers={**member("project-a"), **version("2.8")})
+    assert taken.status_code == 201, taken.text
+    run_binds(pconf, db)
+    answers = []
+    for host in (hosts[0], f"cl-{tag.lower()}-unknown"):
+        result = claim(api, claim={"hostname": host})
+        assert result.status_code == 409, result.text
+        answers.append(fault(result).replace(host, "HOST"))
+    assert answers[0] == answers[1]
+    assert taken.json["arqs"][0]["uuid"] not in answers[0]
