@@ -513,3 +513,42 @@ def test_with_placement_a_member_cannot_tell_an_unknown_host_from_a_full_one(pla
         answers.append(fault(result).replace(host, "HOST"))
     assert answers[0] == answers[1]
     assert taken.json["arqs"][0]["uuid"] not in answers[0]
+
+
+def test_a_claim_under_a_nova_instance_placement_does_not_know_is_refused(placement, pconf,
+                                                                        db, api, tag):
+    """A shelved and offloaded instance holds nothing in Placement and has no ARQ: only Nova
+    knows it (GET /servers/{uuid}, any project). A claim under its uuid is refused, with the
+    message every consumer that is not the caller's gets; a uuid Nova does not know is
+    taken; Nova unreachable is a 503 that creates nothing."""
+    from acceld.api.app import build_app
+    from tests.support.nova import RecordingNova
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=3)
+    profile(api, rc, tag)
+    nova = RecordingNova().start()
+    try:
+        pconf.set_override("auth_type", "none", group="nova")
+        pconf.set_override("endpoint_override", nova.url, group="nova")
+        pconf.set_override("connect_retries", 0, group="nova")
+        with_nova = testing.TestClient(build_app(pconf, db))
+        shelved = str(uuidlib.uuid4())
+        nova.servers.add(shelved)
+        before = _counts(db)
+        result = claim(with_nova, claim={}, consumer_uuid=shelved)
+        assert result.status_code == 409, result.text
+        assert "not this project's to claim under" in fault(result)
+        assert _counts(db) == before and allocations(placement, shelved) == {}
+        assert [r.path for r in nova.requests] == [f"/servers/{shelved}"]
+        free = str(uuidlib.uuid4())
+        result = claim(with_nova, claim={}, consumer_uuid=free)
+        assert result.status_code == 201, result.text
+        # Without a consumer_uuid the ARQ is its own (new) consumer: Nova is not asked.
+        assert claim(with_nova, claim={}).status_code == 201
+        assert len(nova.requests) == 2
+    finally:
+        nova.stop()
+    before = _counts(db)
+    result = claim(with_nova, claim={}, consumer_uuid=str(uuidlib.uuid4()))
+    assert result.status_code == 503 and "Nova could not be asked" in fault(result), \
+        result.text
+    assert _counts(db) == before

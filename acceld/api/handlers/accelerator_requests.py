@@ -23,6 +23,7 @@ from acceld.api import arq_limits, claim_targets, errors, microversion, paginati
 from acceld.api.handlers.explain import HOSTNAME_RE
 from acceld.api.handlers.explain import RULE as EXPLAIN_RULE
 from acceld.api.schemas import accelerator_requests as schemas
+from acceld.clients import nova
 from acceld.clients import placement as pl
 from acceld.db import accelerator_requests as db
 from acceld.db import bind_jobs
@@ -232,7 +233,7 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
     project_id = ctx.project_id
     consumer = str(uuidlib.UUID(shared)) if shared else None
     if consumer is not None:
-        _check_placement_consumer(api, consumer, project_id)
+        _check_consumer_elsewhere(api, consumer, project_id)
     with arq_limits.write(api, project_id) as conn:
         again = profiles_db.get_by_name(conn, name)
         if again is None or again.id != profile.id:
@@ -261,23 +262,37 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
     wire.respond(resp, {"arqs": [to_wire(r) for r in rows if r is not None]}, status=201)
 
 
-def _check_placement_consumer(api, consumer: str, project_id: str | None) -> None:  # type: ignore[no-untyped-def]
+def _check_consumer_elsewhere(api, consumer: str, project_id: str | None) -> None:  # type: ignore[no-untyped-def]
     """409 when Placement holds ``consumer`` as another's (acceld.claim_owner: a Nova
-    instance's, another project's claim), in the words used for every consumer that is not
-    the caller's; 503 when Placement cannot be asked. Before any transaction: it is a call."""
+    instance's, another project's claim) or Nova has an instance of that uuid (any project,
+    any state: a shelved one holds nothing in Placement), in the words used for every
+    consumer that is not the caller's; 503 when either configured service cannot be asked.
+    Before any transaction: these are calls."""
     client = api.placement()
-    if client is None:
-        return
-    try:
-        held = client.consumer(consumer)
-    except pl.PlacementUnavailable as exc:
-        raise errors.ServiceUnavailable(
-            f"Placement could not be asked whether consumer {consumer} is free to claim "
-            f"under ({exc}); try again later.") from None
-    with api.db.read() as conn:
-        ours = claims_db.acceld_providers(conn, held.allocations)
-    if claim_owner.refusal(consumer, held, sorted(set(held.allocations) - ours), project_id):
-        raise errors.Conflict(f"Invalid consumer_uuid: {claims_db.NOT_YOURS.format(consumer)}.")
+    if client is not None:
+        try:
+            held = client.consumer(consumer)
+        except pl.PlacementUnavailable as exc:
+            raise errors.ServiceUnavailable(
+                f"Placement could not be asked whether consumer {consumer} is free to claim "
+                f"under ({exc}); try again later.") from None
+        with api.db.read() as conn:
+            ours = claims_db.acceld_providers(conn, held.allocations)
+        if claim_owner.refusal(consumer, held, sorted(set(held.allocations) - ours),
+                               project_id):
+            raise errors.Conflict(f"Invalid consumer_uuid: "
+                                  f"{claims_db.NOT_YOURS.format(consumer)}.")
+    instances = api.nova()
+    if instances is not None:
+        try:
+            instance = instances.is_instance(consumer)
+        except nova.NovaUnavailable as exc:
+            raise errors.ServiceUnavailable(
+                f"Nova could not be asked whether consumer {consumer} is an instance "
+                f"({exc}); try again later.") from None
+        if instance:
+            raise errors.Conflict(f"Invalid consumer_uuid: "
+                                  f"{claims_db.NOT_YOURS.format(consumer)}.")
 
 
 def list_arqs(req: falcon.Request, resp: falcon.Response) -> None:
