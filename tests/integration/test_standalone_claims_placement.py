@@ -1,6 +1,10 @@
 """Standalone claims (API 2.8) against a real Placement (openstack-placement 16.0.0): acceld
 writes the allocation under the claim's consumer, binds, and on release removes it, through
-a queued write that survives a conductor dying in the middle.
+a queued write that survives a conductor dying in the middle; a write that read before a
+release is refused or undone (a hook between its reads and its request), the audit finds
+what no mark told of (a release through the previous release's API, a writer dead after a
+write Placement could not refuse), and a claim takes only a consumer that is its project's
+or nobody's (Placement's and Nova's view).
 
 The conductor's own sync writes the providers (as in a deployment); each test names its own
 compute nodes and gives its resource class and trait a per-test suffix, so the shared
@@ -447,6 +451,15 @@ def test_a_claim_refused_for_another_projects_consumer_is_not_retried_and_blocks
         **ADMIN, **version("2.8")}).json["state"] == "Bound"
     body = placement.get(f"/allocations/{consumer}").json()
     assert body["project_id"] == "project-a" and body["consumer_type"] == "ACCELD_CLAIM"
+
+
+def test_the_audit_runs_on_one_conductor_every_audit_interval(pconf, db):
+    from acceld.conductor.placement.claim_allocations import ClaimAllocationComponent
+    pconf.set_override("audit_interval", 123.0, group="placement")
+    tasks = {t.name: t for t in ClaimAllocationComponent(pconf, db).periodic_tasks()}
+    audit = tasks["claim-allocation-audit"]
+    assert (audit.interval, audit.exclusive) == (123.0, True)
+    assert not tasks["claim-allocations"].exclusive  # every conductor drains
 
 
 def test_a_stale_create_whose_writer_dies_is_found_by_the_audit(placement, pconf, db, api,
