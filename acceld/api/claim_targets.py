@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from acceld.db import explain as fleet_db
+from acceld.db.claims import HOLDING
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.explain import groups as groups_mod
@@ -184,5 +185,5 @@ def _own(db: Database, project_id: str | None, rp_uuids: list[str]) -> list[Any]
         return list(conn.execute(select(
             arqs.c.uuid, arqs.c.state, arqs.c.hostname, arqs.c.instance_uuid,
             arqs.c.consumer_uuid).where(
-            arqs.c.project_id == project_id, arqs.c.state.in_(("BindStarted", "Bound")),
+            arqs.c.project_id == project_id, arqs.c.state.in_(HOLDING),
             arqs.c.device_rp_uuid.in_(rp_uuids)).order_by(arqs.c.id)).all())

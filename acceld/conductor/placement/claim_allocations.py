@@ -190,7 +190,8 @@ class ClaimAllocationWorker:
                     continue  # Nova's (an instance being scheduled), or anyone else's
                 if claims.adopt(self.db, consumer, held.project_id, held.user_id):
                     LOG.warning("Placement holds a standalone claim's allocation the "
-                                "database has no consumer for (%s: %s); removed", consumer,
+                                "database has no consumer for (%s: %s); it is written as "
+                                "the database says (removed)", consumer,
                                 _describe(held.allocations))
                     marked.append(consumer)
 
@@ -199,7 +200,9 @@ class ClaimAllocationWorker:
 
 
 class ClaimAllocationComponent:
-    """Conductor component: the periodic drain of the consumers marked due."""
+    """Conductor component: the periodic drain of the consumers marked due (every
+    conductor), and the audit (one conductor at a time, every ``[placement]
+    audit_interval``)."""
 
     def __init__(self, conf: cfg.ConfigOpts, db: Database) -> None:
         self.conf = conf
