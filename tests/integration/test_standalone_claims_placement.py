@@ -565,3 +565,21 @@ def test_a_claim_under_a_nova_instance_placement_does_not_know_is_refused(placem
     assert result.status_code == 503 and "Nova could not be asked" in fault(result), \
         result.text
     assert _counts(db) == before
+
+
+def test_an_audit_that_meets_a_placement_outage_stops_without_touching_the_outage_record(
+        placement, pconf, db, api, tag):
+    """The audit is one more caller of Placement: a pass failing as Placement comes back
+    must not log a new outage after the binds and the sync logged its end."""
+    from acceld import outages
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1)
+    profile(api, rc, tag)
+    claim(api, claim={"hostname": hosts[0]})
+    run_binds(pconf, db)
+    worker = ClaimAllocationWorker(pconf, db)
+    placement.stop()
+    try:
+        assert worker.audit() == []
+    finally:
+        placement.start()
+    assert not outages.process_log().is_down(outages.PLACEMENT)
