@@ -27,16 +27,29 @@ class ApiServices:
     policy: Policy
     conductor: object | None = None  # acceld.clients.conductor.ConductorClient, when running
     _placement: list = field(default_factory=list)  # the client, once made (explain, claims)
+    _nova: list = field(default_factory=list)  # Nova's instances, once made (claims)
 
     def placement(self) -> Any:
         """acceld's Placement client from ``[placement]`` (None when not configured), made
-        at the first request that needs it: only explain and a standalone claim's choice of
-        host ask Placement from the API (reads; the conductor writes the claim's allocation)."""
+        at the first request that needs it: only explain and a standalone claim (its host, and
+        whose its ``consumer_uuid`` is) ask Placement from the API (reads; the conductor
+        writes the claim's allocation)."""
         if not self._placement:
             from acceld.clients import placement
 
             self._placement.append(placement.from_conf(self.conf))
         return self._placement[0]
+
+    def nova(self) -> Any:
+        """Nova's instances (acceld.clients.nova.NovaInstances; None when ``[nova]`` is not
+        configured), made at the first claim with a ``consumer_uuid``: the only call from
+        the API to Nova, a read."""
+        if not self._nova:
+            from acceld.clients import nova
+
+            found = nova.NovaInstances(self.conf)
+            self._nova.append(found if found.configured else None)
+        return self._nova[0]
 
 
 def build_app(conf: cfg.ConfigOpts, db: Database, conductor: object | None = None) -> falcon.App:

@@ -9,6 +9,12 @@ candidates, asked as Nova asks them, within the host's tree when a host is named
 the order Placement answers). This is a choice, not a reservation: the bind (in the
 conductor) checks everything again and takes the handle atomically, and loses cleanly
 (BindFailed, saying why) if another bind took the last handle first.
+
+Why no host fits is told in full (explain's reasons: other projects' ARQs, instances and
+consumers, hosts, devices, operators' and drivers' words) only to who may explain. Anyone
+else reads one sentence that is the same whether the host named is unknown, has no such
+accelerator, or has them all held, disabled or sick, and the caller's own ARQs that hold
+accelerators of the profile's kind there (:func:`_why_member`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from acceld.db import explain as fleet_db
+from acceld.db.claims import HOLDING
 from acceld.db.engine import Database
 from acceld.db.models import accelerator_requests as arqs
 from acceld.explain import groups as groups_mod
@@ -39,14 +46,19 @@ Target = tuple[int, str, str]  # (group index, hostname, provider uuid), one per
 
 
 def choose(db: Database, client: Any, profile_name: str, groups: list[dict[str, str]],
-           hostname: str | None) -> list[Target]:
-    """One target per ARQ the profile asks for (group by group, as ARQs are created)."""
+           hostname: str | None, project_id: str | None, full: bool) -> list[Target]:
+    """One target per ARQ the profile asks for (group by group, as ARQs are created).
+
+    ``full``: the caller may explain (NoCapacity gives explain's reasons, an unknown host is
+    UnknownHost); otherwise NoCapacity says only what is ``project_id``'s."""
     parsed = groups_mod.parse(groups)
     with db.read() as conn:
         fleet = fleet_db.read_fleet(conn, hostname)
         pending = _pending(conn)
-    if hostname is not None and not fleet.providers:
+    if hostname is not None and not fleet.providers and full:
         raise UnknownHost(f"Host {hostname} has no accelerator acceld knows.")
+    # Anyone else goes the whole way for an unknown host too (Placement asked as for a
+    # known one), to the same answer as for a host with nothing free.
     views = pv.ask(client, parsed, hostname) if client is not None else \
         [None for _ in parsed]
     # Per group: provider id -> every reason it cannot serve it (Placement's answer aside).
@@ -58,6 +70,9 @@ def choose(db: Database, client: Any, profile_name: str, groups: list[dict[str, 
         targets = _fit(host, fleet.providers, parsed, judged, offered, pending)
         if targets is not None:
             return targets
+    if not full:
+        raise NoCapacity(_why_member(db, profile_name, hostname, fleet.providers, parsed,
+                                     project_id))
     raise NoCapacity(_why(profile_name, hostname, fleet.providers, parsed, judged, offered,
                           views, pending))
 
@@ -134,3 +149,41 @@ def _why(profile_name: str, hostname: str | None, providers: list[fleet_db.Provi
     detail = "; ".join(parts) or "no single host can take every group together"
     return (f"No accelerator can be claimed for device profile {profile_name} {where} now: "
             f"{detail}. GET /v2/device_profiles/{profile_name}/explain says more.")
+
+
+def _why_member(db: Database, profile_name: str, hostname: str | None,
+                providers: list[fleet_db.Provider], groups: list[groups_mod.RequestGroup],
+                project_id: str | None) -> str:
+    """The 409's message for who may not explain. It names the profile and host the caller
+    gave, and the caller's own ARQs (Bound or binding) on providers of the profile's kind
+    there, which they may read anyway; nothing of other projects, of the hardware or of
+    operators, and the same words for an unknown host as for a busy, disabled or sick one."""
+    where = f"on host {hostname}" if hostname else "on any host"
+    kind = sorted({p.rp_uuid for p in providers
+                   if any(not rs.mismatch(p, g) for g in groups)})
+    own = _own(db, project_id, kind)
+    held = ""
+    if own:
+        shown = "; ".join(
+            f"ARQ {a.uuid} ({a.state}"
+            + (f", instance {a.instance_uuid}" if a.instance_uuid else "")
+            + (f", consumer {a.consumer_uuid}" if a.consumer_uuid else "")
+            + f") on host {a.hostname}" for a in own[:REASONS_SHOWN])
+        more = f"; and {len(own) - REASONS_SHOWN} more" if len(own) > REASONS_SHOWN else ""
+        held = (f" This project's own accelerator requests hold {len(own)} accelerator(s) "
+                f"of this kind there: {shown}{more}.")
+    return (f"No accelerator can be claimed for device profile {profile_name} {where} now."
+            f"{held} Try again later or elsewhere; an administrator can say why "
+            f"(GET /v2/device_profiles/{profile_name}/explain).")
+
+
+def _own(db: Database, project_id: str | None, rp_uuids: list[str]) -> list[Any]:
+    """The project's ARQs Bound or binding on these providers, oldest first."""
+    if not rp_uuids or project_id is None:
+        return []
+    with db.read() as conn:
+        return list(conn.execute(select(
+            arqs.c.uuid, arqs.c.state, arqs.c.hostname, arqs.c.instance_uuid,
+            arqs.c.consumer_uuid).where(
+            arqs.c.project_id == project_id, arqs.c.state.in_(HOLDING),
+            arqs.c.device_rp_uuid.in_(rp_uuids)).order_by(arqs.c.id)).all())

@@ -1,4 +1,5 @@
-"""Telling Nova that ARQ binds resolved: ``accelerator-request-bound`` server external events.
+"""Telling Nova that ARQ binds resolved: ``accelerator-request-bound`` server external events;
+and asking Nova whether a uuid is an instance (:class:`NovaInstances`, for standalone claims).
 
 Nova's compute waits for one event per ARQ (tag = ARQ uuid) before it spawns
 the instance; without it the boot hangs until Nova's timeout. The connection
@@ -16,7 +17,7 @@ from keystoneauth1 import exceptions as ksa_exc
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
-from acceld import outages, request_ids
+from acceld import outages, request_ids, serving_slot
 from acceld.clients import deadline as deadlines
 
 LOG = logging.getLogger(__name__)
@@ -51,6 +52,54 @@ def is_configured(conf: cfg.ConfigOpts) -> bool:
     return bool(conf.nova.auth_type or conf.nova.auth_section)
 
 
+def adapter_of(conf: cfg.ConfigOpts):  # type: ignore[no-untyped-def]
+    """The keystoneauth adapter for Nova from ``[nova]`` (None when not configured)."""
+    if not is_configured(conf):
+        return None
+    auth = ks_loading.load_auth_from_conf_options(conf, "nova")
+    session = ks_loading.load_session_from_conf_options(conf, "nova", auth=auth)
+    deadlines.watch(session.session)
+    return ks_loading.load_adapter_from_conf_options(
+        conf, "nova", session=session, auth=auth,
+        service_type=conf.nova.service_type or "compute")
+
+
+class NovaUnavailable(Exception):
+    """Nova could not say (unreachable, too slow, or it refused acceld's credentials)."""
+
+
+class NovaInstances:
+    """Whether a uuid is one of Nova's instances, of any project and in any state: a shelved
+    and offloaded instance holds nothing in Placement and has no ARQ, so only Nova knows
+    it (a standalone claim must not take its uuid as consumer: Nova's unshelve would then
+    fail). ``GET /servers/{uuid}`` with the ``[nova]`` credentials, which must be allowed to
+    show any project's server (an administrator, as the events need)."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self._adapter = adapter_of(conf)
+        self.deadline = float(conf.nova.deadline)
+
+    @property
+    def configured(self) -> bool:
+        return self._adapter is not None
+
+    def is_instance(self, uuid: str) -> bool:
+        """True for an instance, False for a uuid Nova does not know; NovaUnavailable."""
+        assert self._adapter is not None
+        try:
+            # In an API worker, the next request is served while Nova answers.
+            with serving_slot.stepped_out(), deadlines.bounded(self.deadline, NOVA):
+                resp = self._adapter.get(f"/servers/{uuid}", headers=HEADERS,
+                                         raise_exc=False,
+                                         global_request_id=request_ids.current_global_id())
+        except (deadlines.DeadlinePassed, ksa_exc.ClientException) as exc:
+            raise NovaUnavailable(f"Nova did not answer GET /servers/{uuid}: {exc}") from exc
+        if resp.status_code in (200, 404):
+            return resp.status_code == 200
+        raise NovaUnavailable(f"Nova answered GET /servers/{uuid} with {resp.status_code}: "
+                              f"{resp.text[:300]}")
+
+
 class NovaNotifier:
     """Posts event batches; returns an outcome per ARQ uuid.
 
@@ -61,15 +110,8 @@ class NovaNotifier:
     is logged once when it starts and once when it ends (acceld.outages)."""
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
-        self._adapter = None
+        self._adapter = adapter_of(conf)
         self._outages = outages.process_log()
-        if is_configured(conf):
-            auth = ks_loading.load_auth_from_conf_options(conf, "nova")
-            session = ks_loading.load_session_from_conf_options(conf, "nova", auth=auth)
-            self._adapter = ks_loading.load_adapter_from_conf_options(
-                conf, "nova", session=session, auth=auth,
-                service_type=conf.nova.service_type or "compute")
-            deadlines.watch(session.session)
         # [nova] timeout bounds each attempt's connect and read; this, the whole send
         # (retries, their delays and the token included), however slowly Nova answers.
         self.deadline = float(conf.nova.deadline)

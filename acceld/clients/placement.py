@@ -80,6 +80,18 @@ class Provider:
                    root_uuid=body.get("root_provider_uuid") or body["uuid"])
 
 
+@dataclass(frozen=True)
+class Consumer:
+    """``GET /allocations/{consumer}``: provider uuid -> {resource class: amount}, and, where
+    it has allocations, its generation, project, user and consumer type (else None)."""
+
+    allocations: dict[str, dict[str, int]]
+    generation: int | None
+    project_id: str | None
+    user_id: str | None
+    consumer_type: str | None
+
+
 def is_configured(conf: cfg.ConfigOpts) -> bool:
     """Whether ``[placement]`` names an auth plugin: Placement is optional."""
     return bool(conf.placement.auth_type)
@@ -312,12 +324,15 @@ class PlacementClient:
         resp = self._request("GET", f"/allocations/{consumer_uuid}")
         return {rp: alloc["resources"] for rp, alloc in resp.json()["allocations"].items()}
 
-    def consumer(self, consumer_uuid: str) -> tuple[dict[str, dict[str, int]], int | None]:
-        """A consumer's allocations (provider uuid -> {resource class: amount}) and its
-        generation (None: Placement has no such consumer yet)."""
+    def consumer(self, consumer_uuid: str) -> Consumer:
+        """A consumer's allocations, generation, project and type, as Placement holds them
+        (no generation, project or type: Placement has no such consumer, which is the case
+        of every consumer without allocations)."""
         body = self._request("GET", f"/allocations/{consumer_uuid}").json()
-        return ({rp: dict(alloc["resources"]) for rp, alloc in body["allocations"].items()},
-                body.get("consumer_generation"))
+        return Consumer({rp: dict(alloc["resources"])
+                         for rp, alloc in body["allocations"].items()},
+                        body.get("consumer_generation"), body.get("project_id"),
+                        body.get("user_id"), body.get("consumer_type"))
 
     def put_allocations(self, consumer_uuid: str, allocations: dict[str, dict[str, int]],
                         project_id: str, user_id: str, generation: int | None,

@@ -33,7 +33,11 @@ placement_opts = [
                       "back from Placement and repair what differs from the database (a "
                       "provider deleted or edited by hand, a restored backup). One also "
                       "starts with the conductor; a walk longer than this starts the next "
-                      "when it ends."),
+                      "when it ends. Also the period of the standalone claims' audit (one "
+                      "conductor at a time), which compares every claim consumer's "
+                      "allocation with the database and removes what no claim holds (a "
+                      "release through an API of the previous release, a writer that died "
+                      "after a write Placement could not refuse)."),
     cfg.IntOpt("audit_hosts_per_pass", default=20, min=1,
                help="Most hosts one sync pass audits (every sync_interval), so that a "
                     "large cloud's audit is spread over passes instead of one long one. "

@@ -65,13 +65,15 @@ def create_claimed(conn: Connection, *, profile_id: int,
 
 def ensure_consumer(conn: Connection, consumer_uuid: str, project_id: str | None,
                     user_id: str | None) -> None:
-    """The consumer's row, made or taken over for this claim; ConsumerTaken when the uuid is
-    another project's consumer or names a Nova instance's ARQs."""
+    """The consumer's row, made or taken over for this claim; ConsumerTaken when the uuid
+    names a Nova instance's ARQs, or another project's claims hold (or are binding, or are
+    being released) under it. A row of another project whose claims hold nothing (all failed
+    or released, the release written) claims nothing: it is taken over, so that a claim
+    refused for a consumer that was not its own never keeps that consumer from anyone."""
     if conn.execute(select(arqs.c.id).where(arqs.c.instance_uuid == consumer_uuid)
                     .limit(1)).first() is not None:
-        raise ConsumerTaken(f"consumer {consumer_uuid} is a Nova instance with accelerator "
-                            "requests; a standalone claim needs a consumer of its own")
-    row = conn.execute(select(claim_consumers.c.project_id).where(
+        raise ConsumerTaken(NOT_YOURS.format(consumer_uuid))
+    row = conn.execute(select(claim_consumers.c.project_id, claim_consumers.c.due).where(
         claim_consumers.c.consumer_uuid == consumer_uuid).with_for_update()).first()
     if row is None:
         try:
@@ -82,13 +84,28 @@ def ensure_consumer(conn: Connection, consumer_uuid: str, project_id: str | None
             raise ConsumerTaken(f"consumer {consumer_uuid} was just taken by another "
                                 "claim") from None
         return
-    if row.project_id != project_id:
-        raise ConsumerTaken(f"consumer {consumer_uuid} belongs to another project")
+    if row.project_id != project_id and (row.due or _holds(conn, consumer_uuid)):
+        raise ConsumerTaken(NOT_YOURS.format(consumer_uuid))
     # A conductor finishing this consumer's previous write must not delete the row now that
     # a claim names it again: its lease is void (finish() checks the owner).
+    owner_now = {} if row.project_id == project_id else {"project_id": project_id,
+                                                         "user_id": user_id}
     conn.execute(update(claim_consumers).where(
         claim_consumers.c.consumer_uuid == consumer_uuid).values(
-        lease_owner=None, updated_at=utcnow()))
+        lease_owner=None, updated_at=utcnow(), **owner_now))
+
+
+# One message for every consumer that is not the caller's: which it is would tell another
+# project's consumers and instances apart from free uuids.
+NOT_YOURS = ("consumer {} is not this project's to claim under: it is another project's, or "
+             "a Nova instance's (a standalone claim needs a consumer of its own)")
+
+
+def _holds(conn: Connection, consumer_uuid: str) -> bool:
+    """Does an ARQ hold, or bind, under the consumer (what its allocation is made of)?"""
+    return conn.execute(select(arqs.c.id).where(
+        arqs.c.consumer_uuid == consumer_uuid, arqs.c.state.in_(HOLDING)).limit(1)
+    ).first() is not None
 
 
 def mark_due(conn: Connection, consumer_uuids: Iterable[str | None]) -> int:
@@ -226,6 +243,65 @@ def retry_later(db: Database, consumer_uuid: str, token: str, delay: float,
             claim_consumers.c.lease_owner == token).values(
             lease_owner=None, lease_expires_at=sql_now(db.backend, delay),
             last_error=error[:4000], updated_at=utcnow()))
+
+
+# -- the audit: consumers whose allocation changed without a mark ---------------------------
+
+def settled(db: Database, after: str | None, limit: int) -> list[str]:
+    """Up to ``limit`` consumers not due, in uuid order after ``after``: the audit's page."""
+    query = select(claim_consumers.c.consumer_uuid).where(claim_consumers.c.due.is_(False))
+    if after is not None:
+        query = query.where(claim_consumers.c.consumer_uuid > after)
+    with db.read() as conn:
+        return list(conn.execute(query.order_by(claim_consumers.c.consumer_uuid)
+                                 .limit(limit)).scalars())
+
+
+@retry_on_deadlock
+def mark_due_if_not(db: Database, consumer_uuid: str,
+                    held: dict[str, dict[str, int]]) -> bool:
+    """Mark the consumer due when ``held`` (its Placement allocation, read before this) is not
+    what the database wants of it; True if marked. A mark too many only costs a write (the
+    drain writes what the database says), so a bind or release racing the audit is safe."""
+    with db.write() as conn:
+        if desired(conn, consumer_uuid) == held:
+            return False
+        return conn.execute(update(claim_consumers).where(
+            claim_consumers.c.consumer_uuid == consumer_uuid,
+            claim_consumers.c.due.is_(False)).values(
+            due=True, lease_owner=None, lease_expires_at=None,
+            updated_at=utcnow())).rowcount == 1
+
+
+def audit_scope(db: Database) -> tuple[list[str], set[str]]:
+    """acceld's providers, and the Placement consumers the database accounts for (claims'
+    consumer rows, Nova's instances with ARQs): where the audit looks for strays."""
+    with db.read() as conn:
+        providers = sorted(conn.execute(select(deployables.c.rp_uuid).where(
+            deployables.c.rp_uuid.is_not(None))).scalars())
+        known = set(conn.execute(select(claim_consumers.c.consumer_uuid)).scalars())
+        known.update(conn.execute(select(arqs.c.instance_uuid).where(
+            arqs.c.instance_uuid.is_not(None)).distinct()).scalars())
+    return providers, known
+
+
+@retry_on_deadlock
+def adopt(db: Database, consumer_uuid: str, project_id: str | None,
+          user_id: str | None) -> bool:
+    """A due row for a standalone claim's consumer that Placement holds and the database
+    has no row for (left by a writer that died after a write Placement could not refuse):
+    the drain then writes what the database wants of it. False when a row exists."""
+    try:
+        with db.write() as conn:
+            if conn.execute(select(claim_consumers.c.consumer_uuid).where(
+                    claim_consumers.c.consumer_uuid == consumer_uuid)).first() is not None:
+                return False
+            conn.execute(insert(claim_consumers).values(
+                consumer_uuid=consumer_uuid, project_id=project_id, user_id=user_id,
+                due=True, attempts=0, created_at=utcnow()))
+    except IntegrityError:  # a claim made it meanwhile: its writes account for it
+        return False
+    return True
 
 
 def backoff(attempts: int) -> float:

@@ -139,11 +139,15 @@ def test_no_capacity_is_409_and_creates_nothing(client, conf, db, fpga, profile)
         assert claim(client, {"hostname": "claim-node"}).status_code == 201
     before = counts(db)
     # Both handles are promised to the binds in progress: none is free for a third.
-    result = claim(client, {"hostname": "claim-node"})
+    # An administrator reads explain's reasons; the member, its own ARQs holding them.
+    result = claim(client, {"hostname": "claim-node"}, headers=ADMIN)
     assert result.status_code == 409, result.text
     assert "promised to 2 bind(s) in progress" in fault(result)
+    mine = claim(client, {"hostname": "claim-node"})
+    assert mine.status_code == 409
+    assert "This project's own accelerator requests hold 2 accelerator(s)" in fault(mine)
     run_binds(conf, db)
-    result = claim(client, {"hostname": "claim-node"})
+    result = claim(client, {"hostname": "claim-node"}, headers=ADMIN)
     assert result.status_code == 409
     assert "0 of 2 attach handles free" in fault(result)
     # The holders are named as explain names them: a claim by its consumer.
@@ -151,6 +155,9 @@ def test_no_capacity_is_409_and_creates_nothing(client, conf, db, fpga, profile)
     assert f"ARQ {held[0]['uuid']} (Bound, claimed for consumer {held[0]['uuid']})" in \
         fault(result)
     assert "/explain" in fault(result)
+    mine = fault(claim(client, {"hostname": "claim-node"}))
+    assert f"ARQ {held[0]['uuid']} (Bound, consumer {held[0]['uuid']}) on host claim-node" \
+        in mine
     result = claim(client, {})
     assert result.status_code == 409 and "on any host" in fault(result)
     assert counts(db)["arqs"] == before["arqs"]
@@ -167,9 +174,12 @@ def test_disabled_or_quarantined_devices_are_not_claimed(client, db, profile, st
                                             "health_reason": "ECC errors"}
         conn.execute(update(devices).where(devices.c.id == fpga["device"]["id"]).values(
             **values))
-    result = claim(client, {"hostname": "sick-node"})
+    result = claim(client, {"hostname": "sick-node"}, headers=ADMIN)
     assert result.status_code == 409
     assert reason in fault(result)
+    # A member is not told why (an operator's words, the device's health).
+    result = claim(client, {"hostname": "sick-node"})
+    assert result.status_code == 409 and reason not in fault(result)
 
 
 def test_bad_claim_bodies_are_400(client, db, fpga, profile):
@@ -179,8 +189,7 @@ def test_bad_claim_bodies_are_400(client, db, fpga, profile):
             ({"claim": {"host": "claim-node"}}, "claim"),
             ({"claim": "claim-node"}, "claim"),
             ({"claim": {}, "consumer_uuid": "not-a-uuid"}, "consumer_uuid"),
-            ({"consumer_uuid": str(uuid.uuid4())}, "only with a claim"),
-            ({"claim": {"hostname": "nowhere"}}, "Host nowhere has no accelerator")]:
+            ({"consumer_uuid": str(uuid.uuid4())}, "only with a claim")]:
         result = client.simulate_post(ARQS, json={"device_profile_name": "fpga1", **body},
                                       headers={**member(PROJECT), **V28})
         assert result.status_code == 400, (body, result.text)
@@ -293,9 +302,10 @@ def test_a_host_whose_agent_is_down_is_not_claimed(client, db, fpga, profile):
         conn.execute(insert(agents).values(hostname="claim-node", endpoint="http://x:1",
                                            state="down", heartbeat_interval=10,
                                            last_seen_at=utcnow(), created_at=utcnow()))
-    result = claim(client, {"hostname": "claim-node"})
+    result = claim(client, {"hostname": "claim-node"}, headers=ADMIN)
     assert result.status_code == 409
     assert "the agent of host claim-node is down" in fault(result)
+    assert "agent" not in fault(claim(client, {"hostname": "claim-node"}))
     assert counts(db)["arqs"] == 0
 
 
@@ -310,7 +320,7 @@ class _AwayPlacement:
 
         if not self.back:
             raise pl.PlacementUnavailable("connection refused")
-        return {}, None
+        return pl.Consumer({}, None, None, None, None)
 
 
 def test_a_placement_outage_is_logged_once_each_way_by_the_release_drain(
@@ -351,3 +361,77 @@ def test_a_placement_outage_is_logged_once_each_way_by_the_release_drain(
                                "allocations wait for it"), lines
     assert lines[1].startswith("Placement is available again after "), lines
     assert counts(db)["consumers"] == 0
+
+
+# -- what a refused claim tells a project member (issue 37, item 3) -----------------------
+
+def _others_and_theirs(client, conf, db, fpga):  # type: ignore[no-untyped-def]
+    """A fleet where nothing is free for project-a: claim-node's two handles held by
+    project-b's claim and a Nova instance of project-b; sick-node disabled by an operator;
+    ecc-node quarantined; down-node's agent down. What project-a may not learn, and
+    project-a's own ARQ (Bound, on free-node, which it may)."""
+    from sqlalchemy import update
+    other = claim(client, {"hostname": "claim-node"}, headers=member("project-b")).json
+    [theirs] = other["arqs"]
+    plain = client.simulate_post(ARQS, json={"device_profile_name": "fpga1"},
+                                 headers=SERVICE).json["arqs"][0]
+    instance = str(uuid.uuid4())
+    assert client.simulate_patch(ARQS, headers=SERVICE, json={plain["uuid"]: [
+        {"op": "add", "path": "/hostname", "value": "claim-node"},
+        {"op": "add", "path": "/device_rp_uuid", "value": fpga["deployable"]["rp_uuid"]},
+        {"op": "add", "path": "/instance_uuid", "value": instance}]}).status_code == 202
+    sick = inventory.add_fpga(db, hostname="sick-node", handles=1)
+    ecc = inventory.add_fpga(db, hostname="ecc-node", handles=1)
+    mine = inventory.add_fpga(db, hostname="free-node", handles=1)
+    with db.write() as conn:
+        conn.execute(update(devices).where(devices.c.id == sick["device"]["id"]).values(
+            status="maintaining", status_reason="fan swap, ticket OPS-1432"))
+        conn.execute(update(devices).where(devices.c.id == ecc["device"]["id"]).values(
+            quarantined=True, health="critical", health_reason="uncorrectable ECC errors: 3"))
+    [own] = claim(client, {"hostname": "free-node"}).json["arqs"]
+    run_binds(conf, db)
+    secrets = [theirs["uuid"], theirs["consumer_uuid"], plain["uuid"], instance,
+               "project-b", "fan swap", "OPS-1432", "ECC errors", "critical", "sick-node",
+               "ecc-node", "quarantin", "disabled", "promised", "attach handles free",
+               fpga["device"]["uuid"], fpga["deployable"]["name"], sick["device"]["uuid"],
+               ecc["device"]["uuid"], mine["deployable"]["name"]]
+    return secrets, own
+
+
+def test_a_refused_claim_tells_a_member_only_what_is_theirs(client, conf, db, fpga, profile):
+    secrets, own = _others_and_theirs(client, conf, db, fpga)
+    for where in ({}, {"hostname": "claim-node"}, {"hostname": "sick-node"},
+                  {"hostname": "ecc-node"}, {"hostname": "free-node"}):
+        result = claim(client, where)
+        assert result.status_code == 409, (where, result.text)
+        text = fault(result)
+        leaked = [s for s in secrets if s.lower() in text.lower()
+                  and s != where.get("hostname")]  # the host it named is echoed
+        assert not leaked, (where, leaked, text)
+        assert "fpga1" in text and "/explain" in text
+    # Its own ARQ holding the profile's kind of accelerator is named, where it is.
+    anywhere = fault(claim(client, {}))
+    assert f"ARQ {own['uuid']} (Bound, consumer {own['consumer_uuid']}) on host free-node" \
+        in anywhere
+    assert own["uuid"] not in fault(claim(client, {"hostname": "claim-node"}))
+    # An administrator (who may explain) reads every reason, as explain gives them.
+    for host, words in (("sick-node", "fan swap, ticket OPS-1432"),
+                        ("ecc-node", "uncorrectable ECC errors: 3"), ("claim-node", secrets[0])):
+        full = fault(claim(client, {"hostname": host}, headers=ADMIN))
+        assert words in full, (words, full)
+
+
+def test_a_member_cannot_tell_an_unknown_host_from_a_busy_one(client, conf, db, fpga,
+                                                             profile):
+    _others_and_theirs(client, conf, db, fpga)
+    before = counts(db)
+    answers = {}
+    for host in ("claim-node", "sick-node", "nowhere", "no-such-host-7"):
+        result = claim(client, {"hostname": host})
+        assert result.status_code == 409, (host, result.text)
+        answers[host] = fault(result).replace(host, "HOST")
+    assert len(set(answers.values())) == 1, answers
+    assert counts(db) == before
+    # An administrator still gets the 400 that says the host is unknown.
+    result = claim(client, {"hostname": "nowhere"}, headers=ADMIN)
+    assert result.status_code == 400 and "Host nowhere has no accelerator" in fault(result)

@@ -4,7 +4,8 @@ It listens on 127.0.0.1 on a free port, in a thread of the test process. By
 default it answers as Nova does when every event is accepted (200, each event
 echoed with ``code: 200``); tests queue other answers with :meth:`answer`
 (a status, optionally per-event codes for a 207), or make it accept every connection
-and never answer for a while (:meth:`silenced`).
+and never answer for a while (:meth:`silenced`). It also answers ``GET /servers/{uuid}``
+as Nova does for the uuids in :attr:`servers` (200) and any other (404).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class RecordingNova:
         self._speaking = threading.Event()
         self._speaking.set()
         self.unanswered = 0  # requests taken while silenced, never read nor answered
+        # Instances GET /servers/{uuid} finds (Nova's answer for any other uuid is 404).
+        self.servers: set[str] = set()
 
     # ------------------------------------------------------------------ control
     def start(self) -> "RecordingNova":
@@ -61,6 +64,20 @@ class RecordingNova:
                                                         body))
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                """``GET /servers/{uuid}`` as Nova answers it: 200 with the server, 404."""
+                with nova._lock:  # recorded, taking none of the answers queued for events
+                    nova.requests.append(Recorded("GET", self.path, dict(self.headers), {}))
+                uuid = self.path.rstrip("/").rsplit("/", 1)[-1]
+                found = self.path.startswith("/servers/") and uuid in nova.servers
+                data = json.dumps({"server": {"id": uuid, "status": "SHELVED_OFFLOADED"}}
+                                  if found else {"itemNotFound": {"code": 404}}).encode()
+                self.send_response(200 if found else 404)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

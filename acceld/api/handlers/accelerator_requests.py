@@ -18,9 +18,13 @@ from typing import Callable
 import falcon
 import orjson
 
+from acceld import claim_owner
 from acceld.api import arq_limits, claim_targets, errors, microversion, pagination, wire
 from acceld.api.handlers.explain import HOSTNAME_RE
+from acceld.api.handlers.explain import RULE as EXPLAIN_RULE
 from acceld.api.schemas import accelerator_requests as schemas
+from acceld.clients import nova
+from acceld.clients import placement as pl
 from acceld.db import accelerator_requests as db
 from acceld.db import bind_jobs
 from acceld.db import claims as claims_db
@@ -218,20 +222,23 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
             f"Device profile {name} asks for {sum(counts)} accelerators; one request may "
             f"create at most {limit} ARQs ([api] max_arqs_per_create).")
     try:  # before any transaction: it may ask Placement
-        targets = claim_targets.choose(api.db, api.placement(), profile.name,
-                                       orjson.loads(profile.profile_json), hostname)
+        targets = claim_targets.choose(
+            api.db, api.placement(), profile.name, orjson.loads(profile.profile_json),
+            hostname, ctx.project_id, api.policy.allows(EXPLAIN_RULE, ctx))
     except claim_targets.UnknownHost as exc:
         raise errors.BadRequest(str(exc)) from None
     except claim_targets.NoCapacity as exc:
         raise errors.Conflict(str(exc)) from None
     shared = body.get("consumer_uuid")
     project_id = ctx.project_id
+    consumer = str(uuidlib.UUID(shared)) if shared else None
+    if consumer is not None:
+        _check_consumer_elsewhere(api, consumer, project_id)
     with arq_limits.write(api, project_id) as conn:
         again = profiles_db.get_by_name(conn, name)
         if again is None or again.id != profile.id:
             raise errors.NotFound(f"Device profile {name!r} could not be found.")
         arq_limits.check(api, conn, project_id, len(targets))  # 403: all or nothing
-        consumer = str(uuidlib.UUID(shared)) if shared else None
         created = []
         # One consumer for all (the caller's), or each ARQ its own (its uuid).
         for group, host, rp_uuid in targets:
@@ -253,6 +260,39 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
         rows = [db.get_by_uuid(conn, row["uuid"]) for row in created]
     to_wire = serializer(req)
     wire.respond(resp, {"arqs": [to_wire(r) for r in rows if r is not None]}, status=201)
+
+
+def _check_consumer_elsewhere(api, consumer: str, project_id: str | None) -> None:  # type: ignore[no-untyped-def]
+    """409 when Placement holds ``consumer`` as another's (acceld.claim_owner: a Nova
+    instance's, another project's claim) or Nova has an instance of that uuid (any project,
+    any state: a shelved one holds nothing in Placement), in the words used for every
+    consumer that is not the caller's; 503 when either configured service cannot be asked.
+    Before any transaction: these are calls."""
+    client = api.placement()
+    if client is not None:
+        try:
+            held = client.consumer(consumer)
+        except pl.PlacementUnavailable as exc:
+            raise errors.ServiceUnavailable(
+                f"Placement could not be asked whether consumer {consumer} is free to claim "
+                f"under ({exc}); try again later.") from None
+        with api.db.read() as conn:
+            ours = claims_db.acceld_providers(conn, held.allocations)
+        if claim_owner.refusal(consumer, held, sorted(set(held.allocations) - ours),
+                               project_id):
+            raise errors.Conflict(f"Invalid consumer_uuid: "
+                                  f"{claims_db.NOT_YOURS.format(consumer)}.")
+    instances = api.nova()
+    if instances is not None:
+        try:
+            instance = instances.is_instance(consumer)
+        except nova.NovaUnavailable as exc:
+            raise errors.ServiceUnavailable(
+                f"Nova could not be asked whether consumer {consumer} is an instance "
+                f"({exc}); try again later.") from None
+        if instance:
+            raise errors.Conflict(f"Invalid consumer_uuid: "
+                                  f"{claims_db.NOT_YOURS.format(consumer)}.")
 
 
 def list_arqs(req: falcon.Request, resp: falcon.Response) -> None:
