@@ -17,7 +17,8 @@ from keystoneauth1 import exceptions as ksa_exc
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
-from acceld import outages, request_ids, serving_slot
+from acceld import outages, request_ids
+from acceld.serving import serving_slot
 from acceld.clients import deadline as deadlines
 
 LOG = logging.getLogger(__name__)
