@@ -5,8 +5,9 @@ The agent writes the device its request names by driver and deployable name, and
 the program by the deployable's uuid. A deployable discovered again (its host retired and
 registered anew) gets a new row with a new uuid, so a program claimed on the old row by a
 conductor that stalled across the re-registration was checked against the old uuid's
-floor, which nothing raises any more: a bind of the new row's PCI handle went Bound, the
-stale program arrived and rewrote the device under it.
+floor, which nothing raises any more: a bind of the new row's handle went Bound (a PCI
+handle: no agent call, the row was never marked; an mdev: its prepare raised the new uuid's
+floor), the stale program arrived and rewrote the device under it.
 
 Not fixed (docs/architecture.md, "Fencing", "Keys that come back"): strict xfail, so that
 it fails the suite once a fix makes it pass. A fix needs the first bind of the new row to
@@ -30,9 +31,9 @@ from tests.unit.test_attach_handles import SECRET
 OTHER = str(uuid.uuid4())  # the stale program's image: a write would change the digest
 
 
-@pytest.fixture
-def node(tmp_path, db):
-    built = FencedNode(tmp_path, db, attach_type="TEST_PCI")
+@pytest.fixture(params=["TEST_PCI", "MDEV"])
+def node(request, tmp_path, db):
+    built = FencedNode(tmp_path, db, attach_type=request.param)
     (tmp_path / "bitstreams" / OTHER).write_bytes(b"\xaa\x55 another" * 32)
     built.start_agent()
     yield built
@@ -45,7 +46,7 @@ def test_a_program_stalled_across_a_reregistration_does_not_write_under_a_bound_
         node, monkeypatch):
     """A marks the deployable and stalls at its agent call; the host is retired and
     registered again (a new deployable row, a new uuid, for the same device) and a bind of
-    its PCI handle goes Bound; A resumes: refused, the device keeps what the bind found."""
+    its handle goes Bound; A resumes: refused, the device keeps what the bind found."""
     programmer = Programmer(node.conf, node.db, SECRET)
     old = _dep_uuid(node)
     assert programmer.program(old, "bitstream", image_id=IMAGE) == IMAGE
