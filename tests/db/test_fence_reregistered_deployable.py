@@ -10,9 +10,15 @@ handle: no agent call, the row was never marked; an mdev: its prepare raised the
 floor), the stale program arrived and rewrote the device under it.
 
 Not fixed (docs/architecture.md, "Fencing", "Keys that come back"): strict xfail, so that
-it fails the suite once a fix makes it pass. A fix needs the first bind of the new row to
-tell the agent (today a deployable row no program marked binds with no agent call) and the
-agent to fence programs by the device it writes rather than by the row's uuid.
+it fails the suite once a fix makes it pass. A fix needs (1) the agent to fence programs by
+the device it writes (its ``local:program:<driver>/<name>`` key) as well as by the row's
+uuid, raised by fences and prepares too, and (2) the agent to hear of the new row before any
+bind can take its handles: e.g. the conductor that inserts a new deployable row first sends
+the agent ``POST /deployables/fence`` for that device with the database clock's
+``fences.first_token`` (outside the transaction, before the insert commits), so every token
+an earlier row handed out is refused; the new row's first program is then caught up once.
+Today a deployable row no program marked binds with no agent call, so (1) alone is not
+enough.
 
 The agent is the production one (tests/db/test_fencing.py's FencedNode).
 """
