@@ -35,7 +35,7 @@ import falcon
 
 from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, deployable_key,
                                  handle_key, is_uuid, local_key, program_identity,
-                                 valid_token)
+                                 valid_bind_token, valid_token)
 from acceld.agent.host_steps import HostStepJournal
 from acceld.drivers.base import ATTACH_TYPES, AttachHandle, Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
@@ -213,9 +213,9 @@ def _fence(request: dict, step: str) -> Fence | None:
     dep_uuid, dep_token = request.get("deployable_uuid"), request.get("deployable_fence")
     if dep_uuid is None and dep_token is None:
         return Fence(handle_uuid, token)
-    if step != "prepare" or not is_uuid(dep_uuid) or not valid_token(dep_token):
+    if step != "prepare" or not is_uuid(dep_uuid) or not valid_bind_token(dep_token):
         raise AttachFailed(400, "deployable_uuid (a UUID) and deployable_fence (an integer "
-                                "from 0 to 2^63-1) go together, on a prepare only.")
+                                "from 0 to 2^63-2) go together, on a prepare only.")
     return Fence(handle_uuid, token, dep_uuid, dep_token)
 
 

@@ -125,6 +125,12 @@ def valid_token(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN
 
 
+def valid_bind_token(value: Any) -> bool:
+    """A bind's deployable token on the wire (the floor becomes it + 1, which the store must
+    still hold): an integer from 0 to :data:`MAX_TOKEN` - 1."""
+    return valid_token(value) and value < MAX_TOKEN
+
+
 class FenceStore:
     """Files under ``directory``, one per key: ``{"key": ..., "lowest": n}``."""
 

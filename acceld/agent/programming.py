@@ -40,7 +40,8 @@ from oslo_config import cfg
 
 from acceld.agent import images
 from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, deployable_key,
-                                 is_uuid, local_key, program_identity, valid_token)
+                                 is_uuid, local_key, program_identity, valid_bind_token,
+                                 valid_token)
 from acceld.drivers.base import Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
 
@@ -261,9 +262,9 @@ def _parse_fence(request: Any) -> tuple[str, str, str, int]:
             or not isinstance(name, str) or not name or len(name) > 255:
         raise ProgramFailed(400, "driver_name and deployable_name are required (strings of 1 "
                                  "to 255 characters).")
-    if not is_uuid(dep_uuid) or not valid_token(token):
+    if not is_uuid(dep_uuid) or not valid_bind_token(token):
         raise ProgramFailed(400, "deployable_uuid (a UUID) and deployable_fence (an integer "
-                                 "from 0 to 2^63-1) are required.")
+                                 "from 0 to 2^63-2) are required.")
     return driver_name, name, dep_uuid, token
 
 

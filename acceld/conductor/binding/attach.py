@@ -44,7 +44,8 @@ recreate an mdev that was released meanwhile; and it refuses, from then on, a pr
 deployable whose mark the bind saw lapsed (acceld.agent.fences). A fenced or skipped prepare
 did nothing on the host: the bind is left to the claim that overtook it, unless the refusal
 shows the database behind the agent (restored from a backup): then the handle's token is
-raised to the agent's floor and the bind is tried again at once, without using an attempt
+raised to the agent's floor and the bind is tried again at once, the refused try counting
+as an attempt, so that a node naming a new floor at every call ends like a failing prepare
 (acceld.conductor.fencing.caught_up).
 """
 

@@ -17,8 +17,9 @@ that stalls after that check (GC pause, SIGSTOP) while another released the hand
 bind prepared it again is refused by the agent, which has seen the newer tokens (409,
 acceld.agent.fences): the worker then does nothing for that row and logs it once. A
 refusal that shows the database behind the agent (restored from a backup) raises the
-handle's token to the agent's floor and makes the row due again at once
-(acceld.conductor.fencing.caught_up).
+handle's token to the agent's floor and makes the row due again at once the first time, then
+after the usual backoff (a node naming a new floor at every call is not retried in a loop;
+acceld.conductor.fencing.caught_up).
 
 Orphans. Each agent reports, at start and every ``[agent] discovery_interval``,
 the host-step resources acceld made on its node that exist now
@@ -112,8 +113,12 @@ class ReleaseWorker:
                                             exc.message, f"attach handle {row.handle_uuid}",
                                             row.hostname):
                     # The database was behind the agent (a restore): due again now, under a
-                    # newer token than the agent's floor.
-                    handle_releases.retry_later(self.db, row.id, token, 0.0, exc.message)
+                    # newer token than the agent's floor; once only (a node naming a new
+                    # floor at every call is backed off like any failing release).
+                    handle_releases.retry_later(
+                        self.db, row.id, token,
+                        0.0 if row.attempts <= 1 else handle_releases.backoff(row.attempts),
+                        exc.message)
                     continue
                 if exc.fenced:
                     # A newer claim acted on the handle: nothing was done here, nothing to

@@ -455,8 +455,16 @@ class BindWorker:
         else:
             self.outages.up(what, LOG)
         if prepared.again:  # the database was behind the agent, caught up: a new token now
-            bind_jobs.retry_later(self.db, [job.id], token, 0.0, refund=True)
-            return False
+            if job.attempts < MAX_BIND_ATTEMPTS:
+                # Due at once, but a try all the same: a restore needs one catch-up per row,
+                # and a node naming a new floor at every call ends like any failing prepare.
+                bind_jobs.retry_later(self.db, [job.id], token, 0.0)
+                return False
+            assert prepared.error is not None
+            prepared = bind_attach.Prepared(AttachError(409, (
+                f"the agent of host {ticket.hostname} refused the host step as fenced at each "
+                f"of {job.attempts} tries, each time naming a floor above the token it was "
+                f"sent (raised to it each time): {prepared.error.message}")))
         # Bound or BindFailed, never leaving a host step behind (bind_attach.settle).
         if not bind_attach.settle(self.db, ticket, job.id, token, prepared.error):
             raise _JobLost  # unbound or deleted meanwhile: the handle went to the queue

@@ -1,0 +1,77 @@
+"""A stale program does not rewrite an FPGA across its host's re-registration, on SQLite,
+PostgreSQL and MariaDB (an outside attack on issue 37 items 6 and 8).
+
+The agent writes the device its request names by driver and deployable name, and fences
+the program by the deployable's uuid. A deployable discovered again (its host retired and
+registered anew) gets a new row with a new uuid, so a program claimed on the old row by a
+conductor that stalled across the re-registration was checked against the old uuid's
+floor, which nothing raises any more: a bind of the new row's handle went Bound (a PCI
+handle: no agent call, the row was never marked; an mdev: its prepare raised the new uuid's
+floor), the stale program arrived and rewrote the device under it.
+
+Not fixed (docs/architecture.md, "Fencing", "Keys that come back"): strict xfail, so that
+it fails the suite once a fix makes it pass. A fix needs (1) the agent to fence programs by
+the device it writes (its ``local:program:<driver>/<name>`` key) as well as by the row's
+uuid, raised by fences and prepares too, and (2) the agent to hear of the new row before any
+bind can take its handles: e.g. the conductor that inserts a new deployable row first sends
+the agent ``POST /deployables/fence`` for that device with the database clock's
+``fences.first_token`` (outside the transaction, before the insert commits), so every token
+an earlier row handed out is refused; the new row's first program is then caught up once.
+Today a deployable row no program marked binds with no agent call, so (1) alone is not
+enough.
+
+The agent is the production one (tests/db/test_fencing.py's FencedNode).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from acceld.conductor.programming import Programmer, ProgramError
+from tests.db.test_fence_keys import retire_and_register_again
+from tests.db.test_fencing import IMAGE, FencedNode, _dep_uuid
+from tests.unit.test_attach_handles import SECRET
+
+OTHER = str(uuid.uuid4())  # the stale program's image: a write would change the digest
+
+
+@pytest.fixture(params=["TEST_PCI", "MDEV"])
+def node(request, tmp_path, db):
+    built = FencedNode(tmp_path, db, attach_type=request.param)
+    (tmp_path / "bitstreams" / OTHER).write_bytes(b"\xaa\x55 another" * 32)
+    built.start_agent()
+    yield built
+    built.stop_agent()
+
+
+@pytest.mark.xfail(strict=True, reason="a stale program across a re-registration is checked "
+                   "against the old deployable uuid's floor (docs/architecture.md, Fencing)")
+def test_a_program_stalled_across_a_reregistration_does_not_write_under_a_bound_arq(
+        node, monkeypatch):
+    """A marks the deployable and stalls at its agent call; the host is retired and
+    registered again (a new deployable row, a new uuid, for the same device) and a bind of
+    its handle goes Bound; A resumes: refused, the device keeps what the bind found."""
+    programmer = Programmer(node.conf, node.db, SECRET)
+    old = _dep_uuid(node)
+    assert programmer.program(old, "bitstream", image_id=IMAGE) == IMAGE
+    written = node.fake.programmed("FakeDevice")
+    real_call = Programmer._call_agent
+    later: dict[str, str] = {}
+
+    def stall_then_resume(self, url, hostname, request, path="/program"):  # type: ignore[no-untyped-def]
+        if path == "/program" and "arq" not in later:
+            retire_and_register_again(node)
+            assert _dep_uuid(node) != old
+            later["arq"] = node.bind()
+            assert node.arq(later["arq"])["state"] == "Bound"
+        return real_call(self, url, hostname, request, path)
+
+    monkeypatch.setattr(Programmer, "_call_agent", stall_then_resume)
+    with pytest.raises(ProgramError) as refused:
+        programmer.program(old, "bitstream", image_id=OTHER)
+    assert refused.value.status == 409 and refused.value.message.startswith("Fenced:")
+    assert node.fake.programmed("FakeDevice") == written, \
+        "the stale program rewrote the device under a Bound ARQ"
+    assert node.arq(later["arq"])["state"] == "Bound"
