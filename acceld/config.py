@@ -65,6 +65,15 @@ api_opts = [
                       "upstream. A bind not resolved by then (a device being programmed, "
                       "a busy conductor) completes after the answer, as always. 0 answers "
                       "at once."),
+    cfg.FloatOpt("database_lock_timeout", default=10.0, min=0.0,
+                 help="Seconds one statement of an API request waits for a lock another "
+                      "transaction holds on PostgreSQL (lock_timeout) or MariaDB/MySQL "
+                      "(innodb_lock_wait_timeout and lock_wait_timeout, whole seconds): "
+                      "a migration run under live services, a long transaction elsewhere. "
+                      "Then the request is rolled back and answered 503 with Retry-After. "
+                      "The worker serves other requests meanwhile either way. 0: the "
+                      "database server's own settings. SQLite's write lock is bounded by "
+                      "[database] sqlite_busy_timeout."),
     cfg.IntOpt("max_patch_operations", default=1000, min=1,
                help="Most ARQs one PATCH may bind or unbind; more get 400."),
     cfg.IntOpt("max_arqs_per_delete", default=1000, min=1,
@@ -607,6 +616,11 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     edge.register_opts(conf)
 
 
+# Seconds acceld waits for one answer of Keystone by default: [oslo_limit] timeout, and
+# [keystone_authtoken] http_connect_timeout (acceld.api.auth).
+KEYSTONE_TIMEOUT = 10
+
+
 def _register_limit_opts(conf: cfg.ConfigOpts) -> None:
     """``[oslo_limit]``: how to reach Keystone's unified limits ([quota] driver =
     unified_limits). oslo.limit reads them from oslo.config's global CONF, which is the
@@ -614,6 +628,9 @@ def _register_limit_opts(conf: cfg.ConfigOpts) -> None:
     from oslo_limit import opts as limit_opts
 
     limit_opts.register_opts(conf)
+    # keystoneauth waits for ever by default: a Keystone that accepts and never answers
+    # would hold the create's thread (outside the serving slot) without end.
+    limit_opts.CONF.set_default("timeout", KEYSTONE_TIMEOUT, group="oslo_limit")
 
 
 def _register_policy_opts(conf: cfg.ConfigOpts) -> None:
