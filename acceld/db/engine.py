@@ -68,7 +68,7 @@ class Database:
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
         """A read-only unit of work (one consistent snapshot)."""
-        with self._connect() as conn:
+        with self.connect() as conn:
             with conn.begin():
                 yield conn
 
@@ -80,7 +80,7 @@ class Database:
         key enforcement off, so a table rebuild's DROP TABLE does not cascade into the rows
         that refer to it. SQLite ignores the PRAGMA inside a transaction, so it is set before
         BEGIN and back after the end; a connection it cannot be set back on is discarded."""
-        with self._connect() as conn:
+        with self.connect() as conn:
             off = not foreign_keys and self.is_sqlite
             if off:
                 _sqlite_foreign_keys(conn, False)
@@ -97,8 +97,9 @@ class Database:
                         conn.invalidate()  # never back in the pool with foreign keys off
                         raise
 
-    def _connect(self) -> Connection:
-        """A pooled connection; connecting may wait on the server (acceld.serving_slot)."""
+    def connect(self) -> Connection:
+        """A pooled connection, outside any transaction: taking it may wait on the server
+        (a new connection), so it runs as a blocking call (acceld.serving_slot)."""
         with serving_slot.blocking():
             return self.engine.connect()
 
@@ -194,10 +195,10 @@ def _sqlite_foreign_keys(conn: Connection, on: bool) -> None:
 
 def _statements_may_block(engine: Engine) -> None:
     """Every statement runs as a :func:`serving_slot.blocking` call (and so does taking a
-    connection from the pool, in :meth:`Database.read` and :meth:`Database.write`): in an API worker's serving slot, one that waits (a lock another transaction
-    holds, a migration's, the server's network) loses the slot after
-    ``serving_slot.HAND_OFF_AFTER`` and the worker serves others meanwhile; one that
-    returns at once costs two uncontended lock round trips."""
+    connection from the pool, in :meth:`Database.connect`): in an API worker's serving
+    slot, one that waits (a lock another transaction holds, a migration's, the server's
+    network) loses the slot after ``serving_slot.HAND_OFF_AFTER`` and the worker serves
+    others meanwhile; one that returns at once costs two uncontended lock round trips."""
     dialect = engine.dialect
 
     @event.listens_for(engine, "do_execute")
