@@ -42,8 +42,10 @@ api_opts = [
                help="Threads per API worker. One at a time runs the application (the "
                     "serving slot: threads sharing one GIL and serving together cost more "
                     "CPU per request than one alone); a thread that waits for the "
-                    "conductor, Placement or a client reading a large answer steps out and "
-                    "the next takes over, so this many such waits can run at once. Idle and "
+                    "conductor, Placement, Keystone, a database lock or a client reading a "
+                    "large answer leaves the slot and the next takes over, so this many "
+                    "such waits can run at once: give more than one worker may wait on at "
+                    "once (docs/security.md, \"Slow clients\"). Idle and "
                     "kept-alive connections, and requests whose head or body is still "
                     "arriving, wait in the worker's epoll, not in a thread."),
     cfg.FloatOpt("client_header_timeout", default=10.0, min=0.1,
