@@ -43,7 +43,7 @@ class DatabaseHealthcheck(HealthcheckBaseExtension):
 
     def healthcheck(self, server_port: int) -> HealthcheckResult:
         try:
-            with self.database.engine.connect() as conn:
+            with self.database.connect() as conn:
                 conn.execute(text("SELECT 1"))
         except Exception as exc:  # noqa: BLE001 - any failure is "unavailable"
             return HealthcheckResult(available=False, reason="database unavailable",

@@ -4,25 +4,31 @@ The limit comes from ``[quota] driver``:
 
 * ``local``: ``[quota] arqs_per_project`` (-1: unlimited).
 * ``unified_limits``: Keystone's unified limits through oslo.limit (resource
-  :data:`RESOURCE` of the service ``[oslo_limit]`` names): an ``oslo_limit.limit.Enforcer``
-  whose usage callback counts the project's ARQs in SQL. A project limit wins over the
-  registered default; no registered limit at all means 0, as oslo.limit decides.
+  :data:`RESOURCE` of the service ``[oslo_limit]`` names): a project limit wins over the
+  registered default; no registered limit at all means 0, and -1 unlimited, as oslo.limit
+  decides (``Enforcer.get_project_limits``).
 
-The count and the insert run in one transaction holding a lock named after the project
+The limit is read first, before any transaction: Keystone's with the worker's serving
+slot given up meanwhile (acceld.serving.serving_slot), so neither a write transaction (on SQLite,
+the database's one write lock) nor the worker waits on Keystone. Then the count and the
+insert run in one transaction holding a lock named after the project
 (acceld.db.project_lock), so two creates for one project cannot both pass on the same
-count. Over the limit is a 403 that names the limit, the project's usage and the request.
+count. A limit changed in Keystone between the read and the commit applies from the next
+create on. Over the limit is a 403 that names the limit, the project's usage and the
+request.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import threading
-from typing import Any, Collection, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Iterator
 
 from sqlalchemy import Connection
 
+from acceld.serving import serving_slot
 from acceld.api import errors
 from acceld.db import accelerator_requests as db
 from acceld.db import project_lock
@@ -30,66 +36,89 @@ from acceld.db import project_lock
 LOG = logging.getLogger(__name__)
 RESOURCE = "accelerator_requests"
 
-# The create's transaction, for the Enforcer's usage callback (which gets only the project).
-_CONN: contextvars.ContextVar[Connection] = contextvars.ContextVar("acceld_arq_limit_conn")
 _enforcer: Any = None
 _enforcer_lock = threading.Lock()
 
 
-def _settings(conf) -> tuple[bool, int]:  # type: ignore[no-untyped-def]
-    """(unified limits?, the local limit); read once per call: option lookups are not free."""
+@dataclass(frozen=True)
+class Limit:
+    """A project's ARQ limit (negative: unlimited) and where it comes from, for messages."""
+
+    value: int
+    source: str
+
+
+def project_limit(conf, project_id: str | None) -> Limit:  # type: ignore[no-untyped-def]
+    """The project's limit, read now; call before any transaction (503 when Keystone
+    cannot say)."""
     quota = conf.quota
-    return quota.driver == "unified_limits", quota.arqs_per_project
+    if quota.driver != "unified_limits":
+        return Limit(quota.arqs_per_project, "[quota] arqs_per_project")
+    return Limit(_keystone_limit(project_id), f"Keystone unified limit on {RESOURCE}")
+
+
+@dataclass
+class Quota:
+    """The create's write transaction (``conn``) and the limit read before it began."""
+
+    conn: Connection
+    limit: Limit
+    project_id: str | None
+
+    def check(self, delta: int) -> None:
+        """403 unless the project may hold ``delta`` more ARQs (counted in ``conn``)."""
+        reason = _refusal(self.limit, self.conn, self.project_id, delta)
+        if reason is not None:
+            raise errors.Forbidden(reason)
 
 
 @contextlib.contextmanager
-def write(api, project_id: str | None) -> Iterator[Connection]:  # type: ignore[no-untyped-def]
-    """The create's write transaction; under the project's lock when a limit applies."""
-    unified, local_limit = _settings(api.conf)
-    if not unified and local_limit < 0:
+def write(api, project_id: str | None) -> Iterator[Quota]:  # type: ignore[no-untyped-def]
+    """The project's limit, then the create's write transaction: under the project's
+    lock when a limit applies."""
+    limit = project_limit(api.conf, project_id)
+    if limit.value < 0:
         with api.db.write() as conn:
-            yield conn
+            yield Quota(conn, limit, project_id)
         return
     try:
         with project_lock.write(api.db, project_id or "") as conn:
-            yield conn
+            yield Quota(conn, limit, project_id)
     except project_lock.LockTimeout:
         raise errors.ServiceUnavailable(
             f"Other requests of project {project_id} are creating accelerator requests; "
             "retry.") from None
 
 
-def check(api, conn: Connection, project_id: str | None, delta: int) -> None:  # type: ignore[no-untyped-def]
-    """403 unless ``project_id`` may hold ``delta`` more ARQs; call inside :func:`write`."""
-    _check(api.conf, conn, project_id, delta)
+def refuser(conf, project_id: str) -> Callable[[Connection, int], str | None]:  # type: ignore[no-untyped-def]
+    """For explain, which asks without creating: a function telling why ``project_id``
+    could not create so many more ARQs now (the create's own check, in its words), or
+    None when it could. The limit is read here, before explain's transaction."""
+    try:
+        limit = project_limit(conf, project_id)
+    except errors.ServiceUnavailable as exc:
+        message = exc.message
+        return lambda _conn, _delta: message
+    return lambda conn, delta: _refusal(limit, conn, project_id, delta)
 
 
-def _check(conf, conn: Connection, project_id: str | None, delta: int) -> None:  # type: ignore[no-untyped-def]
-    if delta <= 0:
-        return
-    unified, local_limit = _settings(conf)
-    if unified:
-        _check_unified(conn, project_id, delta)
-        return
-    if local_limit < 0:
-        return
+def _refusal(limit: Limit, conn: Connection, project_id: str | None,
+             delta: int) -> str | None:
+    if delta <= 0 or limit.value < 0:
+        return None
     usage = db.count_for_project(conn, project_id)
-    if usage + delta > local_limit:
-        raise _over(project_id, local_limit, usage, delta, "[quota] arqs_per_project")
-
-
-def _over(project_id: str | None, limit: int, usage: int, delta: int,
-          source: str) -> errors.Forbidden:
-    return errors.Forbidden(
-        f"Quota exceeded for {RESOURCE}: project {project_id} may hold {limit} ({source}), "
-        f"holds {usage} and asked for {delta} more.")
+    if usage + delta <= limit.value:
+        return None
+    return (f"Quota exceeded for {RESOURCE}: project {project_id} may hold {limit.value} "
+            f"({limit.source}), holds {usage} and asked for {delta} more.")
 
 
 # ---------------------------------------------------------------------------- unified limits
 
-def _usage(project_id: str | None, resource_names: Collection[str]) -> dict[str, int]:
-    """oslo.limit's usage callback: the project's ARQs, counted in the create's transaction."""
-    return {name: db.count_for_project(_CONN.get(), project_id) for name in resource_names}
+def _no_usage(project_id: str | None, resource_names: Collection[str]) -> dict[str, int]:
+    """oslo.limit's usage callback, never called: acceld asks only for limits and counts
+    the usage itself, inside its create's transaction."""
+    raise AssertionError("acceld reads limits only; it counts usage in the create")
 
 
 def _get_enforcer():  # type: ignore[no-untyped-def]
@@ -101,38 +130,24 @@ def _get_enforcer():  # type: ignore[no-untyped-def]
         if _enforcer is None:
             from oslo_limit import limit
 
-            _enforcer = limit.Enforcer(_usage, cache=False)
+            _enforcer = limit.Enforcer(_no_usage, cache=False)
         return _enforcer
 
 
-def _check_unified(conn: Connection, project_id: str | None, delta: int) -> None:
+def _keystone_limit(project_id: str | None) -> int:
+    """The project's limit from Keystone, outside the serving slot (a wait on Keystone)."""
     from keystoneauth1 import exceptions as ksa_exceptions
     from openstack import exceptions as sdk_exceptions
     from oslo_limit import exception as limit_exceptions
 
-    token = _CONN.set(conn)
     try:
-        _get_enforcer().enforce(project_id, {RESOURCE: delta})
-    except limit_exceptions.ProjectOverLimit as exc:
-        info = next(i for i in exc.over_limit_info_list if i.resource_name == RESOURCE)
-        raise _over(project_id, info.limit, info.current_usage, info.delta,
-                    f"Keystone unified limit on {RESOURCE}") from None
+        with serving_slot.stepped_out():
+            limits = dict(_get_enforcer().get_project_limits(project_id, [RESOURCE]))
     except (limit_exceptions.SessionInitError, ksa_exceptions.ClientException,
             sdk_exceptions.SDKException, ValueError) as exc:
-        LOG.error("Could not check the %s limit of project %s with Keystone: %s", RESOURCE,
+        LOG.error("Could not read the %s limit of project %s from Keystone: %s", RESOURCE,
                   project_id, exc)
         raise errors.ServiceUnavailable(
             f"The {RESOURCE} limit of project {project_id} could not be read from Keystone; "
             "retry later.") from None
-    finally:
-        _CONN.reset(token)
-
-
-def refusal(conf, conn: Connection, project_id: str, delta: int) -> str | None:  # type: ignore[no-untyped-def]
-    """Why ``project_id`` could not create ``delta`` more ARQs now (the create's own check,
-    in its words), or None when it could: for explain, which asks without creating."""
-    try:
-        _check(conf, conn, project_id, delta)
-    except (errors.Forbidden, errors.ServiceUnavailable) as exc:
-        return exc.message
-    return None
+    return int(limits[RESOURCE])

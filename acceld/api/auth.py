@@ -11,6 +11,14 @@ without a token during discovery, so those paths go around auth_token. So do
 the dashboard's static files (acceld.dashboard): they hold no data, and the page
 reads the API with the token its user gives it.
 
+A token check waits on Keystone (and on memcached, with ``memcached_servers``), which the
+worker does not control: every HTTP call auth_token's session makes runs stepped out of
+the worker's serving slot, and the whole check runs as a blocking call, which loses the
+slot if it takes longer than ``serving_slot.HAND_OFF_AFTER`` (acceld.serving.serving_slot): a
+hung Keystone holds the request's thread, not the worker. ``http_connect_timeout``
+defaults to ``acceld.conf._keystoneauth.KEYSTONE_TIMEOUT`` seconds here (upstream: none, so a Keystone that
+accepts and never answers held the thread for ever).
+
 This module is imported only when Keystone is on: keystonemiddleware and its
 dependencies cost each API worker several megabytes.
 """
@@ -21,6 +29,8 @@ from typing import Any, Callable, Iterable
 
 from oslo_config import cfg
 
+from acceld.conf._keystoneauth import KEYSTONE_TIMEOUT
+from acceld.serving import serving_slot
 from acceld.api import errors, middleware
 from acceld.dashboard import is_dashboard_path
 
@@ -49,6 +59,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     for group, opts in auth_token.list_opts():
         conf.register_opts(opts, group=group)
     conf.set_default("service_token_roles_required", True, group=GROUP)
+    conf.set_default("http_connect_timeout", KEYSTONE_TIMEOUT, group=GROUP)
 
 
 class _RequireIdentity:
@@ -88,11 +99,32 @@ class _PublicVersions:
         return self.protected(environ, start_response)
 
 
-def keystone_pipeline(app: WSGIApp, conf: cfg.ConfigOpts) -> WSGIApp:
-    """``app`` behind auth_token, configured from ``[keystone_authtoken]`` in ``conf``."""
+def _auth_token_class() -> type:
+    """auth_token's middleware, its waits for Keystone out of the serving slot."""
     from keystonemiddleware import auth_token
 
+    class AuthToken(auth_token.AuthProtocol):
+        def _create_session(self, **kwargs):  # type: ignore[no-untyped-def]
+            session = super()._create_session(**kwargs)
+            send = session.request
+
+            def request(*args, **kw):  # type: ignore[no-untyped-def]
+                with serving_slot.stepped_out():  # an HTTP call to Keystone: always a wait
+                    return send(*args, **kw)
+
+            session.request = request
+            return session
+
+        def process_request(self, request):  # type: ignore[no-untyped-def]
+            with serving_slot.blocking():  # a cached token returns at once
+                return super().process_request(request)
+
+    return AuthToken
+
+
+def keystone_pipeline(app: WSGIApp, conf: cfg.ConfigOpts) -> WSGIApp:
+    """``app`` behind auth_token, configured from ``[keystone_authtoken]`` in ``conf``."""
     register_opts(conf)
     settings: dict[str, Any] = {"oslo_config_project": "acceld", "oslo_config_config": conf}
-    protected = auth_token.AuthProtocol(_RequireIdentity(app), settings)
+    protected = _auth_token_class()(_RequireIdentity(app), settings)
     return _PublicVersions(app, protected)

@@ -9,7 +9,9 @@ exception is a bug: it is logged with its traceback and answered with a bare
 which is an outage: 503 with ``Retry-After``, one WARNING when it starts and
 one when it ends, no traceback; and a transaction the database rolled back to
 break a deadlock or a Galera write conflict (acceld.db.retry) that was not run
-again: 503 with ``Retry-After: 1`` and a WARNING, nothing of it was kept.
+again: 503 with ``Retry-After: 1`` and a WARNING, nothing of it was kept; and a statement
+that waited ``[api] database_lock_timeout`` for a lock another transaction held
+(acceld.db.lock_wait): 503 with ``Retry-After`` and a WARNING, nothing of it was kept.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import logging
 import falcon
 import orjson
 
+from acceld.db import lock_wait
 from acceld.db import outage as db_outage
 from acceld.db.retry import is_deadlock
 from acceld.outages import RETRY_AFTER_SECONDS
@@ -146,6 +149,14 @@ def handle_unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception,
                     req.path, getattr(ex, "orig", ex))
         _respond(resp, 503, "The request conflicted with a concurrent one and was rolled "
                             "back; try again.", {"Retry-After": "1"})
+        return
+    if lock_wait.is_lock_timeout(ex):
+        LOG.warning("%s %s: a database lock another transaction holds did not come free in "
+                    "time ([api] database_lock_timeout); answered 503, rolled back: %s",
+                    req.method, req.path, getattr(ex, "orig", ex))
+        _respond(resp, 503, "The database is busy: a lock held by another transaction (a "
+                            "migration, a long write) did not come free in time; nothing was "
+                            "changed, try again.", {"Retry-After": str(RETRY_AFTER_SECONDS)})
         return
     LOG.exception("Unexpected error in %s %s", req.method, req.path)
     _respond(resp, 500, "An unexpected error prevented the server from fulfilling the request.")

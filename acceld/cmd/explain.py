@@ -37,7 +37,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             db, placement.from_conf(conf), args.profile, args.host,
             reserve_down_agents=conf.conductor.reserve_devices_of_down_agents,
             project_id=args.project,
-            quota=lambda conn, arqs: arq_limits.refusal(conf, conn, args.project, arqs))
+            quota=None if args.project is None else arq_limits.refuser(conf, args.project))
     except explain.ProfileNotFound as exc:
         print(f"acceld explain: {exc}", file=sys.stderr)
         return UNKNOWN

@@ -9,6 +9,12 @@ import copy
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
+# Seconds acceld waits for one answer of Keystone by default: [oslo_limit] timeout
+# (acceld.conf.quota) and [keystone_authtoken] http_connect_timeout (acceld.api.auth).
+# keystoneauth and keystonemiddleware wait for ever by default: a Keystone that accepts and
+# never answers would hold a request's thread (outside the serving slot) without end.
+KEYSTONE_TIMEOUT = 10
+
 # acceld's defaults for keystoneauth's retry options where keystoneauth's (none) do not
 # fit: Nova's events (also on a 502/504 from a proxy in front of it) and the agent's image
 # downloads are retried a few times (delays 0.5, 1, 2 s); Placement keeps none, as its

@@ -16,8 +16,10 @@ api_opts = [
                help="Threads per API worker. One at a time runs the application (the "
                     "serving slot: threads sharing one GIL and serving together cost more "
                     "CPU per request than one alone); a thread that waits for the "
-                    "conductor, Placement or a client reading a large answer steps out and "
-                    "the next takes over, so this many such waits can run at once. Idle and "
+                    "conductor, Placement, Keystone, a database lock or a client reading a "
+                    "large answer leaves the slot and the next takes over, so this many "
+                    "such waits can run at once: give more than one worker may wait on at "
+                    "once (docs/security.md, \"Slow clients\"). Idle and "
                     "kept-alive connections, and requests whose head or body is still "
                     "arriving, wait in the worker's epoll, not in a thread."),
     cfg.FloatOpt("client_header_timeout", default=10.0, min=0.1,
@@ -39,6 +41,15 @@ api_opts = [
                       "upstream. A bind not resolved by then (a device being programmed, "
                       "a busy conductor) completes after the answer, as always. 0 answers "
                       "at once."),
+    cfg.FloatOpt("database_lock_timeout", default=10.0, min=0.0,
+                 help="Seconds one statement of an API request waits for a lock another "
+                      "transaction holds on PostgreSQL (lock_timeout) or MariaDB/MySQL "
+                      "(innodb_lock_wait_timeout and lock_wait_timeout, whole seconds): "
+                      "a migration run under live services, a long transaction elsewhere. "
+                      "Then the request is rolled back and answered 503 with Retry-After. "
+                      "The worker serves other requests meanwhile either way. 0: the "
+                      "database server's own settings. SQLite's write lock is bounded by "
+                      "[database] sqlite_busy_timeout."),
     cfg.IntOpt("max_patch_operations", default=1000, min=1,
                help="Most ARQs one PATCH may bind or unbind; more get 400."),
     cfg.IntOpt("max_arqs_per_delete", default=1000, min=1,

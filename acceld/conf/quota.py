@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from acceld.conf._keystoneauth import KEYSTONE_TIMEOUT
+
 quota_group = cfg.OptGroup("quota", title="ARQ quotas")
 
 quota_opts = [
@@ -28,6 +30,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 
     conf.register_opts(quota_opts, group=quota_group.name)
     limit_opts.register_opts(conf)
+    limit_opts.CONF.set_default("timeout", KEYSTONE_TIMEOUT, group="oslo_limit")
 
 
 def list_opts() -> dict[cfg.OptGroup, list[cfg.Opt]]:

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from acceld.db import outage
+from acceld.db import lock_wait, outage
 from acceld.serving import serving_slot
 
 _WRITE = "acceld_write"
@@ -30,7 +30,8 @@ class Database:
 
     def __init__(self, url: str, *, sqlite_busy_timeout_ms: int = 30000,
                  sqlite_cache_kib: int | None = None,
-                 pool_size: int = 5, max_overflow: int = 10, echo: bool = False) -> None:
+                 pool_size: int = 5, max_overflow: int = 10, echo: bool = False,
+                 lock_timeout: float = 0.0) -> None:
         self.url = make_url(url)
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
         if self.is_sqlite:
@@ -40,13 +41,15 @@ class Database:
             _setup_sqlite(self.engine, sqlite_busy_timeout_ms, sqlite_cache_kib)
         else:
             kwargs = {"pool_size": pool_size, "max_overflow": max_overflow,
-                      "pool_recycle": 3600}
+                      "pool_recycle": 3600, "connect_args": lock_wait.connect_args(
+                          self.url.get_backend_name(), lock_timeout)}
             if self.url.get_backend_name() == "mysql":
                 # Each statement sees the latest committed rows, as on PostgreSQL.
                 kwargs["isolation_level"] = "READ COMMITTED"
                 self.url = self.url.update_query_dict({"charset": "utf8mb4"})
             self.engine = _create_engine(self.url, echo=echo, **kwargs)
             _ping_idle_connections(self.engine)
+        _statements_may_block(self.engine)
         # Unreachable-database errors are outages (503, logged once), not bugs.
         self.outage = outage.watch(self.engine)
 
@@ -65,7 +68,7 @@ class Database:
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
         """A read-only unit of work (one consistent snapshot)."""
-        with self.engine.connect() as conn:
+        with self.connect() as conn:
             with conn.begin():
                 yield conn
 
@@ -77,7 +80,7 @@ class Database:
         key enforcement off, so a table rebuild's DROP TABLE does not cascade into the rows
         that refer to it. SQLite ignores the PRAGMA inside a transaction, so it is set before
         BEGIN and back after the end; a connection it cannot be set back on is discarded."""
-        with self.engine.connect() as conn:
+        with self.connect() as conn:
             off = not foreign_keys and self.is_sqlite
             if off:
                 _sqlite_foreign_keys(conn, False)
@@ -93,6 +96,12 @@ class Database:
                     except Exception:
                         conn.invalidate()  # never back in the pool with foreign keys off
                         raise
+
+    def connect(self) -> Connection:
+        """A pooled connection, outside any transaction: taking it may wait on the server
+        (a new connection), so it runs as a blocking call (acceld.serving.serving_slot)."""
+        with serving_slot.blocking():
+            return self.engine.connect()
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -184,6 +193,33 @@ def _sqlite_foreign_keys(conn: Connection, on: bool) -> None:
                            "(a transaction is open on the connection)")
 
 
+def _statements_may_block(engine: Engine) -> None:
+    """Every statement runs as a :func:`serving_slot.blocking` call (and so does taking a
+    connection from the pool, in :meth:`Database.connect`): in an API worker's serving
+    slot, one that waits (a lock another transaction holds, a migration's, the server's
+    network) loses the slot after ``serving_slot.HAND_OFF_AFTER`` and the worker serves
+    others meanwhile; one that returns at once costs two uncontended lock round trips."""
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "do_execute")
+    def _execute(cursor, statement, parameters, context) -> bool:  # type: ignore[no-untyped-def]
+        with serving_slot.blocking():
+            dialect.do_execute(cursor, statement, parameters, context)
+        return True
+
+    @event.listens_for(engine, "do_execute_no_params")
+    def _execute_no_params(cursor, statement, context) -> bool:  # type: ignore[no-untyped-def]
+        with serving_slot.blocking():
+            dialect.do_execute_no_params(cursor, statement, context)
+        return True
+
+    @event.listens_for(engine, "do_executemany")
+    def _executemany(cursor, statement, parameters, context) -> bool:  # type: ignore[no-untyped-def]
+        with serving_slot.blocking():
+            dialect.do_executemany(cursor, statement, parameters, context)
+        return True
+
+
 def _setup_sqlite(engine: Engine, busy_timeout_ms: int, cache_kib: int | None) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
@@ -238,12 +274,14 @@ API_SQLITE_CACHE_KIB = 512
 
 
 def from_config(conf, *,  # type: ignore[no-untyped-def]
-                sqlite_cache_kib: int | None = None) -> Database:
+                sqlite_cache_kib: int | None = None, lock_timeout: float = 0.0) -> Database:
     """The process's database, from the ``[database]`` options; ``sqlite_cache_kib``
-    bounds each SQLite connection's page cache (SQLite's default without it)."""
+    bounds each SQLite connection's page cache (SQLite's default without it), and
+    ``lock_timeout`` each statement's wait for a lock on the server databases
+    (acceld.db.lock_wait; 0: the server's own settings)."""
     from acceld.config import database_url
 
     return Database(database_url(conf), sqlite_busy_timeout_ms=conf.database.sqlite_busy_timeout,
                     sqlite_cache_kib=sqlite_cache_kib,
                     pool_size=conf.database.pool_size, max_overflow=conf.database.max_overflow,
-                    echo=conf.database.echo)
+                    echo=conf.database.echo, lock_timeout=lock_timeout)

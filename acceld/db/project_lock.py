@@ -73,7 +73,7 @@ def write(db: Database, key: str, *, wait_seconds: int = 30) -> Iterator[Connect
 @contextlib.contextmanager
 def _mysql_write(db: Database, key: str, wait_seconds: int) -> Iterator[Connection]:
     name = lock_name(key, db.engine.url.database or "")
-    with db.engine.connect() as conn:
+    with db.connect() as conn:
         got = conn.execute(text("SELECT GET_LOCK(:n, :t)"),
                            {"n": name, "t": wait_seconds}).scalar()
         conn.commit()  # end the implicit transaction the SELECT began

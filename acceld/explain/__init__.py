@@ -64,7 +64,7 @@ def explain(db: Database, client: pl.PlacementClient | None, ident: str,
     limit = None
     if project_id is not None and quota is not None:
         arqs = sum(g.amount for g in groups)
-        with db.read() as conn:  # its own transaction: a unified limit asks Keystone
+        with db.read() as conn:  # its own transaction (a unified limit was read before)
             limit = {"project_id": project_id, "arqs": arqs, "refusal": quota(conn, arqs)}
     views = pv.ask(client, groups, hostname)
     by_rp = {p.rp_uuid: p for p in fleet.providers}

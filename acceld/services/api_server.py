@@ -68,7 +68,8 @@ class _Gunicorn(BaseApplication):
         from acceld.db.engine import API_SQLITE_CACHE_KIB, from_config
 
         logs.setup(self.conf, "api", starting=False)  # the master warned at start
-        db = from_config(self.conf, sqlite_cache_kib=API_SQLITE_CACHE_KIB)
+        db = from_config(self.conf, sqlite_cache_kib=API_SQLITE_CACHE_KIB,
+                              lock_timeout=self.conf.api.database_lock_timeout)
         return wsgi_app(self.conf, db, client_from_config(self.conf))
 
     def reload(self) -> None:

@@ -63,7 +63,8 @@ class LazyApplication:
                 from acceld.clients.conductor import client_from_config
                 from acceld.db.engine import API_SQLITE_CACHE_KIB, from_config
 
-                db = from_config(self.conf, sqlite_cache_kib=API_SQLITE_CACHE_KIB)
+                db = from_config(self.conf, sqlite_cache_kib=API_SQLITE_CACHE_KIB,
+                              lock_timeout=self.conf.api.database_lock_timeout)
                 self._app = wsgi_app(self.conf, db, client_from_config(self.conf))
                 self._pid = os.getpid()
             return self._app

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from typing import Iterator
 
 import requests
 
+from tests.support import api_process
 from tests.support.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,17 +159,6 @@ def _start(directory: Path, port: int) -> subprocess.Popen:
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop gunicorn and its worker: the process group of the PID we started."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def _auth_body(user: str, scope: str | None) -> dict:
     body: dict = {"auth": {"identity": {"methods": ["password"], "password": {
         "user": {"name": user, "domain": {"id": "default"}, "password": PASSWORD}}}}}
@@ -253,7 +242,7 @@ def _build_template() -> None:
         token = _wait_ready(url, proc)
         _create_personas(url, token, "http://127.0.0.1:1/accelerator/v2")
     finally:
-        _stop(proc)
+        api_process.stop(proc)
     for name in ("keystone.log", "gunicorn.log", "keystone.conf", "keystone_wsgi.py"):
         (work / name).unlink(missing_ok=True)
     (work / "template.json").write_text(json.dumps({"port": port, "layout": LAYOUT}))
@@ -326,7 +315,7 @@ class Keystone:
                 f"service_token_roles_required = true\n")
 
     def stop(self) -> None:
-        _stop(self.proc)
+        api_process.stop(self.proc)
 
 
 @contextlib.contextmanager
@@ -338,8 +327,7 @@ def acceld_api(ks: Keystone, state: Path, extra_conf: str = "") -> Iterator[dict
     from acceld.db.engine import Database
 
     db_url = f"sqlite:///{state}/acceld.sqlite"
-    conf = state / "acceld.conf"
-    conf.write_text(
+    conf_text = (
         f"[DEFAULT]\nauth_strategy = keystone\nstate_path = {state}\ndebug = true\n"
         f"log_file = {state}/api.log\n"
         f"[database]\nconnection = {db_url}\n"
@@ -348,23 +336,10 @@ def acceld_api(ks: Keystone, state: Path, extra_conf: str = "") -> Iterator[dict
         + extra_conf + ks.authtoken_section())
     db = Database(db_url)
     migrate.upgrade(db)
-    acceld = Path(sys.executable).with_name("acceld")
-    with open(state / "stderr.log", "wb") as err:
-        proc = subprocess.Popen([str(acceld), "api", "--config-file", str(conf)],
-                                stdout=err, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{ks.api_port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (state / "stderr.log").read_text()[-3000:]
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(base + "/accelerator/v2", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "acceld api did not start"
-            time.sleep(0.1)
-        yield {"base": base, "db": db, "state": state}
+        with api_process.running(state, conf_text, ks.api_port) as base:
+            yield {"base": base, "db": db, "state": state}
     finally:
-        _stop(proc)
         db.dispose()
 
 
@@ -386,7 +361,7 @@ def start(directory: Path) -> Keystone:
     try:
         _wait_ready(url, proc)
     except BaseException:
-        _stop(proc)
+        api_process.stop(proc)
         raise
     return Keystone(url=url, api_port=api_port, directory=directory, proc=proc)
 

@@ -106,3 +106,65 @@ def test_a_closed_slot_lets_every_waiter_go_on():
     slot.close()
     assert went_on.wait(5)
     thread.join(5)
+
+
+def _poller(slot: serving_slot.Slot, got: threading.Event, done: threading.Event,
+            held: list[bool]) -> threading.Thread:
+    """A sleeping thread that wants the slot (as a loop thread does), holds it until
+    ``done``, then gives it back."""
+
+    def run() -> None:
+        slot.take()
+        held.append(serving_slot.holds_slot())
+        got.set()
+        assert done.wait(5)
+        slot.give()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_blocking_call_that_returns_at_once_keeps_the_slot():
+    slot = serving_slot.Slot(hand_off_after=5.0)
+    got, done, held = threading.Event(), threading.Event(), []
+    with slot.held():
+        other = _poller(slot, got, done, held)
+        with serving_slot.blocking():  # a statement that did not wait
+            pass
+        assert serving_slot.holds_slot() and not got.is_set()
+    assert got.wait(5)  # given at the end of the hold, not before
+    done.set()
+    other.join(5)
+    assert held == [True]
+
+
+def test_a_blocking_call_that_runs_long_loses_the_slot_and_takes_it_back():
+    slot = serving_slot.Slot(hand_off_after=0.05)
+    got, done, held = threading.Event(), threading.Event(), []
+    after: list[bool] = []
+    with slot.held():
+        other = _poller(slot, got, done, held)
+        with serving_slot.blocking():  # a statement waiting for a lock
+            assert got.wait(5), "the sleeping thread never took the slot over"
+            assert not serving_slot.holds_slot()  # it is the other thread's now
+            done.set()  # the other thread serves, then gives the slot back
+        after.append(serving_slot.holds_slot())  # taken back before going on
+    other.join(5)
+    assert held == [True] and after == [True]
+
+
+def test_stepping_out_inside_a_blocking_call_that_lost_the_slot_keeps_the_new_holders():
+    slot = serving_slot.Slot(hand_off_after=0.05)
+    got, done, held = threading.Event(), threading.Event(), []
+    with slot.held():
+        other = _poller(slot, got, done, held)
+        with serving_slot.blocking():  # a token check...
+            assert got.wait(5)
+            with serving_slot.stepped_out():  # ...that then calls Keystone
+                assert slot._held  # still the other thread's: stepping out did not free it
+                done.set()
+            assert serving_slot.holds_slot()
+    other.join(5)
+    assert held == [True]
+

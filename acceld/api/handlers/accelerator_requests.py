@@ -177,7 +177,8 @@ def create_arqs(req: falcon.Request, resp: falcon.Response) -> None:
     name = body["device_profile_name"].strip()
     limit = api.conf.api.max_arqs_per_create
     project_id = req.context.ctx.project_id
-    with arq_limits.write(api, project_id) as conn:
+    with arq_limits.write(api, project_id) as quota:
+        conn = quota.conn
         profile = profiles_db.get_by_name(conn, name) if name else None
         if profile is None:
             raise errors.NotFound(f"Device profile {name!r} could not be found.")
@@ -187,7 +188,7 @@ def create_arqs(req: falcon.Request, resp: falcon.Response) -> None:
                 f"Device profile {name} asks for {sum(counts)} accelerators; one request may "
                 f"create at most {limit} ARQs ([api] max_arqs_per_create).")
         group_ids = [g for g, count in enumerate(counts) for _ in range(count)]
-        arq_limits.check(api, conn, project_id, len(group_ids))  # 403: all or nothing
+        quota.check(len(group_ids))  # 403: all or nothing
         created = db.create_many(conn, profile_id=profile.id, group_ids=group_ids,
                                  project_id=project_id)
     to_wire = serializer(req)
@@ -234,11 +235,12 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
     consumer = str(uuidlib.UUID(shared)) if shared else None
     if consumer is not None:
         _check_consumer_elsewhere(api, consumer, project_id)
-    with arq_limits.write(api, project_id) as conn:
+    with arq_limits.write(api, project_id) as quota:
+        conn = quota.conn
         again = profiles_db.get_by_name(conn, name)
         if again is None or again.id != profile.id:
             raise errors.NotFound(f"Device profile {name!r} could not be found.")
-        arq_limits.check(api, conn, project_id, len(targets))  # 403: all or nothing
+        quota.check(len(targets))  # 403: all or nothing
         created = []
         # One consumer for all (the caller's), or each ARQ its own (its uuid).
         for group, host, rp_uuid in targets:

@@ -71,7 +71,7 @@ def explain_profile(req: falcon.Request, resp: falcon.Response, ident: str) -> N
         body = explain.explain(
             api.db, api.placement(), ident, hostname, member_of,
             api.conf.conductor.reserve_devices_of_down_agents, project_id,
-            lambda conn, arqs: arq_limits.refusal(api.conf, conn, project_id, arqs))
+            None if project_id is None else arq_limits.refuser(api.conf, project_id))
     except explain.ProfileNotFound as exc:
         raise errors.NotFound(str(exc)) from None
     wire.respond(resp, body)
