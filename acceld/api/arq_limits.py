@@ -8,9 +8,10 @@ The limit comes from ``[quota] driver``:
   whose usage callback counts the project's ARQs in SQL. A project limit wins over the
   registered default; no registered limit at all means 0, as oslo.limit decides.
 
-The count and the insert run in one transaction holding a lock named after the project
+The count and the insert run in one transaction that first writes the project's lock row
 (acceld.db.project_lock), so two creates for one project cannot both pass on the same
-count. Over the limit is a 403 that names the limit, the project's usage and the request.
+count, also with writers on two nodes of a Galera cluster (the loser is rolled back at
+commit and the create runs again from its start: acceld.db.retry). Over the limit is a 403 that names the limit, the project's usage and the request.
 """
 
 from __future__ import annotations
@@ -50,13 +51,8 @@ def write(api, project_id: str | None) -> Iterator[Connection]:  # type: ignore[
         with api.db.write() as conn:
             yield conn
         return
-    try:
-        with project_lock.write(api.db, project_id or "") as conn:
-            yield conn
-    except project_lock.LockTimeout:
-        raise errors.ServiceUnavailable(
-            f"Other requests of project {project_id} are creating accelerator requests; "
-            "retry.") from None
+    with project_lock.write(api.db, project_id or "") as conn:
+        yield conn
 
 
 def check(api, conn: Connection, project_id: str | None, delta: int) -> None:  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ both finish. The API answers such a failure 503 with Retry-After, not a 500.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable
 
@@ -17,7 +18,7 @@ import pytest
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from acceld.db import device_profiles
+from acceld.db import device_profiles, retry
 from acceld.db.models import leases
 from acceld.db.retry import is_deadlock, retry_on_deadlock
 from tests.helpers import ADMIN
@@ -97,7 +98,7 @@ def test_a_deadlock_victim_is_run_again_and_both_writes_land(db):
     assert set(owners.values()) <= {"a", "b"}
 
 
-def test_retries_are_bounded(caplog):
+def test_retries_are_bounded(caplog, monkeypatch):
     calls = []
 
     @retry_on_deadlock
@@ -105,10 +106,16 @@ def test_retries_are_bounded(caplog):
         calls.append(1)
         raise wrapped(pymysql.err.OperationalError(1213, GALERA))
 
-    with pytest.raises(OperationalError):
+    monkeypatch.setattr(retry, "_MAX_DELAY", 0.02)  # the bound, not the wait, is tested
+    with caplog.at_level(logging.INFO, logger="acceld.db.retry"), \
+            pytest.raises(OperationalError):
         always()
-    assert len(calls) == 5
-    assert any("after 5 attempts" in r.getMessage() for r in caplog.records)
+    assert len(calls) == retry.ATTEMPTS == 8
+    # One line per retry (INFO), one WARNING when they run out; never a traceback or ERROR.
+    levels = [r.levelname for r in caplog.records if r.name == "acceld.db.retry"]
+    assert levels == ["INFO"] * 7 + ["WARNING"]
+    assert any("after 8 attempts" in r.getMessage() for r in caplog.records)
+    assert not any(r.exc_info for r in caplog.records)
 
 
 def test_the_api_answers_a_deadlock_503_with_retry_after(client, monkeypatch, caplog):

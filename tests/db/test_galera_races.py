@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -22,7 +23,7 @@ from acceld.api import arq_limits
 from acceld.api.app import build_app
 from acceld.db import migrate
 from acceld.db.engine import Database
-from acceld.db.models import accelerator_requests
+from acceld.db.models import accelerator_requests, device_profiles
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, member
 from tests.support.interleave import DEADLINE
@@ -52,7 +53,17 @@ def _clients(tmp_path, dbs, cap: int) -> list[testing.TestClient]:
     made = clients[0].simulate_post(DP_URL, headers=ADMIN, json=[
         {"name": "one", "groups": [{"resources:FPGA": "1"}]}])
     assert made.status_code == 201, made.text
+    # Galera applies another node's commit asynchronously: wait until node 2 has it.
+    deadline = time.monotonic() + DEADLINE
+    while not _visible(dbs[1], device_profiles):
+        assert time.monotonic() < deadline, "the profile never reached node 2"
+        time.sleep(0.05)
     return clients
+
+
+def _visible(db, table) -> bool:  # type: ignore[no-untyped-def]
+    with db.read() as conn:
+        return conn.execute(select(func.count()).select_from(table)).scalar_one() > 0
 
 
 def _count(db, project: str) -> int:  # type: ignore[no-untyped-def]
