@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
+import time
 from typing import Any, Callable
 
 import psycopg.errors
@@ -152,3 +154,61 @@ def test_a_bind_rolled_back_by_a_conflict_is_run_again_and_answers_202(tmp_path,
     assert node.arq(arq)["state"] == "BindStarted"
     with sqlite_db.read() as conn:
         assert len(conn.execute(select(bind_jobs.c.id)).all()) == 1  # one job, not two
+
+
+def test_a_bind_that_loses_a_write_conflict_is_retried_whole_without_an_error(
+        conf, db, caplog, monkeypatch):
+    """The claim of bind jobs and a bind's own transaction each lose one certification
+    (error 1213, as on Galera with a second writer): the claim runs again, the bind's
+    transaction is rolled back whole and the job tried again; one WARNING/INFO line each,
+    no ERROR, no traceback; the ARQ ends Bound."""
+    from falcon import testing
+
+    from acceld.api.app import build_app
+    from acceld.conductor.binding import target as bind_target
+    from acceld.conductor.binding.worker import BindWorker
+    from acceld.db import bind_jobs
+    from tests.helpers import SERVICE
+    from tests.support import inventory
+
+    fpga = inventory.add_fpga(db, hostname="h1", handles=1)
+    client = testing.TestClient(build_app(conf, db))
+    assert client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
+        {"name": "one", "groups": [{"resources:FPGA": "1"}]}]).status_code == 201
+    [arq] = client.simulate_post("/accelerator/v2/accelerator_requests", headers=SERVICE,
+                                 json={"device_profile_name": "one"}).json["arqs"]
+    assert client.simulate_patch("/accelerator/v2/accelerator_requests", headers=SERVICE,
+                                 json={arq["uuid"]: [
+        {"op": "add", "path": "/hostname", "value": "h1"},
+        {"op": "add", "path": "/device_rp_uuid", "value": fpga["deployable"]["rp_uuid"]},
+        {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]}).status_code == 202
+    lost = {"claim": 1, "take": 1}
+
+    def losing(name: str, real):  # type: ignore[no-untyped-def]
+        def run(*args, **kwargs):  # type: ignore[no-untyped-def]
+            result = real(*args, **kwargs)  # the writes are made, then the commit fails
+            if lost[name]:
+                lost[name] -= 1
+                raise wrapped(pymysql.err.OperationalError(1213, GALERA))
+            return result
+        return run
+
+    monkeypatch.setattr(bind_target, "take_handle", losing("take", bind_target.take_handle))
+    monkeypatch.setattr(bind_jobs, "_claim_statements",
+                        losing("claim", bind_jobs._claim_statements))
+    monkeypatch.setattr(retry, "_FIRST_DELAY", 0.001)
+    worker = BindWorker(conf, db, batch=1)
+    with caplog.at_level(logging.INFO):
+        for _ in range(20):
+            worker.run_once()
+            state = client.simulate_get(f"/accelerator/v2/accelerator_requests/{arq['uuid']}",
+                                        headers=SERVICE).json["state"]
+            if state == "Bound":
+                break
+            time.sleep(0.1)  # the job's short retry delay
+    assert state == "Bound"
+    assert lost == {"claim": 0, "take": 0}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not any(r.exc_info for r in caplog.records)
+    assert any("write conflict" in r.getMessage() and r.levelno in (logging.INFO,
+               logging.WARNING) for r in caplog.records)
