@@ -129,3 +129,92 @@ def test_quota_race_on_two_nodes_is_exact(tmp_path, two_writers, cap, creates, c
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
     assert not any(r.exc_info for r in caplog.records if r.name.startswith("acceld"))
+
+
+def test_binds_for_the_last_handles_on_two_nodes_stay_exact(tmp_path, two_writers, caplog):
+    """60 binds for 16 handles, bind workers on node 1 and node 2 (6 each, one job at a
+    time): exactly 16 Bound, each on its own handle, 44 BindFailed, nothing left behind;
+    the losers of certification are retried and logged without an ERROR or a traceback."""
+    from acceld.conductor.binding.worker import BindWorker
+    from tests.db import test_bind_races as races
+
+    first_db, second_db = two_writers
+    conf = make_conf(str(tmp_path))
+    races._start_binds(conf, first_db)
+    _wait_for(second_db, accelerator_requests, races.BINDS)
+    failures: list[BaseException] = []
+
+    def work(db) -> None:  # type: ignore[no-untyped-def]
+        worker = BindWorker(conf, db, batch=1)
+        try:
+            for _ in range(400):
+                if not worker.run_once() and not worker_due(db):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    with caplog.at_level(logging.INFO):
+        threads = [threading.Thread(target=work, args=(db,))
+                   for db in (first_db, second_db) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+    assert failures == []
+    galera_sync(first_db)
+    races._check_totals(first_db)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
+    assert not any(r.exc_info for r in caplog.records if r.name.startswith("acceld"))
+
+
+def worker_due(db) -> bool:  # type: ignore[no-untyped-def]
+    """Whether bind jobs remain (a job lost to a conflict is due again shortly)."""
+    from acceld.db.models import bind_jobs
+
+    with db.read() as conn:
+        return conn.execute(select(func.count()).select_from(bind_jobs)).scalar_one() > 0
+
+
+def galera_sync(db) -> None:  # type: ignore[no-untyped-def]
+    """Make ``db``'s next reads wait for every commit the cluster has ordered."""
+    with db.engine.connect() as conn:
+        conn.exec_driver_sql("SET SESSION wsrep_sync_wait = 1")
+        conn.exec_driver_sql("SELECT 1")
+        conn.exec_driver_sql("SET SESSION wsrep_sync_wait = 0")
+
+
+def _wait_for(db, table, rows: int) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        with db.read() as conn:
+            if conn.execute(select(func.count()).select_from(table)).scalar_one() >= rows:
+                return
+        assert time.monotonic() < deadline, f"{table.name} never reached node 2"
+        time.sleep(0.05)
+
+
+def test_haproxy_takes_a_node_that_is_not_synced_out(galera_cluster):
+    """The kolla-style HAProxy: node 1 takes the connections; desynced (wsrep_local_state
+    2, as a donor is) its check fails and the first backup takes them; synced again, node 1
+    is back."""
+    node1 = galera_cluster.nodes[0]
+    assert galera_cluster.active_server() == "node1"
+    conn = node1.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL wsrep_desync = ON")
+        _until(lambda: galera_cluster.server_states().get("node1", "").startswith("DOWN"))
+        assert galera_cluster.active_server() == "node2"
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL wsrep_desync = OFF")
+        conn.close()
+    _until(lambda: galera_cluster.active_server() == "node1")
+
+
+def _until(condition) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, "HAProxy never changed its server"
+        time.sleep(0.1)
