@@ -212,3 +212,26 @@ def test_a_bind_that_loses_a_write_conflict_is_retried_whole_without_an_error(
     assert not any(r.exc_info for r in caplog.records)
     assert any("write conflict" in r.getMessage() and r.levelno in (logging.INFO,
                logging.WARNING) for r in caplog.records)
+
+
+def test_a_reconcile_that_loses_a_write_conflict_is_run_again_whole(db, monkeypatch, caplog):
+    """A node's report whose transaction loses a certification (1213) is applied again
+    from its start (the diff read afresh), not raised to the agent's hello."""
+    from acceld.conductor import reconcile
+    from acceld.db import inventory
+
+    real, calls = inventory.reconcile_node, []
+
+    def losing_once(*args, **kwargs):  # type: ignore[no-untyped-def]
+        changes = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            raise wrapped(pymysql.err.OperationalError(1213, GALERA))
+        return changes
+
+    monkeypatch.setattr(inventory, "reconcile_node", losing_once)
+    with caplog.at_level(logging.INFO):
+        outcome = reconcile.apply_report(db, "node-1", {"hardware": [], "digest": "0" * 64})
+    assert calls == [1, 1]
+    assert outcome.problems == []
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
