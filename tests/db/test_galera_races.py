@@ -218,3 +218,68 @@ def _until(condition) -> None:  # type: ignore[no-untyped-def]
     while not condition():
         assert time.monotonic() < deadline, "HAProxy never changed its server"
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("first", ["claim", "nova"])
+def test_last_handle_claim_against_nova_bind_on_two_nodes(tmp_path, two_writers, monkeypatch,
+                                                          caplog, first):
+    """The last handle, a standalone claim's bind and a Nova bind, bound on different nodes.
+    Forced: the first side's bind (node 1) has taken the handle and waits before its
+    commit; the second's (node 2) is not held back (row locks are per node) and commits.
+    The first's commit then loses certification: rolled back whole, one WARNING, tried
+    again, BindFailed saying why. Nobody was told of the lost attempt: Nova hears of its
+    own ARQ's outcome only, once."""
+    from acceld.conductor.binding.worker import BindWorker
+    from acceld.db.models import attach_handles, claim_consumers
+    from tests.db import test_claim_races as claims
+    from tests.support.binds import RecordingNotifier
+
+    node1_db, node2_db = two_writers
+    conf = make_conf(str(tmp_path))
+    sides = claims.set_up(conf, node1_db)
+    galera_sync(node2_db)
+    second = "nova" if first == "claim" else "claim"
+    notifier = RecordingNotifier()
+    gate = claims.pause_after_taking_a_handle(monkeypatch, "first")
+    results: dict[str, object] = {}
+
+    def run(side: str, db) -> bool:  # type: ignore[no-untyped-def]
+        worker = BindWorker(conf, db, notifier=notifier)
+        _, job = sides[side]
+        done = worker._bind(job, claims.TOKEN)
+        worker._notify([job.id], claims.TOKEN)
+        return done
+
+    with caplog.at_level(logging.INFO):
+        thread = threading.Thread(target=lambda: results.update(first=run(first, node1_db)),
+                                  name="first", daemon=True)
+        thread.start()
+        gate.wait_reached()
+        assert run(second, node2_db) is True  # not held back by node 1's row lock
+        assert notifier.sent == [] or second == "nova"
+        gate.open()
+        thread.join(DEADLINE)
+        assert results["first"] is False  # lost at commit: nothing of it kept
+        worker = BindWorker(conf, node1_db, notifier=notifier)
+        deadline = time.monotonic() + DEADLINE
+        while claims.outcome(node1_db, sides[first][0]).state == "BindStarted":
+            assert time.monotonic() < deadline, "the lost bind was never tried again"
+            worker.run_once()
+            time.sleep(0.05)
+    galera_sync(node1_db)
+    winner = claims.outcome(node1_db, sides[second][0])
+    loser = claims.outcome(node1_db, sides[first][0])
+    assert winner.state == "Bound" and winner.attach_handle_id is not None
+    assert loser.state == "BindFailed" and loser.attach_handle_id is None
+    assert loser.bind_failure_reason == (
+        f"no free attach handle on deployable {claims.HOST}_FakeDevice: all are in use")
+    with node1_db.read() as conn:
+        in_use = conn.scalar(select(func.count()).select_from(attach_handles).where(
+            attach_handles.c.in_use.is_(True)))
+        due = conn.scalar(select(claim_consumers.c.due))
+    assert in_use == 1
+    assert [(s.server_uuid, s.arq_uuid, s.status) for s in notifier.sent] == [
+        (sides["instance"], sides["nova"][0], "completed" if second == "nova" else "failed")]
+    assert due is (second == "nova")  # a losing claim's allocation is written again
+    assert any("lost a write conflict" in r.getMessage() for r in caplog.records)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
