@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -283,3 +284,28 @@ def test_last_handle_claim_against_nova_bind_on_two_nodes(tmp_path, two_writers,
     assert due is (second == "nova")  # a losing claim's allocation is written again
     assert any("lost a write conflict" in r.getMessage() for r in caplog.records)
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_reads_on_another_node_wait_for_its_commits_when_asked(galera_cluster, two_writers):
+    """The documented knob for a reader that must see another node's latest commit (a
+    release read right after the bind that freed it): ``init_command`` in the connection
+    URL sets ``wsrep_sync_wait`` on every connection of the engine; each of 20 rows
+    committed on node 1 is then read at once on node 2."""
+    from acceld.db.models import device_profiles
+
+    first_db, second_db = two_writers
+    url = second_db.engine.url.update_query_dict(
+        {"init_command": "SET SESSION wsrep_sync_wait = 1"})
+    waiting = Database(url.render_as_string(hide_password=False))
+    try:
+        with waiting.read() as conn:
+            assert conn.exec_driver_sql("SELECT @@wsrep_sync_wait").scalar() == 1
+        for i in range(20):
+            with first_db.write() as conn:
+                conn.execute(device_profiles.insert().values(
+                    name=f"p{i}", uuid=str(uuid.uuid4()), profile_json="[]"))
+            with waiting.read() as conn:
+                names = set(conn.execute(select(device_profiles.c.name)).scalars())
+            assert f"p{i}" in names
+    finally:
+        waiting.dispose()
