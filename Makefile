@@ -70,17 +70,18 @@ $(STAMP_NOVA):
 
 nova: $(STAMP_NOVA)
 
-# Debian's headless Chromium + chromedriver (the dashboard test) and promtool (the alert
-# rules' checks), installed once where this runs as root with apt-get; elsewhere those
+# Debian's headless Chromium + chromedriver (the dashboard test), promtool (the alert
+# rules' checks) and haproxy (in front of the Galera cluster of tests/support/galera.py,
+# with the machine's mariadb-server and galera-4), installed once where this runs as root with apt-get; elsewhere those
 # tests skip with the reason. Marked done even when it could not install (no retry each run).
 STAMP_TOOLS := $(VENV)/.acceld-test-tools
 $(STAMP_TOOLS): | $(BIN)/python
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		pkgs="chromium chromium-driver prometheus"; \
+		pkgs="chromium chromium-driver prometheus haproxy galera-4 rsync"; \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$pkgs \
 			>/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 			apt-get install -y --no-install-recommends $$pkgs >/dev/null; } \
-		|| echo "make: chromium/chromium-driver/prometheus not installed; their tests skip"; \
+		|| echo "make: chromium/chromium-driver/prometheus/haproxy/galera-4 not installed; their tests skip"; \
 	else echo "make: not root or no apt-get: the browser and promtool tests skip"; fi
 	touch $@
 

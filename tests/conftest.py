@@ -171,3 +171,17 @@ def pytest_report_header(config) -> list[str]:  # type: ignore[no-untyped-def]
         state = "on" if server_url(backend) else f"SKIPPED (set {var} to run on it)"
         lines.append(f"acceld database backend {backend}: {state}")
     return lines
+
+
+@pytest.fixture(scope="session")
+def galera_cluster():  # type: ignore[no-untyped-def]
+    """A three-node MariaDB Galera cluster with HAProxy in front (tests.support.galera),
+    one per test process (each xdist worker starts its own), started on first use and
+    stopped by PID at the end of the session; skips with the reason where it cannot run."""
+    from tests.support import galera
+
+    reason = galera.unavailable()
+    if reason:
+        pytest.skip(f"no Galera cluster: {reason}")
+    with galera.running_cluster() as cluster:
+        yield cluster

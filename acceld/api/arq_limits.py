@@ -9,13 +9,14 @@ The limit comes from ``[quota] driver``:
   decides (``Enforcer.get_project_limits``).
 
 The limit is read first, before any transaction: Keystone's with the worker's serving
-slot given up meanwhile (acceld.serving.serving_slot), so neither a write transaction (on SQLite,
-the database's one write lock) nor the worker waits on Keystone. Then the count and the
-insert run in one transaction holding a lock named after the project
+slot given up meanwhile (acceld.serving.serving_slot), so neither a write transaction (on
+SQLite, the database's one write lock) nor the worker waits on Keystone. Then the count and
+the insert run in one transaction that first writes the project's lock row
 (acceld.db.project_lock), so two creates for one project cannot both pass on the same
-count. A limit changed in Keystone between the read and the commit applies from the next
-create on. Over the limit is a 403 that names the limit, the project's usage and the
-request.
+count, also with writers on two nodes of a Galera cluster (the loser is rolled back at
+commit and the create runs again from its start: acceld.db.retry). A limit changed in
+Keystone between the read and the commit applies from the next create on. Over the limit
+is a 403 that names the limit, the project's usage and the request.
 """
 
 from __future__ import annotations
@@ -81,13 +82,8 @@ def write(api, project_id: str | None) -> Iterator[Quota]:  # type: ignore[no-un
         with api.db.write() as conn:
             yield Quota(conn, limit, project_id)
         return
-    try:
-        with project_lock.write(api.db, project_id or "") as conn:
-            yield Quota(conn, limit, project_id)
-    except project_lock.LockTimeout:
-        raise errors.ServiceUnavailable(
-            f"Other requests of project {project_id} are creating accelerator requests; "
-            "retry.") from None
+    with project_lock.write(api.db, project_id or "") as conn:
+        yield Quota(conn, limit, project_id)
 
 
 def refuser(conf, project_id: str) -> Callable[[Connection, int], str | None]:  # type: ignore[no-untyped-def]

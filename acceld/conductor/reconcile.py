@@ -19,6 +19,7 @@ from acceld import quarantine
 from acceld.db import agents as agents_db
 from acceld.db import inventory, placement_flags
 from acceld.db.engine import Database
+from acceld.db.retry import retry_on_deadlock
 from acceld.metrics import record as metrics
 from acceld.drivers.health import Health
 from acceld.drivers.record_schema import Problem, check_node
@@ -55,14 +56,26 @@ def apply_report(db: Database, hostname: str, report: Any,
                     else "", problem.message)
     keep_all = any(p.driver_name is None for p in checked.problems)
     keep_drivers = {p.driver_name for p in checked.problems if p.driver_name}
+    changes = _commit(db, hostname, checked.records, keep_drivers, keep_all, counted,
+                      policy or quarantine.HealthPolicy(), digest)
+    if changes.writes:
+        LOG.info("Inventory of %s reconciled: %s", hostname, changes)
+    return Outcome(changes, checked.problems)
+
+
+@retry_on_deadlock  # another node's commit (Galera) or a deadlock: the diff is read afresh
+def _commit(db: Database, hostname: str, records: list, keep_drivers: set[str],
+            keep_all: bool, counted: bool, policy: quarantine.HealthPolicy,
+            digest: Any) -> inventory.Changes:
+    """The report's one transaction: diff, health, Placement flags, digest."""
     with db.write() as conn:
         agent = agents_db.lock_agent(conn, hostname)
-        changes = inventory.reconcile_node(conn, hostname, checked.records,
+        changes = inventory.reconcile_node(conn, hostname, records,
                                            keep_drivers=keep_drivers, keep_all=keep_all)
         dirty = quarantine.apply_reported(
             conn, hostname, [(row, device_id, Health.from_dict(record.health))
                              for row, device_id, record in changes.reported],
-            counted, policy or quarantine.HealthPolicy(), inserted=changes.inserted)
+            counted, policy, inserted=changes.inserted)
         if dirty:
             placement_flags.flag_providers(conn, hostname, dirty)
         # Held devices wait for a release that no hardware change announces: forget the
@@ -70,6 +83,4 @@ def apply_report(db: Database, hostname: str, report: Any,
         stored = digest if isinstance(digest, str) and not changes.held else None
         if agent is not None and agent.hardware_digest != stored:
             agents_db.set_digest(conn, hostname, stored)
-    if changes.writes:
-        LOG.info("Inventory of %s reconciled: %s", hostname, changes)
-    return Outcome(changes, checked.problems)
+    return changes

@@ -69,13 +69,13 @@ def _claimable(now):  # type: ignore[no-untyped-def]
     return or_(jobs.c.lease_expires_at.is_(None), jobs.c.lease_expires_at < now)
 
 
-@retry_on_deadlock
 def claim(db: Database, phase: str, token: str, limit: int, lease_seconds: float) -> list[Row]:
     """Lease the claimable jobs of ``phase`` of one instance (the one whose job is oldest;
     at most ``limit``) to ``token``; return them (see :func:`claim_and_peek`)."""
     return claim_and_peek(db, phase, token, limit, lease_seconds)[0]
 
 
+@retry_on_deadlock  # a claim on another Galera node took the same rows first
 def claim_and_peek(db: Database, phase: str, token: str, limit: int,
                    lease_seconds: float) -> tuple[list[Row], bool]:
     """Lease the claimable jobs of ``phase`` of one instance (the one whose job is oldest;

@@ -389,6 +389,16 @@ class SchemaMigration(Base):
     applied_at: Mapped[dt.datetime] = mapped_column(Timestamp, nullable=False)
 
 
+class ProjectLock(Base):
+    """One row per project that ever created under a limit: each limited create updates
+    it first in its transaction, so creates for one project commit one at a time on every
+    backend, Galera included (acceld.db.project_lock)."""
+
+    __tablename__ = "project_locks"
+    project_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    writes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
 devices = Device.__table__
 device_events = DeviceEvent.__table__
 controlpath_ids = ControlpathId.__table__
@@ -407,3 +417,4 @@ internal_nonces = InternalNonce.__table__
 node_key_generations = NodeKeyGeneration.__table__
 placement_sync = PlacementSync.__table__
 schema_migrations = SchemaMigration.__table__
+project_locks = ProjectLock.__table__

@@ -1,92 +1,54 @@
 """Write transactions that run one at a time per key (a project), on every backend.
 
 A limit check counts a project's rows and then inserts: two creates for one project
-running side by side would both count the same usage and both insert. Holding a lock
-named after the project from before the count until after the commit makes the pair
-atomic for writers that use this module, without a table of lock rows:
+running side by side would both count the same usage and both insert. The first
+statement of such a transaction writes the project's row in ``project_locks`` (an
+upsert: inserted on first use, its counter raised after), and the count comes after it:
 
-* SQLite: every write transaction already holds the database's write lock
-  (``BEGIN IMMEDIATE``, acceld.db.engine), so nothing is added.
-* PostgreSQL: ``pg_advisory_xact_lock`` on a 64-bit hash of the key, released by the
-  commit or rollback. The count must be a later statement than the lock: at READ
-  COMMITTED each statement reads the rows committed when it starts.
-* MariaDB/MySQL: ``GET_LOCK`` belongs to the session, not the transaction, so it is taken
-  before the transaction begins and released after it has ended; if the release fails,
-  the connection is discarded (closing the session frees the lock). Its names are
-  server-wide, so the name includes the database's: two acceld databases on one server
-  (two clouds, or a staging copy) never wait for each other.
+* SQLite: the write transaction already holds the database's write lock
+  (``BEGIN IMMEDIATE``, acceld.db.engine); the row is written all the same.
+* PostgreSQL and a single MariaDB server: the row lock makes a second writer wait until
+  the first commits or rolls back; at READ COMMITTED (acceld.db.engine sets it on
+  MariaDB) its count, a later statement, then reads the first writer's rows.
+* MariaDB Galera with writers on several nodes: a row lock is local to its node, but
+  both transactions write the same row, so certification lets the first to commit win
+  and rolls the other back with error 1213 (the same as a deadlock); the caller runs
+  its whole transaction again (acceld.db.retry) and counts afresh. ``GET_LOCK``, used
+  here before, is not replicated by Galera and let two nodes pass on one count.
 
-Two keys with the same hash only wait for each other; they are never counted together.
+Nothing else reads the row: it exists to be written. The caller must not run a side
+effect before the commit: a transaction rolled back at commit is run again from its start.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import logging
 from typing import Iterator
 
-from sqlalchemy import Connection, text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Connection
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from acceld.db.engine import Database
+from acceld.db.models import project_locks
 
-LOG = logging.getLogger(__name__)
-_NAMESPACE = b"acceld.project_lock:"
-
-
-class LockTimeout(Exception):
-    """Another writer held the key for longer than the wait allowed."""
+_INSERTS = {"mysql": mysql.insert, "postgresql": postgresql.insert, "sqlite": sqlite.insert}
 
 
-def _digest(key: str) -> bytes:
-    return hashlib.sha256(_NAMESPACE + key.encode("utf-8")).digest()
-
-
-def advisory_key(key: str) -> int:
-    """PostgreSQL's advisory lock id for ``key`` (a signed 64-bit integer)."""
-    return int.from_bytes(_digest(key)[:8], "big", signed=True)
-
-
-def lock_name(key: str, database: str) -> str:
-    """MariaDB's lock name for ``key`` in ``database`` (at most 64 characters)."""
-    return "acceld:" + _digest(f"{database}/{key}").hex()[:48]
+def take(conn: Connection, key: str) -> None:
+    """Write ``key``'s lock row in ``conn``'s transaction (first statement of it)."""
+    stmt = _INSERTS[conn.dialect.name](project_locks).values(project_id=key, writes=1)
+    if conn.dialect.name == "mysql":
+        stmt = stmt.on_duplicate_key_update(writes=stmt.inserted.writes + project_locks.c.writes)
+    else:
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[project_locks.c.project_id],
+            set_={"writes": project_locks.c.writes + 1})
+    conn.execute(stmt)
 
 
 @contextlib.contextmanager
-def write(db: Database, key: str, *, wait_seconds: int = 30) -> Iterator[Connection]:
-    """``db.write()``, holding the lock on ``key`` for the whole transaction.
-
-    ``wait_seconds`` bounds the wait on MariaDB (GET_LOCK needs one; LockTimeout after
-    it); PostgreSQL waits as for a row lock."""
-    if db.backend == "mysql":
-        with _mysql_write(db, key, wait_seconds) as conn:
-            yield conn
-        return
+def write(db: Database, key: str) -> Iterator[Connection]:
+    """``db.write()``, holding ``key``'s lock row from its first statement to its end."""
     with db.write() as conn:
-        if db.backend == "postgresql":
-            # Waits as a row lock does: the holder's transaction is short.
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": advisory_key(key)})
+        take(conn, key)
         yield conn
-
-
-@contextlib.contextmanager
-def _mysql_write(db: Database, key: str, wait_seconds: int) -> Iterator[Connection]:
-    name = lock_name(key, db.engine.url.database or "")
-    with db.connect() as conn:
-        got = conn.execute(text("SELECT GET_LOCK(:n, :t)"),
-                           {"n": name, "t": wait_seconds}).scalar()
-        conn.commit()  # end the implicit transaction the SELECT began
-        if got != 1:
-            raise LockTimeout(key)
-        try:
-            with conn.begin():
-                yield conn
-        finally:
-            try:
-                conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": name})
-                conn.commit()
-            except SQLAlchemyError:
-                LOG.warning("Could not release lock %s; discarding the connection", name,
-                            exc_info=True)
-                conn.invalidate()

@@ -8,7 +8,10 @@ both finish. The API answers such a failure 503 with Retry-After, not a 500.
 
 from __future__ import annotations
 
+import logging
 import threading
+import uuid
+import time
 from typing import Any, Callable
 
 import psycopg.errors
@@ -17,7 +20,7 @@ import pytest
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from acceld.db import device_profiles
+from acceld.db import device_profiles, retry
 from acceld.db.models import leases
 from acceld.db.retry import is_deadlock, retry_on_deadlock
 from tests.helpers import ADMIN
@@ -97,7 +100,7 @@ def test_a_deadlock_victim_is_run_again_and_both_writes_land(db):
     assert set(owners.values()) <= {"a", "b"}
 
 
-def test_retries_are_bounded(caplog):
+def test_retries_are_bounded(caplog, monkeypatch):
     calls = []
 
     @retry_on_deadlock
@@ -105,10 +108,16 @@ def test_retries_are_bounded(caplog):
         calls.append(1)
         raise wrapped(pymysql.err.OperationalError(1213, GALERA))
 
-    with pytest.raises(OperationalError):
+    monkeypatch.setattr(retry, "_MAX_DELAY", 0.02)  # the bound, not the wait, is tested
+    with caplog.at_level(logging.INFO, logger="acceld.db.retry"), \
+            pytest.raises(OperationalError):
         always()
-    assert len(calls) == 5
-    assert any("after 5 attempts" in r.getMessage() for r in caplog.records)
+    assert len(calls) == retry.ATTEMPTS == 8
+    # One line per retry (INFO), one WARNING when they run out; never a traceback or ERROR.
+    levels = [r.levelname for r in caplog.records if r.name == "acceld.db.retry"]
+    assert levels == ["INFO"] * 7 + ["WARNING"]
+    assert any("after 8 attempts" in r.getMessage() for r in caplog.records)
+    assert not any(r.exc_info for r in caplog.records)
 
 
 def test_the_api_answers_a_deadlock_503_with_retry_after(client, monkeypatch, caplog):
@@ -145,3 +154,84 @@ def test_a_bind_rolled_back_by_a_conflict_is_run_again_and_answers_202(tmp_path,
     assert node.arq(arq)["state"] == "BindStarted"
     with sqlite_db.read() as conn:
         assert len(conn.execute(select(bind_jobs.c.id)).all()) == 1  # one job, not two
+
+
+def test_a_bind_that_loses_a_write_conflict_is_retried_whole_without_an_error(
+        conf, db, caplog, monkeypatch):
+    """The claim of bind jobs and a bind's own transaction each lose one certification
+    (error 1213, as on Galera with a second writer): the claim runs again, the bind's
+    transaction is rolled back whole and the job tried again; one WARNING/INFO line each,
+    no ERROR, no traceback; the ARQ ends Bound."""
+    from falcon import testing
+
+    from acceld.api.app import build_app
+    from acceld.conductor.binding import target as bind_target
+    from acceld.conductor.binding.worker import BindWorker
+    from acceld.db import bind_jobs
+    from tests.helpers import SERVICE
+    from tests.support import inventory
+
+    fpga = inventory.add_fpga(db, hostname="h1", handles=1)
+    client = testing.TestClient(build_app(conf, db))
+    assert client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
+        {"name": "one", "groups": [{"resources:FPGA": "1"}]}]).status_code == 201
+    [arq] = client.simulate_post("/accelerator/v2/accelerator_requests", headers=SERVICE,
+                                 json={"device_profile_name": "one"}).json["arqs"]
+    assert client.simulate_patch("/accelerator/v2/accelerator_requests", headers=SERVICE,
+                                 json={arq["uuid"]: [
+        {"op": "add", "path": "/hostname", "value": "h1"},
+        {"op": "add", "path": "/device_rp_uuid", "value": fpga["deployable"]["rp_uuid"]},
+        {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]}).status_code == 202
+    lost = {"claim": 1, "take": 1}
+
+    def losing(name: str, real):  # type: ignore[no-untyped-def]
+        def run(*args, **kwargs):  # type: ignore[no-untyped-def]
+            result = real(*args, **kwargs)  # the writes are made, then the commit fails
+            if lost[name]:
+                lost[name] -= 1
+                raise wrapped(pymysql.err.OperationalError(1213, GALERA))
+            return result
+        return run
+
+    monkeypatch.setattr(bind_target, "take_handle", losing("take", bind_target.take_handle))
+    monkeypatch.setattr(bind_jobs, "_claim_statements",
+                        losing("claim", bind_jobs._claim_statements))
+    monkeypatch.setattr(retry, "_FIRST_DELAY", 0.001)
+    worker = BindWorker(conf, db, batch=1)
+    with caplog.at_level(logging.INFO):
+        for _ in range(20):
+            worker.run_once()
+            state = client.simulate_get(f"/accelerator/v2/accelerator_requests/{arq['uuid']}",
+                                        headers=SERVICE).json["state"]
+            if state == "Bound":
+                break
+            time.sleep(0.1)  # the job's short retry delay
+    assert state == "Bound"
+    assert lost == {"claim": 0, "take": 0}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not any(r.exc_info for r in caplog.records)
+    assert any("write conflict" in r.getMessage() and r.levelno in (logging.INFO,
+               logging.WARNING) for r in caplog.records)
+
+
+def test_a_reconcile_that_loses_a_write_conflict_is_run_again_whole(db, monkeypatch, caplog):
+    """A node's report whose transaction loses a certification (1213) is applied again
+    from its start (the diff read afresh), not raised to the agent's hello."""
+    from acceld.conductor import reconcile
+    from acceld.db import inventory
+
+    real, calls = inventory.reconcile_node, []
+
+    def losing_once(*args, **kwargs):  # type: ignore[no-untyped-def]
+        changes = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            raise wrapped(pymysql.err.OperationalError(1213, GALERA))
+        return changes
+
+    monkeypatch.setattr(inventory, "reconcile_node", losing_once)
+    with caplog.at_level(logging.INFO):
+        outcome = reconcile.apply_report(db, "node-1", {"hardware": [], "digest": "0" * 64})
+    assert calls == [1, 1]
+    assert outcome.problems == []
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]

@@ -22,6 +22,7 @@ import datetime as dt
 import functools
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -49,6 +50,7 @@ from acceld.db import accelerator_requests as arq_db
 from acceld.db import bind_jobs, claims
 from acceld.db.clock import db_now, sql_now
 from acceld.db.engine import Database
+from acceld.db.retry import is_deadlock
 from acceld.db.models import accelerator_requests as arqs
 from acceld.db.models import bind_jobs as jobs_table
 from acceld.internal.server import json_body, respond
@@ -320,6 +322,16 @@ class BindWorker:
                 return self._wait_out(job, token, outage)
             if self.db.outage.is_outage(exc):
                 raise _DatabaseAway from exc
+            if is_deadlock(exc):
+                # A deadlock victim, or a commit another Galera node's won: the bind's
+                # transaction was rolled back whole (nothing after it ran), so the job is
+                # tried again from its start soon, not counted as a try.
+                LOG.warning("Bind job %s for ARQ id %s lost a write conflict (deadlock or "
+                            "Galera certification); it will be run again: %s", job.id,
+                            job.arq_id, getattr(exc, "orig", exc))
+                bind_jobs.retry_later(self.db, [job.id], token, 0.05 + random.random() / 10,
+                                      refund=True)
+                return False
             LOG.exception("Bind job %s for ARQ id %s failed; it will be retried", job.id,
                           job.arq_id)
             bind_jobs.retry_later(self.db, [job.id], token, min(5.0, job.attempts * 1.0))
