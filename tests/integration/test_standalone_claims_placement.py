@@ -567,6 +567,41 @@ def test_a_claim_under_a_nova_instance_placement_does_not_know_is_refused(placem
     assert _counts(db) == before
 
 
+def test_nova_credentials_that_cannot_see_every_project_refuse_the_claim(placement, pconf,
+                                                                          db, api, tag):
+    """acceld's [nova] user with the service role alone (docs/nova.md: what the events need
+    in current Nova) is not an administrator to Nova: a show of another project's server is
+    a 404 to it (Nova filters by the caller's project), the same as for a uuid Nova does not
+    know. Such an answer must not let a claim take another project's shelved instance's
+    uuid: the claim is refused (503, saying why), creates nothing and writes nothing."""
+    from acceld.api.app import build_app
+    from tests.support.nova import RecordingNova
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=2)
+    profile(api, rc, tag)
+    nova = RecordingNova().start()
+    nova.admin = False
+    try:
+        pconf.set_override("auth_type", "none", group="nova")
+        pconf.set_override("endpoint_override", nova.url, group="nova")
+        pconf.set_override("connect_retries", 0, group="nova")
+        with_nova = testing.TestClient(build_app(pconf, db))
+        shelved = str(uuidlib.uuid4())  # another project's instance, shelved and offloaded
+        nova.servers.add(shelved)
+        before = _counts(db)
+        result = claim(with_nova, claim={}, consumer_uuid=shelved)
+        assert result.status_code == 503, result.text
+        assert "every project" in fault(result), result.text
+        assert _counts(db) == before and allocations(placement, shelved) == {}
+        # With an administrator's credentials the same uuid is the usual 409, and a free
+        # one is taken.
+        nova.admin = True
+        result = claim(with_nova, claim={}, consumer_uuid=shelved)
+        assert result.status_code == 409 and "not this project's" in fault(result), result.text
+        assert claim(with_nova, claim={}, consumer_uuid=str(uuidlib.uuid4())).status_code == 201
+    finally:
+        nova.stop()
+
+
 def test_an_audit_that_meets_a_placement_outage_stops_without_touching_the_outage_record(
         placement, pconf, db, api, tag):
     """The audit is one more caller of Placement: a pass failing as Placement comes back
