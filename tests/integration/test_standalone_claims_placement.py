@@ -531,9 +531,9 @@ def test_with_placement_a_member_cannot_tell_an_unknown_host_from_a_full_one(pla
 def test_a_claim_under_a_nova_instance_placement_does_not_know_is_refused(placement, pconf,
                                                                         db, api, tag):
     """A shelved and offloaded instance holds nothing in Placement and has no ARQ: only Nova
-    knows it (GET /servers/{uuid}, any project). A claim under its uuid is refused, with the
-    message every consumer that is not the caller's gets; a uuid Nova does not know is
-    taken; Nova unreachable is a 503 that creates nothing."""
+    knows it (GET /servers?all_tenants=1&uuid=..., any project). A claim under its uuid is
+    refused, with the message every consumer that is not the caller's gets; a uuid Nova
+    does not know is taken; Nova unreachable is a 503 that creates nothing."""
     from acceld.api.app import build_app
     from tests.support.nova import RecordingNova
     hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=3)
@@ -551,7 +551,7 @@ def test_a_claim_under_a_nova_instance_placement_does_not_know_is_refused(placem
         assert result.status_code == 409, result.text
         assert "not this project's to claim under" in fault(result)
         assert _counts(db) == before and allocations(placement, shelved) == {}
-        assert [r.path for r in nova.requests] == [f"/servers/{shelved}"]
+        assert [r.path for r in nova.requests] == [f"/servers?all_tenants=1&uuid={shelved}"]
         free = str(uuidlib.uuid4())
         result = claim(with_nova, claim={}, consumer_uuid=free)
         assert result.status_code == 201, result.text
