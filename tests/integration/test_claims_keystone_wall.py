@@ -128,16 +128,35 @@ def test_b_reads_nothing_of_a_claim(wall, db, ks):
 
 
 def test_b_claims_tell_nothing_of_a_and_no_host_can_be_probed(wall, db):
+    """A host whose accelerators A holds, one an operator disabled (saying why), and one
+    acceld does not know read the same to B, and name nothing of A nor of the operator."""
     api = wall["api"]
-    busy, unknown = wall["hosts"][0], f"nowhere-{uuidlib.uuid4().hex[:8]}"
+    busy, disabled = wall["hosts"]
+    unknown = f"nowhere-{uuidlib.uuid4().hex[:8]}"
+    secret_text = f"RMA case {uuidlib.uuid4().hex} for tenant demo"
+    [device] = [d for d in api("GET", "/v2/devices", ADMIN).json()["devices"]
+                if d["hostname"] == disabled]
+    made = api("PATCH", f"/v2/devices/{device['uuid']}", ADMIN, json=[
+        {"op": "replace", "path": "/status", "value": "disabled", "reason": secret_text}])
+    assert made.status_code == 204, made.text
     answers = {}
-    for host in (busy, unknown):
+    for host in (busy, disabled, unknown):
         resp = api.claim(B, claim={"hostname": host})
         assert resp.status_code == 409, resp.text
         answers[host] = words(resp).replace(host, "HOST")
-    assert answers[busy] == answers[unknown]
-    for secret in _secrets(wall, db):
+    assert answers[busy] == answers[disabled] == answers[unknown]
+    for secret in [*_secrets(wall, db), secret_text, device["uuid"]]:
         assert secret not in answers[busy], secret
+    # What B is spared is there to be told: an administrator reads it.
+    told = api.claim(ADMIN, claim={"hostname": disabled})
+    assert told.status_code == 409 and secret_text in words(told), told.text
+    told = api.claim(ADMIN, claim={"hostname": busy})
+    assert told.status_code == 409 and wall["arq"]["uuid"] in words(told), told.text
+    # Without a host: the same sentence, "on any host".
+    anywhere = api.claim(B, claim={})
+    assert anywhere.status_code == 409, anywhere.text
+    for secret in [*_secrets(wall, db), secret_text, busy, disabled]:
+        assert secret not in words(anywhere), secret
     project_b = wall["api"].ks.project_id("demo2")
     assert _b_rows(db, project_b) == (0, 0)
 
