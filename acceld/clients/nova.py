@@ -106,7 +106,7 @@ class NovaInstances:
             raise NovaUnavailable(f"Nova did not answer GET {path}: {exc}") from exc
         if resp.status_code in (401, 403):
             raise NovaUnavailable(
-                f"Nova refused acceld's [nova] credentials the servers of every project "
+                f"Nova refused acceld's [nova] credentials a list of every project's servers "
                 f"(GET {path}: {resp.status_code}); they need "
                 "os_compute_api:servers:index:get_all_tenants (an administrator)")
         if resp.status_code != 200:

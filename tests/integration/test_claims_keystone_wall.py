@@ -113,6 +113,8 @@ def test_b_reads_nothing_of_a_claim(wall, db, ks):
         nobodys = api(method, path.format(free), B)
         assert theirs.status_code == nobodys.status_code == 404, theirs.text
         assert words(theirs).replace(arq["uuid"], "U") == words(nobodys).replace(free, "U")
+    # Releasing "by instance" (A's consumer as if it were one) is Nova's, with its token.
+    assert api("DELETE", f"{ARQS}?instance={wall['consumer']}", B).status_code == 403
     listed = api("GET", ARQS, B).json()["arqs"]
     assert listed == []
     assert api("GET", f"{ARQS}?instance={wall['consumer']}", B).json()["arqs"] == []
