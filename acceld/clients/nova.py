@@ -73,8 +73,16 @@ class NovaInstances:
     """Whether a uuid is one of Nova's instances, of any project and in any state: a shelved
     and offloaded instance holds nothing in Placement and has no ARQ, so only Nova knows
     it (a standalone claim must not take its uuid as consumer: Nova's unshelve would then
-    fail). ``GET /servers/{uuid}`` with the ``[nova]`` credentials, which must be allowed to
-    show any project's server (an administrator, as the events need)."""
+    fail).
+
+    Asked as ``GET /servers?all_tenants=1&uuid=<uuid>``, not ``GET /servers/{uuid}``: to
+    credentials that are not an administrator's in Nova's eyes (the ``service`` role alone,
+    which the events need), a show of another project's server is 404, the answer for a
+    uuid Nova does not know, so such credentials would let any project's instance through.
+    ``all_tenants`` is refused to them (403), and so is the claim (NovaUnavailable): the
+    ``[nova]`` credentials must be allowed to list every project's servers and filter them
+    by uuid (``os_compute_api:servers:index:get_all_tenants`` and ``allow_all_filters``,
+    an administrator by default)."""
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self._adapter = adapter_of(conf)
@@ -85,20 +93,38 @@ class NovaInstances:
         return self._adapter is not None
 
     def is_instance(self, uuid: str) -> bool:
-        """True for an instance, False for a uuid Nova does not know; NovaUnavailable."""
+        """True for an instance of any project, False for a uuid Nova does not know;
+        NovaUnavailable, also when the credentials cannot see every project's servers."""
         assert self._adapter is not None
+        path = f"/servers?all_tenants=1&uuid={uuid}"
         try:
             # In an API worker, the next request is served while Nova answers.
             with serving_slot.stepped_out(), deadlines.bounded(self.deadline, NOVA):
-                resp = self._adapter.get(f"/servers/{uuid}", headers=HEADERS,
-                                         raise_exc=False,
+                resp = self._adapter.get(path, headers=HEADERS, raise_exc=False,
                                          global_request_id=request_ids.current_global_id())
         except (deadlines.DeadlinePassed, ksa_exc.ClientException) as exc:
-            raise NovaUnavailable(f"Nova did not answer GET /servers/{uuid}: {exc}") from exc
-        if resp.status_code in (200, 404):
-            return resp.status_code == 200
-        raise NovaUnavailable(f"Nova answered GET /servers/{uuid} with {resp.status_code}: "
-                              f"{resp.text[:300]}")
+            raise NovaUnavailable(f"Nova did not answer GET {path}: {exc}") from exc
+        if resp.status_code in (401, 403):
+            raise NovaUnavailable(
+                f"Nova refused acceld's [nova] credentials a list of every project's servers "
+                f"(GET {path}: {resp.status_code}); they need "
+                "os_compute_api:servers:index:get_all_tenants (an administrator)")
+        if resp.status_code != 200:
+            raise NovaUnavailable(f"Nova answered GET {path} with {resp.status_code}: "
+                                  f"{resp.text[:300]}")
+        try:
+            ids = {server["id"] for server in resp.json()["servers"]}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise NovaUnavailable(f"Nova's answer to GET {path} is not a server list: "
+                                  f"{resp.text[:300]}") from exc
+        if ids - {uuid}:
+            # Without allow_all_filters Nova drops the uuid filter and lists every server:
+            # a page of them says nothing about this uuid.
+            raise NovaUnavailable(
+                f"Nova ignored the uuid filter of GET {path} for acceld's [nova] "
+                "credentials; they need os_compute_api:servers:allow_all_filters (an "
+                "administrator) to see every project's servers")
+        return uuid in ids
 
 
 class NovaNotifier:

@@ -531,9 +531,9 @@ def test_with_placement_a_member_cannot_tell_an_unknown_host_from_a_full_one(pla
 def test_a_claim_under_a_nova_instance_placement_does_not_know_is_refused(placement, pconf,
                                                                         db, api, tag):
     """A shelved and offloaded instance holds nothing in Placement and has no ARQ: only Nova
-    knows it (GET /servers/{uuid}, any project). A claim under its uuid is refused, with the
-    message every consumer that is not the caller's gets; a uuid Nova does not know is
-    taken; Nova unreachable is a 503 that creates nothing."""
+    knows it (GET /servers?all_tenants=1&uuid=..., any project). A claim under its uuid is
+    refused, with the message every consumer that is not the caller's gets; a uuid Nova
+    does not know is taken; Nova unreachable is a 503 that creates nothing."""
     from acceld.api.app import build_app
     from tests.support.nova import RecordingNova
     hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=3)
@@ -551,7 +551,7 @@ def test_a_claim_under_a_nova_instance_placement_does_not_know_is_refused(placem
         assert result.status_code == 409, result.text
         assert "not this project's to claim under" in fault(result)
         assert _counts(db) == before and allocations(placement, shelved) == {}
-        assert [r.path for r in nova.requests] == [f"/servers/{shelved}"]
+        assert [r.path for r in nova.requests] == [f"/servers?all_tenants=1&uuid={shelved}"]
         free = str(uuidlib.uuid4())
         result = claim(with_nova, claim={}, consumer_uuid=free)
         assert result.status_code == 201, result.text
@@ -565,6 +565,48 @@ def test_a_claim_under_a_nova_instance_placement_does_not_know_is_refused(placem
     assert result.status_code == 503 and "Nova could not be asked" in fault(result), \
         result.text
     assert _counts(db) == before
+
+
+def test_nova_credentials_that_cannot_see_every_project_refuse_the_claim(placement, pconf,
+                                                                          db, api, tag):
+    """acceld's [nova] user with the service role alone (docs/nova.md: what the events need
+    in current Nova) is not an administrator to Nova: a show of another project's server is
+    a 404 to it (Nova filters by the caller's project), the same as for a uuid Nova does not
+    know. Such an answer must not let a claim take another project's shelved instance's
+    uuid: the claim is refused (503, saying why), creates nothing and writes nothing."""
+    from acceld.api.app import build_app
+    from tests.support.nova import RecordingNova
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1, handles=2)
+    profile(api, rc, tag)
+    nova = RecordingNova().start()
+    nova.admin = False
+    try:
+        pconf.set_override("auth_type", "none", group="nova")
+        pconf.set_override("endpoint_override", nova.url, group="nova")
+        pconf.set_override("connect_retries", 0, group="nova")
+        with_nova = testing.TestClient(build_app(pconf, db))
+        shelved = str(uuidlib.uuid4())  # another project's instance, shelved and offloaded
+        nova.servers.add(shelved)
+        before = _counts(db)
+        result = claim(with_nova, claim={}, consumer_uuid=shelved)
+        assert result.status_code == 503, result.text
+        assert "every project's servers" in fault(result), result.text
+        assert _counts(db) == before and allocations(placement, shelved) == {}
+        # With an administrator's credentials the same uuid is the usual 409, and a free
+        # one is taken.
+        nova.admin = True
+        result = claim(with_nova, claim={}, consumer_uuid=shelved)
+        assert result.status_code == 409 and "not this project's" in fault(result), result.text
+        assert claim(with_nova, claim={}, consumer_uuid=str(uuidlib.uuid4())).status_code == 201
+        # Credentials that may list every project's servers but not filter them by uuid:
+        # Nova answers a page of every server, which says nothing of the uuid asked.
+        nova.all_filters = False
+        before = _counts(db)
+        result = claim(with_nova, claim={}, consumer_uuid=str(uuidlib.uuid4()))
+        assert result.status_code == 503 and "allow_all_filters" in fault(result), result.text
+        assert _counts(db) == before
+    finally:
+        nova.stop()
 
 
 def test_an_audit_that_meets_a_placement_outage_stops_without_touching_the_outage_record(

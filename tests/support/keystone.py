@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import requests
 
@@ -319,14 +319,18 @@ class Keystone:
 
 
 @contextlib.contextmanager
-def acceld_api(ks: Keystone, state: Path, extra_conf: str = "") -> Iterator[dict]:
-    """`acceld api` with ``auth_strategy = keystone`` on the port the catalog names.
+def acceld_api(ks: Keystone, state: Path, extra_conf: str = "",
+               database: Any = None) -> Iterator[dict]:
+    """`acceld api` with ``auth_strategy = keystone`` on the port the catalog names, on
+    ``database`` (a migrated acceld.db.engine.Database the caller disposes of) or a new
+    SQLite one.
 
     Yields ``{"base", "db", "state"}``; the process is stopped by its PID's group."""
     from acceld.db import migrate
     from acceld.db.engine import Database
 
-    db_url = f"sqlite:///{state}/acceld.sqlite"
+    db_url = database.url.render_as_string(hide_password=False) if database is not None \
+        else f"sqlite:///{state}/acceld.sqlite"
     conf_text = (
         f"[DEFAULT]\nauth_strategy = keystone\nstate_path = {state}\ndebug = true\n"
         f"log_file = {state}/api.log\n"
@@ -334,13 +338,15 @@ def acceld_api(ks: Keystone, state: Path, extra_conf: str = "") -> Iterator[dict
         f"[internal]\nshared_secret = internal-secret-for-the-keystone-tests\n"
         f"[api]\nhost_ip = 127.0.0.1\nport = {ks.api_port}\n"
         + extra_conf + ks.authtoken_section())
-    db = Database(db_url)
-    migrate.upgrade(db)
+    db = database if database is not None else Database(db_url)
+    if database is None:
+        migrate.upgrade(db)
     try:
         with api_process.running(state, conf_text, ks.api_port) as base:
             yield {"base": base, "db": db, "state": state}
     finally:
-        db.dispose()
+        if database is None:
+            db.dispose()
 
 
 def start(directory: Path) -> Keystone:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,6 +46,12 @@ class RecordingNova:
         self.unanswered = 0  # requests taken while silenced, never read nor answered
         # Instances GET /servers/{uuid} finds (Nova's answer for any other uuid is 404).
         self.servers: set[str] = set()
+        # Whether acceld's credentials are an administrator's in Nova's eyes (False: only
+        # the ``service`` role, as os-server-external-events needs in current Nova).
+        self.admin = True
+        # Whether they may filter by uuid (os_compute_api:servers:allow_all_filters): without
+        # it Nova drops the filters it keeps for administrators and lists every server.
+        self.all_filters = True
 
     # ------------------------------------------------------------------ control
     def start(self) -> "RecordingNova":
@@ -70,14 +77,37 @@ class RecordingNova:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                """``GET /servers/{uuid}`` as Nova answers it: 200 with the server, 404."""
+                """``GET /servers/{uuid}`` and ``GET /servers?all_tenants=1&uuid=...`` as
+                Nova 34 answers them (nova/api/openstack/compute/servers.py): to an
+                administrator, any project's server; to anyone else (``admin`` False: the
+                uuids in :attr:`servers` are other projects'), a show is 404
+                (``project_only`` in nova/db/main/api.py) and ``all_tenants`` is 403
+                (``os_compute_api:servers:index:get_all_tenants`` is admin only)."""
                 with nova._lock:  # recorded, taking none of the answers queued for events
                     nova.requests.append(Recorded("GET", self.path, dict(self.headers), {}))
-                uuid = self.path.rstrip("/").rsplit("/", 1)[-1]
-                found = self.path.startswith("/servers/") and uuid in nova.servers
-                data = json.dumps({"server": {"id": uuid, "status": "SHELVED_OFFLOADED"}}
-                                  if found else {"itemNotFound": {"code": 404}}).encode()
-                self.send_response(200 if found else 404)
+                path, _, query = self.path.partition("?")
+                params = urllib.parse.parse_qs(query)
+                if path.rstrip("/") == "/servers":
+                    if not nova.admin and "all_tenants" in params:
+                        status, body = 403, {"forbidden": {
+                            "code": 403, "message": "Policy doesn't allow os_compute_api:"
+                            "servers:index:get_all_tenants to be performed."}}
+                    else:
+                        wanted = set(params.get("uuid", [])) if nova.admin else set()
+                        if nova.admin and not nova.all_filters:
+                            wanted = set(nova.servers)  # the uuid filter dropped
+                        status, body = 200, {"servers": [
+                            {"id": u, "links": [], "name": "shelved"}
+                            for u in sorted(nova.servers & wanted)]}
+                else:
+                    uuid = path.rstrip("/").rsplit("/", 1)[-1]
+                    found = path.startswith("/servers/") and uuid in nova.servers \
+                        and nova.admin
+                    status, body = (200, {"server": {"id": uuid,
+                                                     "status": "SHELVED_OFFLOADED"}}) \
+                        if found else (404, {"itemNotFound": {"code": 404}})
+                data = json.dumps(body).encode()
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
