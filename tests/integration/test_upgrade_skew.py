@@ -43,6 +43,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(60)
 
 PREVIOUS = "f96c44cfd869be17e74e8b996113af7b2f38ff7e"  # schema 0011, internal API 1.0
 PREVIOUS_HEAD = "0011_node_key_generations"
+OLD_CLI = "acceld.cli"  # the previous release's command line (acceld.cmd.main since)
 REPO = Path(__file__).resolve().parents[2]
 URL = "/accelerator/v2"
 STATUS = Path(sys.executable).with_name("acceld-status")
@@ -128,14 +129,15 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path,
                               capture_output=True, text=True, timeout=60)
 
     # The previous release made the database and runs its API and agent on it.
-    made = cli("db", "upgrade", "--config-file", conf, env=old_env)
+    made = cli("db", "upgrade", "--config-file", conf, env=old_env, command=OLD_CLI)
     assert made.returncode == 0 and PREVIOUS_HEAD in made.stdout, made.stdout + made.stderr
     old_api = AcceldProcess("old-api", ["api", "--config-file", conf], tmp_path,
-                            ports["api"], env=old_env, cwd=runs)
+                            ports["api"], env=old_env, cwd=runs, module=OLD_CLI)
     old_agent = AcceldProcess("old-agent", ["agent", "--config-file", conf], tmp_path,
-                              ports["agent"], env=old_env, cwd=runs)
+                              ports["agent"], env=old_env, cwd=runs, module=OLD_CLI)
     old_conductor = AcceldProcess("old-conductor", ["conductor", "--config-file", old_conf],
-                                  tmp_path, ports["old-conductor"], env=old_env, cwd=runs)
+                                  tmp_path, ports["old-conductor"], env=old_env, cwd=runs,
+                                  module=OLD_CLI)
     conductor = AcceldProcess("conductor", ["conductor", "--config-file", conf], tmp_path,
                               ports["conductor"], cwd=runs)
     agent_2 = AcceldProcess("agent-2", ["agent", "--config-file", conf_2], tmp_path,
@@ -144,7 +146,7 @@ def test_the_previous_release_binds_through_this_conductor(tmp_path: Path,
         "old-driver-2", ["driver", "fake", "--config-file", conf_2, "--port",
                          str(ports["driver-2"]), "--agent-url",
                          f"http://127.0.0.1:{ports['agent-2']}"],
-        tmp_path, ports["driver-2"], env=old_env, cwd=runs)
+        tmp_path, ports["driver-2"], env=old_env, cwd=runs, module=OLD_CLI)
     new_agent = AcceldProcess("new-agent", ["agent", "--config-file", conf], tmp_path,
                               ports["agent"], cwd=runs)
     processes = [old_api, old_agent, old_conductor, conductor, agent_2, old_driver_2,

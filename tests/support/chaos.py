@@ -27,9 +27,12 @@ class AcceldProcess:
     """One acceld service process (its own session), its output in ``<dir>/<name>.log``."""
 
     def __init__(self, name: str, argv: list[str], log_dir: Path, port: int, *,
-                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: Path | None = None,
+                 module: str = "acceld.cmd.main") -> None:
         self.name = name
-        self.argv = [sys.executable, "-m", "acceld.cmd.main", *argv]
+        # ``module``: the command line's module in the release run (the skew test's earlier
+        # release has it at acceld.cli).
+        self.argv = [sys.executable, "-m", module, *argv]
         self.log_path = Path(log_dir) / f"{name}.log"
         self.port = port
         self.env = env  # None: this process's; the skew test runs an earlier release
