@@ -46,8 +46,6 @@ def node(request, tmp_path, db):
     built.stop_agent()
 
 
-@pytest.mark.xfail(strict=True, reason="a stale program across a re-registration is checked "
-                   "against the old deployable uuid's floor (docs/architecture.md, Fencing)")
 def test_a_program_stalled_across_a_reregistration_does_not_write_under_a_bound_arq(
         node, monkeypatch):
     """A marks the deployable and stalls at its agent call; the host is retired and

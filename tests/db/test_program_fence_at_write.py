@@ -115,12 +115,47 @@ def test_a_program_stalled_in_the_agent_before_the_write_is_refused(node, monkey
     assert node.arq(arq)["state"] == "Bound"
 
 
-def test_binds_of_a_never_programmed_deployable_do_not_call_the_agent(node, monkeypatch):
-    """No program ever marked it (token 0): no program can be stale, the bind stays one
+def _count_fences(monkeypatch) -> list[str]:
+    """The hosts each bind's ``POST /deployables/fence`` went to (the real call is made)."""
+    sent: list[str] = []
+    real = attach_client.AttachClient.fence
+
+    def counted(self, hostname, body):  # type: ignore[no-untyped-def]
+        sent.append(hostname)
+        return real(self, hostname, body)
+
+    monkeypatch.setattr(attach_client.AttachClient, "fence", counted)
+    return sent
+
+
+def test_only_the_first_bind_of_a_never_programmed_deployable_calls_the_agent(
+        node, monkeypatch):
+    """The first bind of a new deployable row tells the agent the row's first token (which
+    refuses every program of an earlier row of the same device, docs/architecture.md,
+    "Keys that come back"); no program marked it since, so later binds stay one
     transaction with no agent call."""
+    sent = _count_fences(monkeypatch)
+    arq = node.bind()
+    assert node.arq(arq)["state"] == "Bound" and sent == [HOST]
+    node.unbind(arq)
     node.stop_agent()  # any call would fail
     arq = node.bind()
-    assert node.arq(arq)["state"] == "Bound"
+    assert node.arq(arq)["state"] == "Bound" and sent == [HOST]
+
+
+def test_a_bind_fences_once_per_program_mark(node, monkeypatch):
+    """The agent keeps the floor a bind's fence raised; binds that read the same token add
+    nothing: one fence per program mark, not one per bind."""
+    sent = _count_fences(monkeypatch)
+    programmer = Programmer(node.conf, node.db, SECRET)
+    assert programmer.program(_dep_uuid(node), "bitstream", image_id=IMAGE) == IMAGE
+    for expected in (1, 1):
+        arq = node.bind()
+        assert node.arq(arq)["state"] == "Bound" and len(sent) == expected
+        node.unbind(arq)
+    assert programmer.program(_dep_uuid(node), "bitstream", image_id=IMAGE) == IMAGE
+    arq = node.bind()
+    assert node.arq(arq)["state"] == "Bound" and len(sent) == 2
 
 
 def test_a_pci_bind_after_programs_is_bound_and_unbinds_as_before(node):
