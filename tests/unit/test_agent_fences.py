@@ -408,9 +408,11 @@ def test_a_program_of_an_earlier_row_of_the_device_is_refused(tmp_path, by):
     else:
         programming.program({**program, "deployable_uuid": new, "fence_token": 101})
         written = node.fake.programmed("FakeDevice")
+    other = str(uuid.uuid4())  # the stale program's image: a write would change the digest
+    (tmp_path / "bitstreams" / other).write_bytes(b"other bits" * 16)
     with pytest.raises(ProgramFailed) as refused:
-        programming.program({**program, "image_id": str(uuid.uuid4()),
-                             "deployable_uuid": old, "fence_token": 6})
+        programming.program({**program, "image_id": other, "deployable_uuid": old,
+                             "fence_token": 6})
     assert refused.value.status == 409 and "lowest this agent still accepts" in \
         refused.value.message and fences_mod.floor_in(refused.value.message) == 101
     assert node.fake.programmed("FakeDevice") == written
