@@ -147,6 +147,9 @@ class Deployable(TimestampMixin, Base):
     # the agent refuses a token older than the newest it has seen (fencing, migration 0010).
     fence_token: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0,
                                              server_default="0")
+    # The token a bind's fence last told the agent (NULL: never): a bind of a handle with no
+    # host step fences only while the agent lacks ``fence_token`` (migration 0015).
+    fence_told: Mapped[int | None] = mapped_column(BigInteger)
     __table_args__ = (
         Index("ix_deployables_device_id", "device_id"),
         Index("ix_deployables_rp_uuid", "rp_uuid"),

@@ -150,9 +150,9 @@ def test_the_upgrade_command_by_phase(tmp_path) -> None:
     done = _cli("db", "upgrade", "--expand", "--state-path", state)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "applied 4 migration(s): 0011_node_key_generations (expand), "
+        "applied 5 migration(s): 0011_node_key_generations (expand), "
         "0012_standalone_claims (expand), 0013_schema_migrations (expand), "
-        "0014_placement_ownership (expand)",
+        "0014_placement_ownership (expand), 0015_deployable_fence_told (expand)",
         f"database at revision {migrate.head_revision()}"]
     again = _cli("db", "upgrade", "--contract", "--state-path", state)
     assert again.returncode == 0 and again.stdout.splitlines() == [
