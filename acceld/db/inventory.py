@@ -354,7 +354,7 @@ def _add_deployables(conn: Connection, hostname: str,
             rows.append(dict(
                 uuid=str(uuidlib.uuid4()), name=name, num_accelerators=dep.num_accelerators,
                 device_id=device_id, driver_name=record.driver_name, rp_uuid=rp_uuid(name),
-                bitstream_id=dep.bitstream_id, fence_token=first))
+                bitstream_id=dep.bitstream_id, fence_token=first, fence_told=None))
     for name, dep_id in zip(names, _insert_ids(conn, deployables, rows)):
         node.added_deployables[name] = dep_id
         changes.added += 1

@@ -148,8 +148,10 @@ class Deployable(TimestampMixin, Base):
     fence_token: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0,
                                              server_default="0")
     # The token a bind's fence last told the agent (NULL: never): a bind of a handle with no
-    # host step fences only while the agent lacks ``fence_token`` (migration 0015).
-    fence_told: Mapped[int | None] = mapped_column(BigInteger)
+    # host step fences only while the agent lacks ``fence_token`` (migration 0015). A row
+    # starting at token 0 (imported) follows no earlier row's tokens: nothing to tell, 0;
+    # discovery's rows start at fences.first_token, untold (acceld.db.inventory).
+    fence_told: Mapped[int | None] = mapped_column(BigInteger, default=0)
     __table_args__ = (
         Index("ix_deployables_device_id", "device_id"),
         Index("ix_deployables_rp_uuid", "rp_uuid"),
