@@ -4,9 +4,10 @@ on SQLite, PostgreSQL and MariaDB.
 A bind of a PCI handle has no host step, so before this the agent never heard of it and a
 program whose mark lapsed was written as soon as it reached the agent. Now:
 
-* a bind of a handle of a deployable that any program ever marked (its token above 0) tells
-  the agent, before the ARQ is Bound, the deployable's token as the bind read it
-  (``POST /deployables/fence``): from then on the agent refuses every program up to it;
+* a bind of a handle of a deployable whose token the agent was not yet told (a row new from
+  discovery, or one a program marked since) tells the agent, before the ARQ is Bound, the
+  deployable's token as the bind read it (``POST /deployables/fence``): from then on the
+  agent refuses every program up to it; binds that read the same token make no call;
 * the agent checks a program's token under the deployable's fence lock right before the
   driver writes, and holds that lock around the write; a bind's fence (and an mdev
   prepare's) takes the same lock. A program that stalls anywhere before the write (at the

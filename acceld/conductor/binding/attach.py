@@ -123,9 +123,10 @@ def hold(conn: Connection, arq: Any, target: Any, job_id: int) -> Ticket | None:
     keeps the handle while it stays BindStarted, and the job goes back to pending
     (``lock_owned`` moved it to notify) so that a crash before the call finished leaves it to
     be retried. The host acts for a handle with a host step (PREPARE), and for any other
-    handle of a deployable that a program ever marked (FENCE: its token *m* read under the
-    bind's shared lock, so that the agent refuses every program up to *m* before the ARQ is
-    Bound). None: neither; the caller binds at once."""
+    handle of a deployable whose token *m* the agent has not been told (FENCE: *m* read under
+    the bind's shared lock, so that the agent refuses every program up to *m*, of this row
+    and of earlier rows of the device, before the ARQ is Bound). None: neither; the caller
+    binds at once."""
     handle, dep = target.handle, target.deployable
     owned = conn.execute(select(deployables.c.driver_name, deployables.c.uuid,
                                 deployables.c.fence_token, deployables.c.fence_told).where(
