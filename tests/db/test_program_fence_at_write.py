@@ -25,14 +25,15 @@ import types
 import uuid
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from acceld.agent import attach as agent_attach
 from acceld.agent import images
 from acceld.agent import programming as agent_programming
 from acceld.conductor.binding import attach_client
 from acceld.conductor.programming import Programmer, ProgramError
-from acceld.db.models import agents
+from acceld.db import fences
+from acceld.db.models import agents, deployables
 from acceld.internal.auth import agent_destination
 from acceld.internal.server import InternalServer, build_app as internal_app
 from tests.db.test_fencing import IMAGE, FencedNode, _dep_uuid, lapse_marks
@@ -169,9 +170,15 @@ def test_a_pci_bind_after_programs_is_bound_and_unbinds_as_before(node):
     assert programmer.program(_dep_uuid(node), "bitstream", image_id=IMAGE) == IMAGE
 
 
-def test_an_agent_from_before_the_fence_route_still_binds(node, caplog):
+def _told(node: FencedNode) -> int | None:
+    with node.db.read() as conn:
+        return conn.execute(select(deployables.c.fence_told)).scalar_one()
+
+
+def test_an_agent_from_before_the_fence_route_still_binds(node, caplog, monkeypatch):
     """Version skew: the agent answers 404 for ``POST /deployables/fence``; the bind goes on
-    unfenced there, as before, with one WARNING for the host."""
+    unfenced there, as before, with one WARNING for the host. The row stays untold, so the
+    next bind asks again (an upgraded agent is then told)."""
     assert Programmer(node.conf, node.db, SECRET).program(
         _dep_uuid(node), "bitstream", image_id=IMAGE) == IMAGE
     node.stop_agent()
@@ -187,8 +194,26 @@ def test_an_agent_from_before_the_fence_route_still_binds(node, caplog):
         conn.execute(update(agents).where(agents.c.hostname == HOST).values(
             endpoint=node.agent.url[len("http://"):]))
     attach_client.SKEW.forget(HOST)  # what another test's agent taught this process
+    sent = _count_fences(monkeypatch)
     with caplog.at_level(logging.WARNING):
+        arq = node.bind()
+        assert node.arq(arq)["state"] == "Bound"
+        node.unbind(arq)
         arq = node.bind()
         assert node.arq(arq)["state"] == "Bound"
     attach_client.SKEW.forget(HOST)
     assert len([r for r in caplog.records if "/deployables/fence" in r.getMessage()]) == 1
+    assert sent == [HOST, HOST] and _told(node) is None
+
+
+def test_a_told_token_is_recorded_and_never_lowered(node):
+    """The fence's answer records the token the bind read; a slower bind's older one does
+    not undo it."""
+    arq = node.bind()
+    assert node.arq(arq)["state"] == "Bound"
+    with node.db.read() as conn:
+        dep_id, token = conn.execute(select(deployables.c.id, deployables.c.fence_token)).one()
+    assert _told(node) == token > 0
+    with node.db.write() as conn:
+        fences.record_told(conn, dep_id, token - 1)
+    assert _told(node) == token
