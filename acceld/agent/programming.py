@@ -161,7 +161,9 @@ class Programming:
     def fence(self, request: Any) -> dict[str, bool]:
         """A bind of one of the deployable's handles with no host step (PCI) read its token
         *m*: every program up to *m* has ended or is stale, and is refused from now on. Waits
-        for a program writing the device now (its fence lock)."""
+        for a program writing the device now (its fence lock). ``by_device``: the device's
+        floor was raised too (an agent of the release before answers without it, and the
+        conductor then does not count the row as told)."""
         driver_name, name, dep_uuid, token = _parse_fence(request)
         if self.fences is None:
             return {"fenced": False}
@@ -170,7 +172,7 @@ class Programming:
         except FenceStoreError as exc:
             LOG.error("Deployable %s not fenced: %s", name, exc)
             raise ProgramFailed(502, f"Deployable {name} was not fenced: {exc}.") from None
-        return {"fenced": True}
+        return {"fenced": True, "by_device": True}
 
     def resolve(self, request: Any) -> dict[str, str]:
         """The image id an ``accel:function_id`` stands for on this node (binding asks first,

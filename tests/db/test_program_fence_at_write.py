@@ -217,3 +217,24 @@ def test_a_told_token_is_recorded_and_never_lowered(node):
     with node.db.write() as conn:
         fences.record_told(conn, dep_id, token - 1)
     assert _told(node) == token
+
+
+def test_an_agent_without_device_floors_leaves_the_row_untold(node, monkeypatch):
+    """An agent of the release before device floors answers the fence ``{"fenced": true}``
+    (it raised the row's uuid floor only): the row stays untold, so a bind after that agent's
+    upgrade tells the device's floor too."""
+    real = agent_programming.Programming.fence
+
+    def uuid_only(self, request):  # type: ignore[no-untyped-def]
+        answer = real(self, request)
+        return {"fenced": answer["fenced"]}
+
+    monkeypatch.setattr(agent_programming.Programming, "fence", uuid_only)
+    sent = _count_fences(monkeypatch)
+    arq = node.bind()
+    assert node.arq(arq)["state"] == "Bound" and sent == [HOST] and _told(node) is None
+    node.unbind(arq)
+    monkeypatch.setattr(agent_programming.Programming, "fence", real)  # upgraded
+    arq = node.bind()
+    assert node.arq(arq)["state"] == "Bound" and sent == [HOST, HOST]
+    assert _told(node) is not None

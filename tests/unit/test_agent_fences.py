@@ -366,7 +366,7 @@ def test_a_fence_refuses_the_programs_up_to_the_binds_token(tmp_path):
                               fences=FenceStore(node.directory))
     assert programming.fence({"driver_name": "fake", "deployable_name": "FakeDevice",
                               "deployable_uuid": DEPLOYABLE, "deployable_fence": 4}) == {
-        "fenced": True}
+        "fenced": True, "by_device": True}
     program = {"driver_name": "fake", "deployable_name": "FakeDevice", "image_id": image,
                "deployable_uuid": DEPLOYABLE}
     with pytest.raises(ProgramFailed) as refused:

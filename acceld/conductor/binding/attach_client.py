@@ -77,8 +77,10 @@ class AttachClient:
 
     def fence(self, hostname: str, body: dict[str, Any]) -> bool:
         """A bind's fence of a deployable's programs (``POST /deployables/fence``): True when
-        the agent fenced them. An agent from before this route answers 404 or 405: False,
-        the bind goes on unfenced there, as it did before (one WARNING per host)."""
+        the agent fenced them by the device too (``by_device``), so that the row counts as
+        told. An agent from before this route answers 404 or 405: False, the bind goes on
+        unfenced there, as it did before (one WARNING per host); one from before device
+        floors answers without ``by_device``: False, the row's next bind tells it again."""
         timeout = float(self.conf.conductor.attach_timeout)
         try:
             url = self.agents.locate(hostname)
@@ -96,7 +98,7 @@ class AttachClient:
                 return False
             status = exc.status if exc.status in (400, 502, 503) else 502
             raise AttachError(status, exc.message, unknown=exc.timed_out) from None
-        return isinstance(answer, dict) and answer.get("fenced") is True
+        return isinstance(answer, dict) and answer.get("by_device") is True
 
     def _call(self, hostname: str, path: str, body: dict[str, Any], step: str) -> Any:
         """``body`` may carry the claim's fencing fields (:func:`fence_fields`); they are
