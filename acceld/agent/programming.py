@@ -21,9 +21,10 @@ durably first, and the deployable's fence lock is held until the driver returned
 bind's fence either comes first (the program is refused) or waits for the write to end.
 "For the deployable" means two keys: the row's uuid and the device as this agent names it
 (driver and name), so that a row of the same device discovered again after its host was
-re-registered (a new uuid) refuses what an earlier row's stalled conductor still sends. A request without them (an older conductor) is not fenced,
-unless a request with them (a program, or a prepare of one of its handles) reached the same
-deployable before: then it is refused with 409 too.
+re-registered (a new uuid) refuses what an earlier row's stalled conductor still sends. A
+request without them (an older conductor) is not fenced, unless a request with them (a
+program, or a prepare of one of its handles) reached the same deployable before: then it is
+refused with 409 too.
 
 Statuses: 400 for what the client can fix (unknown image, a driver that cannot
 program that kind of image), 409 when an earlier program of the deployable

@@ -38,8 +38,9 @@ program the bind saw as ended or lapsed, of this row and of any earlier row of t
 device (a host retired and registered again), checked right before the device write, so a
 stale program never writes the device under the Bound ARQ (acceld.agent.programming); its
 answer records the token told. Once told, binds that read the same token are one
-transaction with no agent call: the agent already refuses every program up to it. Right before the call (2) the
-claim is checked again (the job is still this claim's and its lease has not run out, the ARQ
+transaction with no agent call: the agent already refuses every program up to it. Right
+before the call (2) the claim is checked again (the job is still this claim's and its lease
+has not run out, the ARQ
 still holds the handle, no newer token on it); otherwise nothing is sent. The agent refuses
 a token older than one a later claim sent (a release that overtook this stalled prepare, a
 later try of the same bind), so a conductor that stalls past its job's lease does not
