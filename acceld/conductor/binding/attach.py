@@ -40,8 +40,8 @@ stale program never writes the device under the Bound ARQ (acceld.agent.programm
 answer records the token told. Once told, binds that read the same token are one
 transaction with no agent call: the agent already refuses every program up to it. Right
 before the call (2) the claim is checked again (the job is still this claim's and its lease
-has not run out, the ARQ
-still holds the handle, no newer token on it); otherwise nothing is sent. The agent refuses
+has not run out, the ARQ still holds the handle, no newer token on it); otherwise nothing
+is sent. The agent refuses
 a token older than one a later claim sent (a release that overtook this stalled prepare, a
 later try of the same bind), so a conductor that stalls past its job's lease does not
 recreate an mdev that was released meanwhile; and it refuses, from then on, a program of the
