@@ -33,9 +33,9 @@ from typing import Any, Callable
 
 import falcon
 
-from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, deployable_key,
-                                 handle_key, is_uuid, local_key, program_identity,
-                                 valid_bind_token, valid_token)
+from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, handle_key,
+                                 is_uuid, local_key, raise_program_floor, valid_bind_token,
+                                 valid_token)
 from acceld.agent.host_steps import HostStepJournal
 from acceld.drivers.base import ATTACH_TYPES, AttachHandle, Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
@@ -135,9 +135,8 @@ class AttachSteps:
             self.fences.mark_fenced(local_key(local))
             self.fences.admit(handle_key(fence.handle_uuid), fence.token, what)
             if fence.deployable_uuid is not None and fence.deployable_token is not None:
-                self.fences.mark_fenced(local_key(program_identity(driver_name, deployable)))
-                self.fences.raise_to(deployable_key(fence.deployable_uuid),
-                                     fence.deployable_token + 1)
+                raise_program_floor(self.fences, driver_name, deployable,
+                                    fence.deployable_uuid, fence.deployable_token + 1)
         except Fenced as exc:
             LOG.warning("%s", exc)
             raise AttachFailed(409, str(exc)) from None

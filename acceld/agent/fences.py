@@ -16,9 +16,16 @@ per key, the lowest token still accepted:
   value becomes at least *m + 1*.
 
 - ``local:...``: the device a key stands for as this agent names it (a handle's driver,
-  attach type and info; a deployable's driver and name). Its value is 1 once any call with a
+  attach type and info; a deployable's driver and name). At least 1 once any call with a
   token reached it: a call **without** a token (a conductor from before fencing) is then
   refused, as it could not be ordered after the fenced claims; before that it is accepted.
+  A deployable's (``local:program:<driver>/<name>``) is also a floor of its own: a
+  deployable discovered again (its host retired and registered anew) is a new row with a
+  new uuid, so its ``deployable:`` key starts afresh, while the device it names is the same.
+  A program is admitted only at or above both floors and raises both; a bind's fence or
+  prepare raises both. A new row's tokens start above every token of an earlier row
+  (acceld.db.fences.first_token), so whatever a new row tells this agent refuses the
+  earlier rows' programs.
 
 One file per key under ``<state_path>/agent/<host>/fences/``, written to a temporary file,
 flushed with fsync and renamed over the old one (then the directory is synced) **before**
@@ -37,7 +44,7 @@ import os
 import re
 import threading
 import uuid as uuidlib
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import orjson
 from oslo_config import cfg
@@ -174,12 +181,24 @@ class FenceStore:
             self._admit(key, token, what)
 
     @contextlib.contextmanager
-    def holding(self, key: str, token: int, what: str) -> Iterator[None]:
-        """:meth:`admit`, with the key's lock held until the block ends: the caller writes
-        the device inside it, so that a :meth:`raise_to` of the key (a bind's fence) either
-        comes first and the write is refused, or waits until the write is over."""
-        with self._lock(key):
-            self._admit(key, token, what)
+    def holding(self, keys: Sequence[str], token: int, what: str) -> Iterator[None]:
+        """:meth:`admit` for every key at once (refused unless ``token`` is at least each
+        key's floor, checked before any is written), with the keys' locks held, in the
+        order given, until the block ends: the caller writes the device inside it, so that
+        a :meth:`raise_to` of any of them (a bind's fence) either comes first and the write
+        is refused, or waits until the write is over. A ``local:`` key becomes at least 1
+        (:meth:`mark_fenced`)."""
+        with contextlib.ExitStack() as locks:
+            for key in keys:
+                locks.enter_context(self._lock(key))
+            floors = {key: self.lowest(key) for key in keys}
+            highest = max(floors.values(), default=0)
+            if token < highest:
+                raise Fenced(what, token, highest)
+            for key, lowest in floors.items():
+                wanted = max(token, 1) if key.startswith("local:") else token
+                if wanted > lowest:
+                    self._write(key, wanted)
             yield
 
     def _admit(self, key: str, token: int, what: str) -> None:
@@ -226,3 +245,12 @@ class FenceStore:
                 pass
             raise FenceStoreError(f"the agent could not record fencing token {lowest} of "
                                   f"{key} in {self.directory}: {exc}") from None
+
+
+def raise_program_floor(store: FenceStore, driver_name: str, deployable_name: str,
+                        deployable_uuid: str, lowest: int) -> None:
+    """A bind read the deployable's token *m* (``lowest`` = *m* + 1): refuse every program
+    below it, of this row (its uuid) and of any earlier row of the same device (the device as
+    this agent names it), the device's key first, as :meth:`FenceStore.holding` locks."""
+    store.raise_to(local_key(program_identity(driver_name, deployable_name)), max(lowest, 1))
+    store.raise_to(deployable_key(deployable_uuid), lowest)

@@ -18,9 +18,13 @@ still accepts for the deployable (raised by a newer program, or by a bind of one
 handles: an mdev prepare, or ``POST /deployables/fence`` for a handle with no host step) is
 refused with 409 ``Fenced: ...`` and the device is not written; a newer one is recorded
 durably first, and the deployable's fence lock is held until the driver returned, so a
-bind's fence either comes first (the program is refused) or waits for the write to end. A request without them (an older conductor) is not fenced,
-unless a request with them (a program, or a prepare of one of its handles) reached the same
-deployable before: then it is refused with 409 too.
+bind's fence either comes first (the program is refused) or waits for the write to end.
+"For the deployable" means two keys: the row's uuid and the device as this agent names it
+(driver and name), so that a row of the same device discovered again after its host was
+re-registered (a new uuid) refuses what an earlier row's stalled conductor still sends. A
+request without them (an older conductor) is not fenced, unless a request with them (a
+program, or a prepare of one of its handles) reached the same deployable before: then it is
+refused with 409 too.
 
 Statuses: 400 for what the client can fix (unknown image, a driver that cannot
 program that kind of image), 409 when an earlier program of the deployable
@@ -40,8 +44,8 @@ from oslo_config import cfg
 
 from acceld.agent import images
 from acceld.agent.fences import (Fenced, FenceStore, FenceStoreError, deployable_key,
-                                 is_uuid, local_key, program_identity, valid_bind_token,
-                                 valid_token)
+                                 is_uuid, local_key, program_identity, raise_program_floor,
+                                 valid_bind_token, valid_token)
 from acceld.drivers.base import Driver, DriverError, NotSupported
 from acceld.internal.server import json_body, respond
 
@@ -142,10 +146,9 @@ class Programming:
             try:
                 if fence is None:
                     self.fences.admit_untokened(local, f"The program of deployable {name}")
-                else:
-                    self.fences.mark_fenced(local)
+                else:  # the device, and the row: a re-registered device is a new row
                     held.enter_context(self.fences.holding(
-                        deployable_key(fence[0]), fence[1],
+                        (local, deployable_key(fence[0])), fence[1],
                         f"The program of deployable {name} ({fence[0]})"))
             except Fenced as exc:
                 LOG.warning("%s", exc)
@@ -159,17 +162,18 @@ class Programming:
     def fence(self, request: Any) -> dict[str, bool]:
         """A bind of one of the deployable's handles with no host step (PCI) read its token
         *m*: every program up to *m* has ended or is stale, and is refused from now on. Waits
-        for a program writing the device now (its fence lock)."""
+        for a program writing the device now (its fence lock). ``by_device``: the device's
+        floor was raised too (an agent of the release before answers without it, and the
+        conductor then does not count the row as told)."""
         driver_name, name, dep_uuid, token = _parse_fence(request)
         if self.fences is None:
             return {"fenced": False}
         try:
-            self.fences.mark_fenced(local_key(program_identity(driver_name, name)))
-            self.fences.raise_to(deployable_key(dep_uuid), token + 1)
+            raise_program_floor(self.fences, driver_name, name, dep_uuid, token + 1)
         except FenceStoreError as exc:
             LOG.error("Deployable %s not fenced: %s", name, exc)
             raise ProgramFailed(502, f"Deployable {name} was not fenced: {exc}.") from None
-        return {"fenced": True}
+        return {"fenced": True, "by_device": True}
 
     def resolve(self, request: Any) -> dict[str, str]:
         """The image id an ``accel:function_id`` stands for on this node (binding asks first,

@@ -15,6 +15,12 @@ claim that never reached the agent. A new handle row therefore starts at
 :data:`EPOCH_BITS` (a row would need over a million claims per millisecond of its life to
 reach the next row's start; the value fits BIGINT until the year 2248).
 
+A deployable discovered again is a new row with a new uuid, but the agent also keys its
+programs by the device it writes (acceld.agent.fences), so a new deployable row starts at
+:func:`first_token` too, and its first bind tells the agent that token
+(:func:`fence_untold`, :func:`record_told`): every program an earlier row of the device
+handed out is then refused.
+
 A database restored from a backup holds tokens below what the agents accepted since: the
 agent refuses the next claim naming the lowest token it accepts. When a row's token is
 below that floor no newer claim exists in the database (a claim's token is written before
@@ -36,8 +42,8 @@ EPOCH_BITS = 20  # claims a row may take per millisecond of its life before the 
 
 
 def first_token(conn: Connection) -> int:
-    """The token a new handle row starts from: above every token an earlier row of the same
-    uuid can have taken (see the module)."""
+    """The token a new handle or deployable row starts from: above every token an earlier
+    row of the same uuid or device can have taken (see the module)."""
     now = db_now(conn).replace(tzinfo=dt.timezone.utc)
     return int(now.timestamp() * 1000) << EPOCH_BITS
 
@@ -87,3 +93,20 @@ def deployable_token(conn: Connection, deployable_id: int) -> int | None:
     """The deployable's newest token (None: it is gone)."""
     return conn.execute(select(deployables.c.fence_token).where(
         deployables.c.id == deployable_id)).scalar()
+
+
+def fence_untold(fence_token: int, fence_told: int | None) -> bool:
+    """A bind of the deployable's handle with no host step must tell the agent its token:
+    never told (a new row, whose first token refuses an earlier row's programs), or a
+    program marked it since (that program may be stale). Otherwise the agent already refuses
+    every program up to ``fence_token``."""
+    return fence_told is None or fence_token > fence_told
+
+
+def record_told(conn: Connection, deployable_id: int, told: int) -> None:
+    """The agent durably refuses programs up to ``told`` (its fence answered): never lowered,
+    so a slower bind that read an older token does not undo a newer one's record."""
+    conn.execute(update(deployables).where(
+        deployables.c.id == deployable_id,
+        (deployables.c.fence_told.is_(None)) | (deployables.c.fence_told < told)).values(
+        fence_told=told, updated_at=deployables.c.updated_at))

@@ -337,6 +337,7 @@ def _add_deployables(conn: Connection, hostname: str,
     """Insert every reported deployable the node lacks (``node.added_deployables``),
     except those whose name another node holds."""
     names, rows = [], []
+    first = None
     for device_id, record in plan:
         for dep in record.deployables:
             name = deployable_name(hostname, dep.name)
@@ -348,10 +349,12 @@ def _add_deployables(conn: Connection, hostname: str,
                 changes.skipped.append(name)
                 continue
             names.append(name)
+            # A device discovered again goes on above every token of its earlier rows.
+            first = fences.first_token(conn) if first is None else first
             rows.append(dict(
                 uuid=str(uuidlib.uuid4()), name=name, num_accelerators=dep.num_accelerators,
                 device_id=device_id, driver_name=record.driver_name, rp_uuid=rp_uuid(name),
-                bitstream_id=dep.bitstream_id))
+                bitstream_id=dep.bitstream_id, fence_token=first, fence_told=None))
     for name, dep_id in zip(names, _insert_ids(conn, deployables, rows)):
         node.added_deployables[name] = dep_id
         changes.added += 1

@@ -147,6 +147,11 @@ class Deployable(TimestampMixin, Base):
     # the agent refuses a token older than the newest it has seen (fencing, migration 0010).
     fence_token: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0,
                                              server_default="0")
+    # The token a bind's fence last told the agent (NULL: never): a bind of a handle with no
+    # host step fences only while the agent lacks ``fence_token`` (migration 0016). A row
+    # starting at token 0 (imported) follows no earlier row's tokens: nothing to tell, 0;
+    # discovery's rows start at fences.first_token, untold (acceld.db.inventory).
+    fence_told: Mapped[int | None] = mapped_column(BigInteger, default=0)
     __table_args__ = (
         Index("ix_deployables_device_id", "device_id"),
         Index("ix_deployables_rp_uuid", "rp_uuid"),

@@ -16,6 +16,7 @@ from acceld.db.models import (accelerator_requests, agents, attach_handles, cont
                               deployables, device_profiles, devices)
 from acceld.drivers.fake import FakeDriver
 from tests.conftest import make_conf
+from tests.support.told import agent_told
 
 T0 = dt.datetime(2026, 12, 1, 9, 0, 0)
 
@@ -148,6 +149,7 @@ def test_the_documented_repair_brings_the_inventory_and_the_binding_back(db, tmp
                                            heartbeat_interval=10, last_seen_at=T0,
                                            created_at=T0))
         inventory.reconcile_node(conn, "node1", records)
+        agent_told(conn)  # no agent server: PCI binds in one transaction
         dev = conn.execute(select(devices)).one()
         dep = conn.execute(select(deployables)).one()
     worker = BindWorker(conf, db)
@@ -167,6 +169,7 @@ def test_the_documented_repair_brings_the_inventory_and_the_binding_back(db, tmp
                           "WHERE hostname IN ('node1', 'node2')"))
         assert conn.execute(select(agents.c.hardware_digest)).scalar() is None
         inventory.reconcile_node(conn, "node1", records)  # the pull at a next hello
+        agent_told(conn)
         again = conn.execute(select(devices)).one()
         assert (again.uuid, conn.execute(select(deployables.c.rp_uuid)).scalar()) == (
             dev.uuid, dep.rp_uuid)

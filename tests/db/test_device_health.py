@@ -33,6 +33,7 @@ from tests.conftest import make_conf
 from tests.helpers import ADMIN
 from tests.support.interleave import Background
 from tests.support.nova import RecordingNova
+from tests.support.told import agent_told
 
 FAULT = {"state": "unhealthy", "reason": "XID 79: GPU has fallen off the bus"}
 GOOD = {"state": "healthy"}
@@ -79,8 +80,11 @@ class HealthRig(Rig):
         """The node reports its device with this health (a pull and reconcile)."""
         self.write_health(value)
         records = [r.to_dict() for r in FakeDriver(self.conf, HOST).discover()]
-        return apply_report(self.db, HOST, {"hardware": records, "digest": digest(records)},
-                            self.policy, counted)
+        outcome = apply_report(self.db, HOST, {"hardware": records, "digest": digest(records)},
+                               self.policy, counted)
+        with self.db.write() as conn:
+            agent_told(conn)  # no agent server: PCI binds in one transaction
+        return outcome
 
     def events(self) -> list[tuple[str, str | None]]:
         with self.db.read() as conn:

@@ -1,24 +1,19 @@
 """A stale program does not rewrite an FPGA across its host's re-registration, on SQLite,
 PostgreSQL and MariaDB (an outside attack on issue 37 items 6 and 8).
 
-The agent writes the device its request names by driver and deployable name, and fences
-the program by the deployable's uuid. A deployable discovered again (its host retired and
+The agent writes the device its request names by driver and deployable name, and fenced
+the program by the deployable's uuid only. A deployable discovered again (its host retired and
 registered anew) gets a new row with a new uuid, so a program claimed on the old row by a
 conductor that stalled across the re-registration was checked against the old uuid's
-floor, which nothing raises any more: a bind of the new row's handle went Bound (a PCI
+floor, which nothing raised any more: a bind of the new row's handle went Bound (a PCI
 handle: no agent call, the row was never marked; an mdev: its prepare raised the new uuid's
 floor), the stale program arrived and rewrote the device under it.
 
-Not fixed (docs/architecture.md, "Fencing", "Keys that come back"): strict xfail, so that
-it fails the suite once a fix makes it pass. A fix needs (1) the agent to fence programs by
-the device it writes (its ``local:program:<driver>/<name>`` key) as well as by the row's
-uuid, raised by fences and prepares too, and (2) the agent to hear of the new row before any
-bind can take its handles: e.g. the conductor that inserts a new deployable row first sends
-the agent ``POST /deployables/fence`` for that device with the database clock's
-``fences.first_token`` (outside the transaction, before the insert commits), so every token
-an earlier row handed out is refused; the new row's first program is then caught up once.
-Today a deployable row no program marked binds with no agent call, so (1) alone is not
-enough.
+Fixed (docs/architecture.md, "Fencing", "Keys that come back"): the agent also keeps a
+floor per device as it names it (``local:program:<driver>/<name>``), raised by programs,
+fences and prepares of any row of the device; a new deployable row starts at
+``fences.first_token`` and untold, so its first bind tells the agent a token above every
+token of the earlier row (a PCI bind's ``POST /deployables/fence``, an mdev prepare).
 
 The agent is the production one (tests/db/test_fencing.py's FencedNode).
 """
@@ -46,8 +41,6 @@ def node(request, tmp_path, db):
     built.stop_agent()
 
 
-@pytest.mark.xfail(strict=True, reason="a stale program across a re-registration is checked "
-                   "against the old deployable uuid's floor (docs/architecture.md, Fencing)")
 def test_a_program_stalled_across_a_reregistration_does_not_write_under_a_bound_arq(
         node, monkeypatch):
     """A marks the deployable and stalls at its agent call; the host is retired and

@@ -49,7 +49,7 @@ class FencedNode(Node):
 
     def __init__(self, tmp_path, db, handles: int = 1,  # type: ignore[no-untyped-def]
                  attach_type: str = "MDEV") -> None:
-        super().__init__(tmp_path, db, attach_type=attach_type, handles=handles)
+        super().__init__(tmp_path, db, attach_type=attach_type, handles=handles, told=False)
         images = tmp_path / "bitstreams"
         images.mkdir()
         (images / IMAGE).write_bytes(b"\x55\xaa bitstream" * 32)

@@ -36,6 +36,7 @@ from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE, version
 from tests.support.interleave import Background
 from tests.support.nova import RecordingNova
+from tests.support.told import agent_told
 
 HOST = "node-1"
 RP = str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, f"{HOST}_FakeDevice"))
@@ -63,6 +64,7 @@ class Rig:
         self.client = testing.TestClient(build_app(self.conf, db))
         with db.write() as conn:
             inventory.reconcile_node(conn, HOST, FakeDriver(self.conf, HOST).discover())
+            agent_told(conn)  # no agent server: PCI binds in one transaction
         assert self.client.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
             {"name": "dp", "groups": [{"resources:FPGA": "1"}]}]).status_code == 201
 

@@ -150,9 +150,10 @@ def test_the_upgrade_command_by_phase(tmp_path) -> None:
     done = _cli("db", "upgrade", "--expand", "--state-path", state)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "applied 5 migration(s): 0011_node_key_generations (expand), "
+        "applied 6 migration(s): 0011_node_key_generations (expand), "
         "0012_standalone_claims (expand), 0013_schema_migrations (expand), "
-        "0014_placement_ownership (expand), 0015_project_locks (expand)",
+        "0014_placement_ownership (expand), 0015_project_locks (expand), "
+        "0016_deployable_fence_told (expand)",
         f"database at revision {migrate.head_revision()}"]
     again = _cli("db", "upgrade", "--contract", "--state-path", state)
     assert again.returncode == 0 and again.stdout.splitlines() == [

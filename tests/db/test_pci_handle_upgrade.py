@@ -30,6 +30,7 @@ from acceld.metrics.inventory import _handles as handle_counts
 from tests.helpers import ADMIN, SERVICE
 from tests.support.binds import bind_through_api, reconcile_with_a_bind_after_its_read
 from tests.support.sysfs_fixtures import SysfsTree
+from tests.support.told import agent_told
 from tests.unit.test_driver_nic import driver
 
 HOST = "node1"  # tests.unit.test_driver_nic.driver's hostname
@@ -82,6 +83,8 @@ class Node:
             self.driver = driver(self.tmp_path, self.tree, [f"{physnet}:enp94s0f0"])
         outcome = apply_report(self.db, HOST, report(self.driver.discover(), old=old))
         assert not outcome.describe_problems()
+        with self.db.write() as conn:
+            agent_told(conn)  # no agent server: PCI binds in one transaction
 
     def bind(self) -> str:
         return bind_through_api(self.client, self.conf, self.db, "vf", HOST, RP)

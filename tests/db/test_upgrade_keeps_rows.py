@@ -338,3 +338,23 @@ def test_every_revision_keeps_every_row(empty_db: Database) -> None:
         empty = [name for name, rows in before.items() if not rows]
         assert not empty, f"tables without rows after {revision}: {empty}"
     assert migrate.current_revision(db) == migrate.head_revision()
+
+
+def test_deployables_from_before_0016_are_untold(empty_db: Database) -> None:
+    """Issue 37 item 8: a row from before migration 0016 may follow an earlier row of the
+    same device (its host re-registered), so the agent has not been told its token: NULL,
+    and the first bind of each of its PCI handles tells it once. Tokens are kept."""
+    db = empty_db
+    migrate.upgrade(db, revisions()[0])
+    with db.write() as conn:
+        fill_first(conn)
+    migrate.upgrade(db, "0015_project_locks")
+    with db.write() as conn:
+        t = _tables(conn)["deployables"]
+        conn.execute(update(t).where(t.c.id == 2).values(fence_token=5))
+    migrate.upgrade(db, "head")
+    with db.read() as conn:
+        t = _tables(conn)["deployables"]
+        rows = conn.execute(select(t.c.id, t.c.fence_token, t.c.fence_told).order_by(
+            t.c.id)).tuples().all()
+    assert rows == [(1, 0, None), (2, 5, None), (3, 0, None)]

@@ -19,6 +19,7 @@ from acceld.drivers.fake import FakeDriver
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE, version
 from tests.support.nova import RecordingNova
+from tests.support.told import agent_told
 
 ARQS = "/accelerator/v2/accelerator_requests"
 HOSTS = "/accelerator/v2/hosts"
@@ -58,6 +59,7 @@ class HostRig:
                     heartbeat_interval=10, hardware_digest="d1",
                     last_seen_at=utcnow() - dt.timedelta(minutes=5)))
             inventory.reconcile_node(conn, host, FakeDriver(self.conf, host).discover())
+            agent_told(conn)  # no agent server: PCI binds in one transaction
 
     def set_agent(self, state: str) -> None:
         from sqlalchemy import update

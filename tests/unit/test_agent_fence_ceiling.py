@@ -31,8 +31,10 @@ def test_a_fence_at_the_columns_end_is_400_and_changes_nothing(tmp_path):
     assert not os.path.exists(node.directory) or os.listdir(node.directory) == []
     assert programming.fence({"driver_name": "fake", "deployable_name": "FakeDevice",
                               "deployable_uuid": DEPLOYABLE,
-                              "deployable_fence": MAX_TOKEN - 1}) == {"fenced": True}
+                              "deployable_fence": MAX_TOKEN - 1}) == {"fenced": True,
+                                                                      "by_device": True}
     assert FenceStore(node.directory).lowest(f"deployable:{DEPLOYABLE}") == MAX_TOKEN
+    assert FenceStore(node.directory).lowest("local:program:fake/FakeDevice") == MAX_TOKEN
 
 
 def test_a_prepare_with_a_deployable_token_at_the_columns_end_is_400(tmp_path):

@@ -366,7 +366,7 @@ def test_a_fence_refuses_the_programs_up_to_the_binds_token(tmp_path):
                               fences=FenceStore(node.directory))
     assert programming.fence({"driver_name": "fake", "deployable_name": "FakeDevice",
                               "deployable_uuid": DEPLOYABLE, "deployable_fence": 4}) == {
-        "fenced": True}
+        "fenced": True, "by_device": True}
     program = {"driver_name": "fake", "deployable_name": "FakeDevice", "image_id": image,
                "deployable_uuid": DEPLOYABLE}
     with pytest.raises(ProgramFailed) as refused:
@@ -375,3 +375,60 @@ def test_a_fence_refuses_the_programs_up_to_the_binds_token(tmp_path):
     with pytest.raises(ProgramFailed):  # nor without a token, now that it is fenced
         programming.program({k: v for k, v in program.items() if k != "deployable_uuid"})
     assert programming.program({**program, "fence_token": 5})["image_id"] == image
+
+
+def _programming_with_image(tmp_path) -> tuple["Steps", Programming, str]:
+    node = Steps(tmp_path)
+    bitstreams = tmp_path / "bitstreams"
+    bitstreams.mkdir()
+    image = str(uuid.uuid4())
+    (bitstreams / image).write_bytes(b"bits" * 16)
+    node.conf.set_override("bitstream_dir", str(bitstreams), group="agent")
+    return node, Programming(node.conf, {"fake": node.fake}.get,
+                             fences=FenceStore(node.directory)), image
+
+
+@pytest.mark.parametrize("by", ["fence", "prepare", "program"])
+def test_a_program_of_an_earlier_row_of_the_device_is_refused(tmp_path, by):
+    """Issue 37 item 8 (a re-registered deployable): the device as this agent names it is a
+    key of its own. A bind's fence, an mdev prepare or a program of a NEW row (another uuid,
+    a larger token) of the same device refuses a program of the earlier row with a token
+    below, although that row's own key was never raised."""
+    node, programming, image = _programming_with_image(tmp_path)
+    old, new = DEPLOYABLE, str(uuid.uuid4())
+    program = {"driver_name": "fake", "deployable_name": "FakeDevice", "image_id": image}
+    assert programming.program({**program, "deployable_uuid": old, "fence_token": 5})
+    written = node.fake.programmed("FakeDevice")
+    if by == "fence":
+        programming.fence({"driver_name": "fake", "deployable_name": "FakeDevice",
+                           "deployable_uuid": new, "deployable_fence": 100})
+    elif by == "prepare":
+        node.steps().run("prepare", node.body(handle_uuid=HANDLE, fence_token=1,
+                                              deployable_uuid=new, deployable_fence=100))
+    else:
+        programming.program({**program, "deployable_uuid": new, "fence_token": 101})
+        written = node.fake.programmed("FakeDevice")
+    other = str(uuid.uuid4())  # the stale program's image: a write would change the digest
+    (tmp_path / "bitstreams" / other).write_bytes(b"other bits" * 16)
+    with pytest.raises(ProgramFailed) as refused:
+        programming.program({**program, "image_id": other, "deployable_uuid": old,
+                             "fence_token": 6})
+    assert refused.value.status == 409 and "lowest this agent still accepts" in \
+        refused.value.message and fences_mod.floor_in(refused.value.message) == 101
+    assert node.fake.programmed("FakeDevice") == written
+    assert programming.program({**program, "deployable_uuid": new, "fence_token": 101})
+
+
+def test_a_refused_program_raises_no_floor(tmp_path):
+    """A program refused by one key leaves every key as it was (checked before written)."""
+    node, programming, image = _programming_with_image(tmp_path)
+    store = FenceStore(node.directory)
+    program = {"driver_name": "fake", "deployable_name": "FakeDevice", "image_id": image}
+    programming.fence({"driver_name": "fake", "deployable_name": "FakeDevice",
+                       "deployable_uuid": DEPLOYABLE, "deployable_fence": 9})
+    before = sorted(os.listdir(node.directory))
+    other = str(uuid.uuid4())
+    with pytest.raises(ProgramFailed):
+        programming.program({**program, "deployable_uuid": other, "fence_token": 7})
+    assert sorted(os.listdir(node.directory)) == before
+    assert store.lowest(fences_mod.deployable_key(other)) == 0

@@ -29,6 +29,7 @@ from acceld.internal.auth import agent_destination
 from acceld.internal.server import InternalServer, build_app as internal_app
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE
+from tests.support.told import agent_told
 
 SECRET = b"test-secret-for-attach-handles-0123456789"
 HOST = "node-a"
@@ -40,7 +41,8 @@ V24 = {**SERVICE, "OpenStack-API-Version": "accelerator 2.4"}
 class Node:
     """One fake node: driver, agent attach routes on loopback, inventory, API client."""
 
-    def __init__(self, tmp_path, db, attach_type: str = "MDEV", handles: int = 2) -> None:
+    def __init__(self, tmp_path, db, attach_type: str = "MDEV", handles: int = 2,
+                 told: bool = True) -> None:
         self.spec = tmp_path / "spec.json"
         self.write_spec(attach_type=attach_type, handles=handles)
         self.conf = make_conf(str(tmp_path), fake_driver__spec_file=str(self.spec))
@@ -50,6 +52,8 @@ class Node:
         self.agent: InternalServer | None = None
         with db.write() as conn:
             inventory.reconcile_node(conn, HOST, self.fake.discover())
+            if told:  # no agent server unless a test starts one (told=False: fencing tests)
+                agent_told(conn)
             conn.execute(insert(agents).values(hostname=HOST, endpoint="127.0.0.1:9",
                                                state="up", heartbeat_interval=10))
         self.client = testing.TestClient(build_app(self.conf, db))

@@ -25,6 +25,7 @@ from acceld.drivers import loader
 from tests.conftest import make_conf
 from tests.helpers import ADMIN, SERVICE
 from tests.support.sysfs_fixtures import SysfsTree, node_overrides, populate_node
+from tests.support.told import agent_told
 
 HOST = "node-up"
 ARQS = "/accelerator/v2/accelerator_requests"
@@ -67,6 +68,7 @@ def node(tmp_path, sqlite_db, name):
     records = loader.load(name, conf, HOST).discover()
     with sqlite_db.write() as conn:
         inventory.reconcile_node(conn, HOST, records)
+        agent_told(conn)  # no agent server: PCI binds in one transaction
         conn.execute(insert(agents).values(hostname=HOST, endpoint="127.0.0.1:9", state="up",
                                            heartbeat_interval=10))
     return conf, testing.TestClient(build_app(conf, sqlite_db))

@@ -31,13 +31,17 @@ have run on the host before the prepare did.
 
 Fencing. The bind transaction (1) takes the handle's next fencing token and reads the
 deployable's (acceld.db.fences); the prepare carries both. A handle with no host step (PCI)
-of a deployable that a program ever marked takes the same two transactions, the call (2)
-being ``POST /deployables/fence`` with the deployable's token: the agent then refuses every
-program the bind saw as ended or lapsed, checked right before the device write, so a stale
-program never writes the device under the Bound ARQ (acceld.agent.programming). A
-deployable no program ever marked (token 0) has no stale program: bound in one transaction. Right before the call (2) the
-claim is checked again (the job is still this claim's and its lease has not run out, the ARQ
-still holds the handle, no newer token on it); otherwise nothing is sent. The agent refuses
+takes the same two transactions while the agent has not been told the deployable's token
+(``deployables.fence_told``: a new row, or a program marked it since), the call (2) being
+``POST /deployables/fence`` with the deployable's token: the agent then refuses every
+program the bind saw as ended or lapsed, of this row and of any earlier row of the same
+device (a host retired and registered again), checked right before the device write, so a
+stale program never writes the device under the Bound ARQ (acceld.agent.programming); its
+answer records the token told. Once told, binds that read the same token are one
+transaction with no agent call: the agent already refuses every program up to it. Right
+before the call (2) the claim is checked again (the job is still this claim's and its lease
+has not run out, the ARQ still holds the handle, no newer token on it); otherwise nothing
+is sent. The agent refuses
 a token older than one a later claim sent (a release that overtook this stalled prepare, a
 later try of the same bind), so a conductor that stalls past its job's lease does not
 recreate an mdev that was released meanwhile; and it refuses, from then on, a program of the
@@ -95,6 +99,9 @@ class Ticket:
     job_token: str | None = None
     #: PREPARE the handle, or only FENCE its deployable (a handle with no host step).
     step: str = "prepare"
+    #: The deployable and its token as the bind read it (a FENCE's answer records it told).
+    deployable_id: int | None = None
+    deployable_token: int | None = None
 
 
 PREPARE = "prepare"
@@ -117,14 +124,16 @@ def hold(conn: Connection, arq: Any, target: Any, job_id: int) -> Ticket | None:
     keeps the handle while it stays BindStarted, and the job goes back to pending
     (``lock_owned`` moved it to notify) so that a crash before the call finished leaves it to
     be retried. The host acts for a handle with a host step (PREPARE), and for any other
-    handle of a deployable that a program ever marked (FENCE: its token *m* read under the
-    bind's shared lock, so that the agent refuses every program up to *m* before the ARQ is
-    Bound). None: neither; the caller binds at once."""
+    handle of a deployable whose token *m* the agent has not been told (FENCE: *m* read under
+    the bind's shared lock, so that the agent refuses every program up to *m*, of this row
+    and of earlier rows of the device, before the ARQ is Bound). None: neither; the caller
+    binds at once."""
     handle, dep = target.handle, target.deployable
     owned = conn.execute(select(deployables.c.driver_name, deployables.c.uuid,
-                                deployables.c.fence_token).where(
+                                deployables.c.fence_token, deployables.c.fence_told).where(
         deployables.c.id == dep.id)).one()
-    step = PREPARE if needs_step(handle) else FENCE if owned.fence_token > 0 else None
+    step = PREPARE if needs_step(handle) else FENCE if fences.fence_untold(
+        owned.fence_token, owned.fence_told) else None
     if step is None:
         return None
     fresh = arq.attach_handle_id != handle.id  # not held from an interrupted earlier try
@@ -146,7 +155,8 @@ def hold(conn: Connection, arq: Any, target: Any, job_id: int) -> Ticket | None:
     return Ticket(arq_id=arq.id, arq_uuid=arq.uuid, instance_uuid=arq.instance_uuid,
                   job_id=job_id, handle_id=handle.id, handle_uuid=handle.uuid,
                   hostname=dep.hostname, deployable_name=dep.name, body=body, fresh=fresh,
-                  fence_token=token, job_token=job_token, step=step)
+                  fence_token=token, job_token=job_token, step=step,
+                  deployable_id=dep.id, deployable_token=owned.fence_token)
 
 
 @dataclass(frozen=True)
@@ -189,7 +199,8 @@ def prepare(client: AttachClient, ticket: Ticket) -> Prepared:
                                          "sent", fenced=True))
     try:
         if ticket.step == FENCE:
-            client.fence(ticket.hostname, ticket.body)
+            if client.fence(ticket.hostname, ticket.body) and db is not None:
+                _record_told(db, ticket)
         else:
             client.prepare(ticket.hostname, ticket.body)
     except AttachError as exc:
@@ -205,6 +216,16 @@ def prepare(client: AttachClient, ticket: Ticket) -> Prepared:
                         ticket.arq_uuid, ticket.hostname, exc.message)
         return Prepared(exc)
     return Prepared()
+
+
+def _record_told(db: Database, ticket: Ticket) -> None:
+    """The agent refuses programs up to the bind's token now: later binds that read it make
+    no call (a transaction of its own, so that the bind's lock order stays as it is; a
+    conductor that dies before it only makes the next bind fence again)."""
+    if ticket.deployable_id is None or ticket.deployable_token is None:
+        return
+    with db.write() as conn:
+        fences.record_told(conn, ticket.deployable_id, ticket.deployable_token)
 
 
 def settle(db: Database, ticket: Ticket, job_id: int, token: str,

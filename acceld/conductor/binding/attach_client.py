@@ -75,27 +75,30 @@ class AttachClient:
     def release(self, hostname: str, body: dict[str, Any]) -> None:
         self._call(hostname, "/attach-handles/release", body, "release")
 
-    def fence(self, hostname: str, body: dict[str, Any]) -> None:
-        """A bind's fence of a deployable's programs (``POST /deployables/fence``). An agent
-        from before this route answers 404 or 405: the bind goes on unfenced there, as it
-        did before (one WARNING per host)."""
+    def fence(self, hostname: str, body: dict[str, Any]) -> bool:
+        """A bind's fence of a deployable's programs (``POST /deployables/fence``): True when
+        the agent fenced them by the device too (``by_device``), so that the row counts as
+        told. An agent from before this route answers 404 or 405: False, the bind goes on
+        unfenced there, as it did before (one WARNING per host); one from before device
+        floors answers without ``by_device``: False, the row's next bind tells it again."""
         timeout = float(self.conf.conductor.attach_timeout)
         try:
             url = self.agents.locate(hostname)
-            self.agents.post(url, hostname, FENCE_PATH, body, timeout=timeout,
-                             timeout_message=f"The agent of host {hostname} did not fence the "
-                                             f"programs of {body.get('deployable_name')} "
-                                             f"within {timeout:.0f} s ([conductor] "
-                                             "attach_timeout).")
+            answer = self.agents.post(
+                url, hostname, FENCE_PATH, body, timeout=timeout,
+                timeout_message=f"The agent of host {hostname} did not fence the programs of "
+                                f"{body.get('deployable_name')} within {timeout:.0f} s "
+                                "([conductor] attach_timeout).")
         except AgentCallError as exc:
             if exc.status in (404, 405):
                 if SKEW.remember(hostname):
                     LOG.warning("The agent of host %s has no %s (a previous release): binds "
                                 "of its handles without a host step are not fenced against "
                                 "a stale program until it is upgraded", hostname, FENCE_PATH)
-                return
+                return False
             status = exc.status if exc.status in (400, 502, 503) else 502
             raise AttachError(status, exc.message, unknown=exc.timed_out) from None
+        return isinstance(answer, dict) and answer.get("by_device") is True
 
     def _call(self, hostname: str, path: str, body: dict[str, Any], step: str) -> Any:
         """``body`` may carry the claim's fencing fields (:func:`fence_fields`); they are
