@@ -217,11 +217,23 @@ def test_an_operators_reserved_and_traits_are_not_drift(placement, pconf, db, ap
     assert placement.put(f"/resource_providers/{rp}/traits", {
         "resource_provider_generation": traits["resource_provider_generation"],
         "traits": traits["traits"] + [f"CUSTOM_OPERATOR_{tag}"]}).status_code == 200
-    assert not PlacementSync(pconf, db).sync_once().failed  # records them as the operator's
     profile(api, rc, trait)
+    # Before acceld's audit has seen them (read back, judged by the sync's rule) and after.
+    for audited in (False, True):
+        if audited:
+            assert PlacementSync(pconf, db).audit([host]).repaired == {}
+        entry = provider(explain(api, hostname=host), rp)
+        assert entry["placement"] == "offered"
+        assert (entry["usable"], entry["reasons"], entry["warnings"]) == (True, [], []), \
+            (audited, entry)
+    # The operator's reserved raised to all of it: Placement no longer offers the
+    # provider, and explain says whose reservation keeps it.
+    current = placement.get(f"/resource_providers/{rp}/inventories").json()
+    assert placement.put(f"/resource_providers/{rp}/inventories", {
+        "resource_provider_generation": current["resource_provider_generation"],
+        "inventories": {rc: {"total": 2, "reserved": 2, "max_unit": 2}}}).status_code == 200
     entry = provider(explain(api, hostname=host), rp)
-    assert entry["placement"] == "offered"
-    assert (entry["usable"], entry["reasons"], entry["warnings"]) == (True, [], [])
+    assert [r["code"] for r in entry["reasons"]] == ["operator_reserved"], entry
 
 
 def test_disabled_device_not_yet_synced(placement, pconf, db, api, tag):
@@ -306,9 +318,14 @@ def test_host_without_a_compute_node_in_placement(placement, pconf, db, api, tag
     assert body["placement"]["status"] == "no_compute_node"
     assert f"host {host} has no compute-node resource provider in Placement" in \
         body["placement"]["message"]
-    codes = [r["code"] for r in provider(body, acc["rp"])["reasons"]]
-    assert codes == ["placement_drift"]
-    assert provider(body, acc["rp"])["reasons"][0]["message"].startswith(
+    entry = provider(body, acc["rp"])
+    assert [r["code"] for r in entry["reasons"]] == ["placement_drift"]
+    assert entry["reasons"][0]["message"] == (
+        "acceld would bind it but Placement offers no candidate on it for this group: "
+        f"host {host} has no compute-node resource provider in Placement (Nova creates it "
+        "when nova-compute starts)")
+    assert [w["code"] for w in entry["warnings"]] == ["placement_drift"]
+    assert entry["warnings"][0]["message"].startswith(
         "acceld has not written this provider to Placement yet")
 
 
