@@ -83,11 +83,13 @@ def choose(db: Database, client: Any, profile_name: str, groups: list[dict[str, 
 
 
 def confirm(conn: Connection, profile_name: str, groups: list[dict[str, str]],
-            targets: list[Target], project_id: str | None, full: bool) -> None:
+            targets: list[Target], hostname: str | None, project_id: str | None,
+            full: bool) -> None:
     """In the claim's write transaction, before its ARQs are inserted: lock the chosen
     deployables' rows and judge the choice again from what is committed now (NoCapacity,
     worded as :func:`choose`'s, when it no longer holds). Two claims for one provider are
-    judged one after the other, so the second sees the first's binds in flight."""
+    judged one after the other, so the second sees the first's binds in flight.
+    ``hostname``: the one the caller named (a member's answer names no other)."""
     if not targets:
         return
     parsed = groups_mod.parse(groups)
@@ -103,7 +105,7 @@ def confirm(conn: Connection, profile_name: str, groups: list[dict[str, str]],
     if _fit(host, providers, parsed, judged, allowed) is not None:
         return
     if not full:
-        raise NoCapacity(_why_member(conn, profile_name, host, fleet.providers, parsed,
+        raise NoCapacity(_why_member(conn, profile_name, hostname, fleet.providers, parsed,
                                      project_id))
     raise NoCapacity(_why(profile_name, host, providers, parsed, judged,
                           [None for _ in parsed], [None for _ in parsed]))

@@ -462,12 +462,14 @@ def test_a_refused_claim_names_the_profiles_kind_first(client, db, profile):
     assert counts(db) == before
 
 
+@pytest.mark.parametrize("where", [{"hostname": "claim-node"}, {}])
 def test_a_claim_that_loses_the_race_is_409_before_it_is_created(client, conf, db, fpga,
-                                                                monkeypatch):
+                                                                monkeypatch, where):
     """Two claims choose the last free handles at once: the one whose transaction comes
     second re-judges its choice under the deployable's lock and answers 409, instead of
     201 and BindFailed (issue 40). The interleaving is forced at the exact point: another
-    claim is created between this one's choice and its transaction."""
+    project's claim is created between this one's choice and its transaction. The loser,
+    a member, reads the member's answer (no host it did not name)."""
     from acceld.api import claim_targets
     assert client.simulate_post(DPS, headers=ADMIN, json=[
         {"name": "fpga1", "groups": [{"resources:FPGA": "2"}]}]).status_code == 201
@@ -478,16 +480,20 @@ def test_a_claim_that_loses_the_race_is_409_before_it_is_created(client, conf, d
         targets = real(*args, **kwargs)
         if not seen:
             seen.append(1)
-            other = claim(client, {"hostname": "claim-node"})  # takes both handles first
-            assert other.status_code == 201, other.text
+            other = claim(client, {"hostname": "claim-node"}, headers=member("project-b"))
+            assert other.status_code == 201, other.text  # takes both handles first
         return targets
 
     monkeypatch.setattr(claim_targets, "choose", choose_then_lose)
     before = counts(db)
-    result = claim(client, {"hostname": "claim-node"})
+    result = claim(client, where)
     assert result.status_code == 409, result.text
-    assert "No accelerator can be claimed for device profile fpga1 on host claim-node" in \
-        fault(result)
+    text = fault(result)
+    place = "on host claim-node" if where else "on any host"
+    assert f"No accelerator can be claimed for device profile fpga1 {place} now." in text
+    if not where:
+        assert "claim-node" not in text
+    assert "project-b" not in text and "promised" not in text
     after = counts(db)
     assert after["arqs"] == before["arqs"] + 2  # the winner's two, none of the loser's
     admin = claim(client, {"hostname": "claim-node"}, headers=ADMIN)

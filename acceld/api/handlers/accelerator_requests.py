@@ -240,7 +240,8 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
         if again is None or again.id != profile.id:
             raise errors.NotFound(f"Device profile {name!r} could not be found.")
         try:  # the choice, judged again under the chosen deployables' locks
-            claim_targets.confirm(conn, profile.name, groups, targets, project_id, full)
+            claim_targets.confirm(conn, profile.name, groups, targets, hostname,
+                                  project_id, full)
         except claim_targets.NoCapacity as exc:
             raise errors.Conflict(str(exc)) from None
         arq_limits.check(api, conn, project_id, len(targets))  # 403: all or nothing
