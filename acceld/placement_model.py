@@ -2,7 +2,9 @@
 
 The conductor's Placement sync writes it (acceld.conductor.placement.sync) and audits it
 (acceld.conductor.placement.audit); the API's explain (acceld.explain) judges providers
-against it. It lives below both so the API never imports the conductor.
+against it. It lives below both so the API never imports the conductor; so does the
+ownership rule (what of a provider is acceld's and what the operator's:
+acceld.conductor.placement.ownership says how it is used), which both judge by.
 """
 
 from __future__ import annotations
@@ -96,3 +98,50 @@ def desired_provider(row: Any, attrs: dict[str, str], reserve_down_agents: bool
         rp_uuid=row.rp_uuid or provider_uuid(row.name), name=row.name, hostname=row.hostname,
         resource_class=rc, total=total, reserved=total if unavailable else 0,
         traits=tuple(sorted(set(traits) | {pl.OWNER_TRAIT})))
+
+
+# -- ownership: what of a provider is acceld's, what the operator's (docs/placement.md) --
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """What acceld remembers of a provider (a ``placement_sync`` row's ownership columns)."""
+
+    reserved: int | None = None  # the inventory's reserved as acceld last wrote or read it
+    operator_reserved: int = 0
+    traits: frozenset[str] = frozenset()  # every trait acceld has written on the provider
+
+    @classmethod
+    def of(cls, row: Any) -> "Record":
+        if row is None:
+            return cls()
+        return cls(reserved=row.reserved, operator_reserved=row.operator_reserved or 0,
+                   traits=frozenset((row.traits or "").split()))
+
+
+def own_traits(want: DesiredProvider) -> set[str]:
+    return set(want.traits) | {pl.OWNER_TRAIT}
+
+
+def operator_reserved(want: DesiredProvider, inventories: dict[str, dict[str, Any]],
+                      record: Record) -> int:
+    """The operator's reserved on the provider, from what Placement holds now."""
+    current = inventories.get(want.resource_class or "")
+    if current is None:
+        return record.operator_reserved
+    last = record.reserved if record.reserved is not None else want.reserved
+    return int(current["reserved"]) if current["reserved"] != last else record.operator_reserved
+
+
+def inventories_for(want: DesiredProvider, operator: int) -> dict[str, dict[str, Any]]:
+    """The inventories the provider should hold: acceld's, with the operator's reserved."""
+    if not want.resource_class or want.total <= 0:
+        return {}
+    return {want.resource_class: {
+        "total": want.total, "max_unit": want.total, "min_unit": 1, "step_size": 1,
+        "reserved": min(want.total, max(want.reserved, operator, 0)), "allocation_ratio": 1.0}}
+
+
+def traits_for(want: DesiredProvider, current: set[str], record: Record) -> set[str]:
+    """The traits the provider should hold: acceld's own and the operator's."""
+    own = own_traits(want)
+    return own | (current - own - record.traits)

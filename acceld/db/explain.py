@@ -1,9 +1,11 @@
-"""What explain reads from the database: the whole fleet (or one host) in four queries.
+"""What explain (and a claim) reads from the database: the whole fleet (or one host) in four
+queries.
 
 ``GET /v2/device_profiles/{ident}/explain`` must cost the same number of queries on
 two hosts as on a thousand, so nothing here is read per host, per device or per
-provider: one query for the deployables with their device, agent and Placement sync
-row, one for their ``rc``/``trait*`` attributes, one for their attach handles with the
+provider: one query for the deployables with their device, agent, Placement sync
+row and count of binds in flight (``BindStarted`` ARQs that have not taken their handle
+yet, so one of its free handles is promised to each), one for their ``rc``/``trait*`` attributes, one for their attach handles with the
 ARQ or queued release holding each, and the database's clock (programming marks are
 judged by it, as binds judge them). acceld.explain decides from these rows alone.
 """
@@ -14,7 +16,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, or_, select
+from sqlalchemy import Connection, func, or_, select
 
 from acceld.db.clock import db_now
 from acceld.db.models import (accelerator_requests, agents, attach_handles, attributes,
@@ -39,7 +41,7 @@ class Provider:
     """One deployable (one Placement provider) with everything that decides whether it can
     take a group: its device, its host's agent, its traits and handles, its sync state."""
 
-    row: Any  # the deployable joined with its device, agent and placement_sync row
+    row: Any  # the deployable joined with its device, agent, placement_sync row, ``pending``
     resource_class: str | None = None
     traits: set[str] = field(default_factory=set)
     handles: list[Handle] = field(default_factory=list)
@@ -57,6 +59,10 @@ class Fleet:
 def read_fleet(conn: Connection, hostname: str | None = None) -> Fleet:
     """Every deployable acceld knows (only ``hostname``'s when given); four queries."""
     host_filter = [] if hostname is None else [devices.c.hostname == hostname]
+    arqs = accelerator_requests
+    in_flight = select(arqs.c.device_rp_uuid, func.count().label("n")).where(
+        arqs.c.state == "BindStarted", arqs.c.attach_handle_id.is_(None),
+        arqs.c.device_rp_uuid.is_not(None)).group_by(arqs.c.device_rp_uuid).subquery()
     rows = conn.execute(
         select(deployables.c.id, deployables.c.uuid, deployables.c.name,
                deployables.c.rp_uuid, deployables.c.num_accelerators,
@@ -70,10 +76,15 @@ def read_fleet(conn: Connection, hostname: str | None = None) -> Fleet:
                agents.c.last_seen_at.label("agent_last_seen"),
                placement_sync.c.rp_uuid.label("sync_rp"),
                placement_sync.c.digest.label("sync_digest"),
-               placement_sync.c.dirty.label("sync_dirty"))
+               placement_sync.c.dirty.label("sync_dirty"),
+               placement_sync.c.reserved.label("sync_reserved"),
+               placement_sync.c.operator_reserved.label("sync_operator_reserved"),
+               placement_sync.c.traits.label("sync_traits"),
+               func.coalesce(in_flight.c.n, 0).label("pending"))
         .join(devices, deployables.c.device_id == devices.c.id)
         .outerjoin(agents, agents.c.hostname == devices.c.hostname)
         .outerjoin(placement_sync, placement_sync.c.rp_uuid == deployables.c.rp_uuid)
+        .outerjoin(in_flight, in_flight.c.device_rp_uuid == deployables.c.rp_uuid)
         .where(*host_filter)
         .order_by(devices.c.hostname, deployables.c.name)).all()
     providers = {row.id: Provider(row) for row in rows}

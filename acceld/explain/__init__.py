@@ -6,6 +6,13 @@ Nova asks, acceld.explain.placement_view) and, for every provider acceld knows, 
 could serve the group and every reason it cannot (acceld.explain.reasons); then per host
 whether every group can be served there, and a one-line verdict first.
 
+A provider is usable for a group by the rule a claim uses (acceld.explain.reasons.blockers,
+handles promised to binds in flight not free) and, when Placement answered, only if
+Placement offers it. Placement differing from acceld on a provider it offers is a
+warning, not a reason: a bind there succeeds. What Placement holds is judged by the
+Placement sync's ownership rule (acceld.conductor.placement.ownership): an operator's
+``reserved`` beyond acceld's, and traits acceld did not write, are the operator's.
+
 The database is read once, in a constant number of queries whatever the fleet size
 (acceld.db.explain), before any call to Placement (no transaction waits on HTTP).
 docs/explain.md describes the answer and its reason codes.
@@ -21,6 +28,7 @@ import orjson
 from sqlalchemy import Connection
 
 from acceld.clients import placement as pl
+from acceld import placement_model as pm
 from acceld.db import device_profiles as profiles_db
 from acceld.db import explain as fleet_db
 from acceld.db.engine import Database
@@ -75,8 +83,9 @@ def explain(db: Database, client: pl.PlacementClient | None, ident: str,
         per_rp: dict[int, list[rs.Reason]] = {}
         providers = []
         for provider in fleet.providers:
-            reasons, offered = _judge(provider, group, view, fleet.now, client is not None,
-                                      reserve_down_agents, client, detail_budget)
+            reasons, warnings, offered = _judge(provider, group, view, fleet.now,
+                                                client is not None, reserve_down_agents,
+                                                client, detail_budget)
             per_rp[provider.id] = reasons
             providers.append({
                 "rp_uuid": provider.rp_uuid, "deployable": provider.name,
@@ -84,10 +93,11 @@ def explain(db: Database, client: pl.PlacementClient | None, ident: str,
                 "device_type": provider.type, "hostname": provider.hostname,
                 "resource_class": provider.resource_class,
                 "traits": sorted(provider.traits | rs.IMPLICIT_TRAITS),
-                "handles": {"total": len(provider.handles),
-                            "free": sum(1 for h in provider.handles if not h.in_use)},
+                "handles": {"total": len(provider.handles), "free": rs.free(provider),
+                            "promised": int(provider.pending)},
                 "usable": not reasons, "placement": offered,
-                "reasons": [r.to_wire() for r in reasons]})
+                "reasons": [r.to_wire() for r in reasons],
+                "warnings": [w.to_wire() for w in warnings]})
         judged.append(per_rp)
         out_groups.append({
             **group.to_wire(), "description": group.describe(),
@@ -108,46 +118,69 @@ def explain(db: Database, client: pl.PlacementClient | None, ident: str,
 def _judge(provider: fleet_db.Provider, group: groups_mod.RequestGroup, view: pv.GroupView,
            now: Any, placement_configured: bool, reserve_down_agents: bool,
            client: pl.PlacementClient | None, budget: list[int],
-           ) -> tuple[list[rs.Reason], str]:
-    """Every reason ``provider`` cannot serve ``group``, and whether Placement offers it."""
-    reasons = rs.mismatch(provider, group)
-    kind_ok = not reasons
-    reasons += rs.availability(provider, now)
-    if kind_ok:
-        reasons += rs.handles(provider, group)
+           ) -> tuple[list[rs.Reason], list[rs.Reason], str]:
+    """Every reason ``provider`` cannot serve ``group``, the warnings (Placement differing
+    from acceld where that does not stop a bind), and whether Placement offers it."""
+    reasons = rs.blockers(provider, group, now)
+    kind_ok = not any(r.code in rs.MISMATCH for r in reasons)
     offered = "unknown"
     if not placement_configured:
-        return reasons, offered
+        return reasons, [], offered
     want = rs.desired(provider, reserve_down_agents)
+    record = rs.record(provider)
     stale = rs.sync_drift(provider, want)
-    if not view.answered:
-        return reasons + stale, offered
+    if not view.answered:  # a claim would bind on acceld's view alone: a warning
+        return reasons, stale, offered
     summary = view.candidates.get(provider.rp_uuid)
     offered = "offered" if summary is not None else "not_offered"
-    seen = _summary_drift(summary, want) if summary is not None else []
+    seen = _summary_drift(summary, want, record, provider, client, budget) \
+        if summary is not None else []
     if seen and stale:  # one fact: what Placement shows, and why (the sync is behind)
         seen = [r._replace(message=r.message + " (the conductor's sync has not written "
                                                "acceld's change yet)") for r in seen]
-    reasons += seen or stale
     if summary is None and kind_ok and not reasons:
-        # acceld would bind it and Placement says no: the two disagree.
-        reasons.append(rs.Reason(rs.PLACEMENT_DRIFT, _not_offered(
-            view, provider, want, client, budget)))
-    return reasons, offered
+        # acceld would bind it and Placement says no: that decides, as for a claim.
+        reasons.append(_not_offered(view, provider, want, record, client, budget))
+    return reasons, seen or stale, offered
 
 
-def _summary_drift(summary: dict[str, Any], want: Any) -> list[rs.Reason]:
+def _summary_drift(summary: dict[str, Any], want: Any, record: pm.Record,
+                   provider: fleet_db.Provider, client: pl.PlacementClient | None,
+                   budget: list[int]) -> list[rs.Reason]:
+    """How Placement's offer differs from what the sync would write (the operator's part
+    kept, by the ownership rule). A capacity below acceld's may be an operator's reserved
+    the sync has not seen yet: read back (within the budget) and judged by that rule."""
     out = []
     have = pv.capacity_of(summary, want.resource_class)
-    expected = want.total - want.reserved
+    theirs = record.operator_reserved
+    reserved = min(want.total, max(want.reserved, theirs, 0))
+    expected = want.total - reserved
+    if have is not None and have[0] < expected and client is not None and budget[0] > 0:
+        budget[0] -= 1
+        try:
+            inventories = client.get_inventories(provider.rp_uuid)
+        except pl.PlacementError:
+            inventories = {}
+        if inventories and not _inventory_drift(want, record, inventories):
+            have = None  # the operator's reserved, kept by the sync: not drift
     if have is not None and have[0] != expected:
+        note = f" ({theirs} reserved by an operator)" if theirs > want.reserved else ""
         out.append(rs.Reason(rs.PLACEMENT_DRIFT, f"Placement offers a capacity of {have[0]} "
                                                  f"{want.resource_class}; acceld's is "
-                                                 f"{expected}"))
+                                                 f"{expected}{note}"))
     traits = set(summary.get("traits") or ())
-    if traits and traits != set(want.traits):
-        out.append(rs.Reason(rs.PLACEMENT_DRIFT, _trait_difference(traits, set(want.traits))))
+    if traits:
+        own = pm.own_traits(want)
+        if _ours(traits, own, record) != own:
+            out.append(rs.Reason(rs.PLACEMENT_DRIFT, _trait_difference(
+                _ours(traits, own, record), own)))
     return out
+
+
+def _ours(traits: set[str], own: set[str], record: pm.Record) -> set[str]:
+    """The traits on a provider that are acceld's to judge: its own and those it wrote
+    (the rest are the operator's, pm.traits_for)."""
+    return traits & (own | record.traits)
 
 
 def _trait_difference(have: set[str], want: set[str]) -> str:
@@ -160,32 +193,56 @@ def _trait_difference(have: set[str], want: set[str]) -> str:
 
 
 def _not_offered(view: pv.GroupView, provider: fleet_db.Provider, want: Any,
-                 client: pl.PlacementClient | None, budget: list[int]) -> str:
+                 record: pm.Record, client: pl.PlacementClient | None,
+                 budget: list[int]) -> rs.Reason:
+    """Why Placement offers no candidate on a provider acceld would bind, read back."""
     base = "acceld would bind it but Placement offers no candidate on it for this group"
+
+    def drift(text: str) -> rs.Reason:
+        return rs.Reason(rs.PLACEMENT_DRIFT, base + text)
+
     if view.status == pv.NO_COMPUTE_NODE:
-        return base + f": {view.message}"
+        return drift(f": {view.message}")
     if view.status == pv.REFUSED:
-        return base + f" ({view.message})"
+        return drift(f" ({view.message})")
     if client is None or budget[0] <= 0:
-        return base
+        return drift("")
     budget[0] -= 1
     try:
         inventories = client.get_inventories(provider.rp_uuid)
         traits = set(client.get_traits(provider.rp_uuid))
     except pl.PlacementError as exc:
         if exc.status == 404:
-            return base + ": Placement has no such provider"
-        return base + f" (reading the provider back failed: {exc})"
+            return drift(": Placement has no such provider")
+        return drift(f" (reading the provider back failed: {pv.clean(str(exc))})")
     inv = inventories.get(want.resource_class or "")
     if inv is None:
-        return base + f": Placement holds no {want.resource_class} inventory for it"
-    if inv.get("reserved", 0) != want.reserved or inv.get("total") != want.total:
-        return base + (f": Placement holds {want.resource_class} total={inv.get('total')} "
-                       f"reserved={inv.get('reserved')}; acceld's is total={want.total} "
-                       f"reserved={want.reserved}")
-    if traits != set(want.traits):
-        return base + ": " + _trait_difference(traits, set(want.traits))
-    return base + " (its inventory and traits match acceld's: all of it may be allocated)"
+        return drift(f": Placement holds no {want.resource_class} inventory for it")
+    holds = (f": Placement holds {want.resource_class} total={inv.get('total')} "
+             f"reserved={inv.get('reserved')}")
+    if _inventory_drift(want, record, inventories):
+        return drift(holds + f"; acceld's is total={want.total} reserved={want.reserved}")
+    theirs = pm.operator_reserved(want, inventories, record)
+    own = pm.own_traits(want)
+    if _ours(traits, own, record) != own:
+        return drift(": " + _trait_difference(_ours(traits, own, record), own))
+    if theirs > want.reserved:
+        return rs.Reason(rs.OPERATOR_RESERVED, base + holds + (
+            f", of which {theirs} reserved by an operator beyond acceld's {want.reserved} "
+            "(the operator's, kept by acceld's sync)"))
+    return drift(" (its inventory and traits match acceld's: all of it may be allocated)")
+
+
+def _inventory_drift(want: Any, record: pm.Record,
+                     inventories: dict[str, dict[str, Any]]) -> bool:
+    """Whether Placement's inventory of the provider's class is not what the sync would
+    write (acceld's total, and the larger of its reserved and the operator's)."""
+    inv = inventories.get(want.resource_class or "")
+    if inv is None:
+        return True
+    theirs = pm.operator_reserved(want, inventories, record)
+    wanted = pm.inventories_for(want, theirs).get(want.resource_class or "", {})
+    return inv.get("total") != want.total or inv.get("reserved") != wanted.get("reserved")
 
 
 def _candidates(view: pv.GroupView, by_rp: dict[str, Any]) -> list[dict[str, Any]]:
@@ -216,8 +273,7 @@ def _hosts(providers: list[fleet_db.Provider],
             usable = [p.rp_uuid for p in on_host if not per_rp[p.id]]
             why: list[str] = []
             if not usable:
-                kind = [p for p in on_host
-                        if not any(r.code in rs.MISMATCH for r in per_rp[p.id])]
+                kind = rs.of_kind(on_host, per_rp)
                 why = [f"{p.name}: {r.message}" for p in (kind or on_host)
                        for r in per_rp[p.id]]
             per_group.append({"group_id": index, "usable": usable, "reasons": why})
@@ -234,7 +290,7 @@ def _names(hosts: list[str]) -> str:
 def _group_summary(group: groups_mod.RequestGroup, providers: list[fleet_db.Provider],
                    per_rp: dict[int, list[rs.Reason]]) -> str:
     """Why no provider serves the group: counted by reason."""
-    matching = [p for p in providers if not any(r.code in rs.MISMATCH for r in per_rp[p.id])]
+    matching = rs.of_kind(providers, per_rp)
     head = f"group {group.index} ({group.describe()})"
     if not matching:
         counts = Counter(r.summary() for p in providers for r in set(per_rp[p.id]))

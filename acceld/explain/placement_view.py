@@ -4,11 +4,15 @@ One ``GET /allocation_candidates`` per group (plus, with a hostname, one lookup 
 host's compute-node provider to ask ``in_tree``), through acceld's Placement client and
 so under its ``[placement] timeout`` and ``deadline``. Placement being away is an
 answer, not a failure: the view then says so (``unavailable``, with the client's
-message) and explain goes on with acceld's view alone.
+message) and explain goes on with acceld's view alone. Placement's own text (webob's
+"The server could not comply ...", blank lines, at times markup) is cleaned to one line
+(:func:`clean`) before explain or a claim's 409 quotes it.
 """
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +24,14 @@ NOT_CONFIGURED = "not_configured"
 UNAVAILABLE = "unavailable"
 REFUSED = "refused"  # Placement answered with a 4xx (an unknown trait or class, ...)
 NO_COMPUTE_NODE = "no_compute_node"
+
+_MARKUP = re.compile(r"<[^>]*>")
+
+
+def clean(text: str) -> str:
+    """Placement's (or any HTTP error's) text as one line: markup and blank lines gone,
+    entities decoded, runs of white space one space."""
+    return " ".join(html.unescape(_MARKUP.sub(" ", text)).split())
 
 
 @dataclass
@@ -55,7 +67,8 @@ def ask(client: pl.PlacementClient | None, groups: list[RequestGroup],
             in_tree = compute.uuid
         return [_ask_group(client, group, in_tree) for group in groups]
     except pl.PlacementUnavailable as exc:
-        return [GroupView(UNAVAILABLE, f"Placement unreachable: {exc}") for _ in groups]
+        return [GroupView(UNAVAILABLE, f"Placement unreachable: {clean(str(exc))}")
+                for _ in groups]
 
 
 def _ask_group(client: pl.PlacementClient, group: RequestGroup,
@@ -66,7 +79,7 @@ def _ask_group(client: pl.PlacementClient, group: RequestGroup,
     except pl.PlacementUnavailable:
         raise
     except pl.PlacementError as exc:
-        return GroupView(REFUSED, str(exc), query)
+        return GroupView(REFUSED, clean(str(exc)), query)
     summaries = body.get("provider_summaries") or {}
     offered: dict[str, dict[str, Any]] = {}
     for request in body.get("allocation_requests") or []:

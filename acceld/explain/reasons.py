@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Iterable, NamedTuple
 
+from acceld import placement_model as pm
 from acceld.placement_model import IMPLICIT_TRAITS, DesiredProvider, desired_provider
 from acceld.db import deployables as dep_db
 from acceld.db.explain import Provider
@@ -42,6 +43,7 @@ AGENT_DOWN = "agent_down"
 NOT_READY = "not_ready"
 PROGRAMMING = "programming"
 PLACEMENT_DRIFT = "placement_drift"
+OPERATOR_RESERVED = "operator_reserved"
 
 # The short label of each code, for one-line summaries ("2 lack trait CUSTOM_X").
 LABELS = {
@@ -50,6 +52,7 @@ LABELS = {
     NO_FREE_HANDLE: "no free handle", VANISHED: "vanished", DISABLED: "disabled",
     QUARANTINED: "quarantined", AGENT_DOWN: "agent down", NOT_READY: "not ready",
     PROGRAMMING: "being programmed", PLACEMENT_DRIFT: "Placement differs from acceld",
+    OPERATOR_RESERVED: "reserved by an operator in Placement",
 }
 # Reasons that say the provider is another kind of accelerator, not that it is unavailable.
 MISMATCH = frozenset({RESOURCE_CLASS, CAPACITY, TRAIT_MISSING, TRAIT_FORBIDDEN})
@@ -59,6 +62,38 @@ HOLDERS_SHOWN = 5
 
 def _stamp(value: dt.datetime | None) -> str:
     return value.isoformat(timespec="seconds") + "Z" if value is not None else "never"
+
+
+def free(provider: Provider) -> int:
+    """Handles a new bind may take: those not in use, less one promised to each bind in
+    flight (a BindStarted ARQ that has not taken its handle yet). Explain and a claim
+    count by this one rule."""
+    return max(0, sum(1 for h in provider.handles if not h.in_use) - int(provider.pending))
+
+
+def of_kind(providers: list[Provider], reasons: dict[int, list[Reason]]) -> list[Provider]:
+    """The providers that are of the kind a group asks (no MISMATCH reason): the ones whose
+    reasons answer "why not", before those of another kind."""
+    return [p for p in providers if not any(r.code in MISMATCH for r in reasons[p.id])]
+
+
+def blockers(provider: Provider, group: RequestGroup, now: dt.datetime) -> list[Reason]:
+    """Every reason in acceld's own records that ``provider`` cannot serve ``group`` now: its
+    kind, its availability and its free handles. Placement's answer aside, this is what
+    decides for explain and for a claim alike."""
+    out = mismatch(provider, group)
+    kind_ok = not out
+    out += availability(provider, now)
+    if kind_ok:
+        out += handles(provider, group)
+    return out
+
+
+def record(provider: Provider) -> pm.Record:
+    """What acceld recorded of the provider's ownership in Placement (its sync row)."""
+    return pm.Record(
+        reserved=provider.sync_reserved, operator_reserved=provider.sync_operator_reserved or 0,
+        traits=frozenset((provider.sync_traits or "").split()))
 
 
 def desired(provider: Provider, reserve_down_agents: bool) -> DesiredProvider:
@@ -108,17 +143,25 @@ def _holders(provider: Provider) -> Iterable[str]:
 
 
 def handles(provider: Provider, group: RequestGroup) -> list[Reason]:
-    free = sum(1 for h in provider.handles if not h.in_use)
-    if free >= max(1, group.amount):
+    """Fewer handles :func:`free` than the group needs: who holds them, how many promised."""
+    free_now = free(provider)
+    need = max(1, group.amount)
+    if free_now >= need:
         return []
-    holders = list(_holders(provider))
-    named = "; ".join(holders[:HOLDERS_SHOWN])
-    if len(holders) > HOLDERS_SHOWN:
-        named += f"; and {len(holders) - HOLDERS_SHOWN} more"
     if not provider.handles:
         return [Reason(NO_FREE_HANDLE, "has no attach handle at all")]
-    return [Reason(NO_FREE_HANDLE, f"{free} of {len(provider.handles)} attach handles free, the "
-                             f"group needs {max(1, group.amount)}: held by {named}")]
+    holders = list(_holders(provider))
+    why = []
+    if holders:
+        named = "; ".join(holders[:HOLDERS_SHOWN])
+        if len(holders) > HOLDERS_SHOWN:
+            named += f"; and {len(holders) - HOLDERS_SHOWN} more"
+        why.append(f"held by {named}")
+    if provider.pending:
+        promised = min(int(provider.pending), len(provider.handles) - len(holders))
+        why.append(f"{promised} promised to {provider.pending} bind(s) in progress")
+    return [Reason(NO_FREE_HANDLE, f"{free_now} of {len(provider.handles)} attach handles free, "
+                                   f"the group needs {need}: {'; '.join(why)}")]
 
 
 def availability(provider: Provider, now: dt.datetime) -> list[Reason]:

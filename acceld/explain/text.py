@@ -19,7 +19,9 @@ PLACEMENT_WORDS = {
 
 
 def _provider_line(p: dict[str, Any]) -> str:
-    handles = f"{p['handles']['free']}/{p['handles']['total']} handles free"
+    handles = f"{p['handles']['free']}/{p['handles']['total']} handles free" + (
+        f", {p['handles']['promised']} promised to binds in progress"
+        if p["handles"]["promised"] else "")
     placement = {"offered": ", Placement offers it", "not_offered": ", Placement does not offer it",
                  "unknown": ""}[p["placement"]]
     state = "usable" if p["usable"] else "not usable"
@@ -60,4 +62,5 @@ def render(doc: dict[str, Any]) -> str:
         for p in shown:
             lines.append(_provider_line(p))
             lines += [f"      - {r['code']}: {r['message']}" for r in p["reasons"]]
+            lines += [f"      ~ {w['code']} (warning): {w['message']}" for w in p["warnings"]]
     return "\n".join(lines) + "\n"

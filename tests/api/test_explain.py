@@ -169,6 +169,36 @@ def test_no_free_handle_names_the_arqs_holding_them(client, db):
                                " 1 matching provider, none usable (1 no free handle)")
 
 
+def test_handles_promised_to_binds_in_flight_are_not_free(client, db):
+    """Explain counts handles as a claim does (issue 40): a BindStarted ARQ that has not
+    taken its handle yet has one promised, so it is not free for another."""
+    profile = make_profile(client)
+    fpga = inventory.add_fpga(db, hostname="node-a", handles=2)
+    inventory.add_fpga(db, hostname="node-b", handles=1)
+    with db.write() as conn:
+        profile_id = conn.scalar(select(device_profiles.c.id).where(
+            device_profiles.c.uuid == profile["uuid"]))
+        for _ in range(2):
+            conn.execute(insert(accelerator_requests).values(
+                uuid=str(uuidlib.uuid4()), state="BindStarted", device_profile_id=profile_id,
+                device_profile_group_id=0, project_id="p", hostname="node-a",
+                device_rp_uuid=fpga["deployable"]["rp_uuid"],
+                instance_uuid=str(uuidlib.uuid4()), created_at=utcnow()))
+    body = explain(client).json
+    assert codes(body, "node-a") == ["no_free_handle"]
+    assert "0 of 2 attach handles free, the group needs 1: 2 promised to 2 bind(s) in " \
+           "progress" in messages(body, "node-a")
+    assert provider(body, "node-a")["handles"] == {"total": 2, "free": 0, "promised": 2}
+    assert provider(body, "node-b")["handles"] == {"total": 1, "free": 1, "promised": 0}
+    assert body["verdict"] == "satisfiable on 1 host: node-b"
+    # The claim judges alike: node-a is refused, for the same reason.
+    claim = client.simulate_post("/accelerator/v2/accelerator_requests", headers={
+        **ADMIN, **version("2.8")}, json={"device_profile_name": "dp",
+                                          "claim": {"hostname": "node-a"}})
+    assert claim.status_code == 409, claim.text
+    assert "2 promised to 2 bind(s) in progress" in fault(claim)
+
+
 def test_disabled_with_the_operators_reason(client, db):
     make_profile(client)
     fpga = inventory.add_fpga(db, hostname="node-a")

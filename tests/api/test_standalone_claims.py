@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from acceld.db import claims as claims_db
 from acceld.db.models import (accelerator_requests, attach_handles, bind_jobs, claim_consumers,
@@ -435,3 +435,70 @@ def test_a_member_cannot_tell_an_unknown_host_from_a_busy_one(client, conf, db, 
     # An administrator still gets the 400 that says the host is unknown.
     result = claim(client, {"hostname": "nowhere"}, headers=ADMIN)
     assert result.status_code == 400 and "Host nowhere has no accelerator" in fault(result)
+
+
+def test_a_refused_claim_names_the_profiles_kind_first(client, db, profile):
+    """The administrator's 409 names the reasons of providers of the profile's kind before
+    the others (issue 40): here the FPGA's setup_required, not three GPUs that come first
+    by name."""
+    with db.write() as conn:
+        for n in range(3):
+            dev = inventory.add_device(conn, hostname=f"aa-gpu-{n}", type="GPU")
+            dep = inventory.add_deployable(conn, dev["id"], name=f"aa-gpu-{n}_gpu",
+                                           attrs={"rc": "PGPU"})
+            inventory.add_attach_handles(conn, dep["id"], 1)
+    fpga = inventory.add_fpga(db, hostname="zz-node")
+    with db.write() as conn:
+        conn.execute(update(devices).where(devices.c.id == fpga["device"]["id"]).values(
+            acc_status="setup_required", status_reason="IOMMU is off: intel_iommu=on"))
+    before = counts(db)
+    result = claim(client, {}, headers=ADMIN)
+    assert result.status_code == 409, result.text
+    text = fault(result)
+    assert "zz-node_FakeDevice on zz-node: device " in text
+    assert "is setup_required: IOMMU is off: intel_iommu=on" in text
+    assert "aa-gpu" not in text  # another kind: counted, not listed
+    assert "3 provider(s) of another kind" in text
+    assert counts(db) == before
+
+
+@pytest.mark.parametrize("where", [{"hostname": "claim-node"}, {}])
+def test_a_claim_that_loses_the_race_is_409_before_it_is_created(client, conf, db, fpga,
+                                                                monkeypatch, where):
+    """Two claims choose the last free handles at once: the one whose transaction comes
+    second re-judges its choice under the deployable's lock and answers 409, instead of
+    201 and BindFailed (issue 40). The interleaving is forced at the exact point: another
+    project's claim is created between this one's choice and its transaction. The loser,
+    a member, reads the member's answer (no host it did not name)."""
+    from acceld.api import claim_targets
+    assert client.simulate_post(DPS, headers=ADMIN, json=[
+        {"name": "fpga1", "groups": [{"resources:FPGA": "2"}]}]).status_code == 201
+    real = claim_targets.choose
+    seen: list[int] = []
+
+    def choose_then_lose(*args, **kwargs):  # type: ignore[no-untyped-def]
+        targets = real(*args, **kwargs)
+        if not seen:
+            seen.append(1)
+            other = claim(client, {"hostname": "claim-node"}, headers=member("project-b"))
+            assert other.status_code == 201, other.text  # takes both handles first
+        return targets
+
+    monkeypatch.setattr(claim_targets, "choose", choose_then_lose)
+    before = counts(db)
+    result = claim(client, where)
+    assert result.status_code == 409, result.text
+    text = fault(result)
+    place = "on host claim-node" if where else "on any host"
+    assert f"No accelerator can be claimed for device profile fpga1 {place} now." in text
+    if not where:
+        assert "claim-node" not in text
+    assert "project-b" not in text and "promised" not in text
+    after = counts(db)
+    assert after["arqs"] == before["arqs"] + 2  # the winner's two, none of the loser's
+    admin = claim(client, {"hostname": "claim-node"}, headers=ADMIN)
+    assert admin.status_code == 409 and "promised to 2 bind(s) in progress" in fault(admin)
+    run_binds(conf, db)
+    with db.read() as conn:
+        states = sorted(conn.scalars(select(accelerator_requests.c.state)))
+    assert states == ["Bound", "Bound"]

@@ -131,12 +131,17 @@ def test_a_trait_placement_has_never_seen(placement, pconf, db, api, tag):
     body = explain(api)
     view = body["groups"][0]["placement"]
     assert view["status"] == "refused" and f"CUSTOM_UNKNOWN_{tag}" in view["message"]
+    # Placement's text, cleaned: one line, no blank lines or markup (issue 40).
+    assert "\n" not in view["message"] and "  " not in view["message"], view["message"]
+    assert "<" not in view["message"]
     assert [r["code"] for r in provider(body, accs[0]["rp"])["reasons"]] == ["trait_missing"]
     assert body["verdict"].startswith("not satisfiable: group 0")
 
 
-def test_inventory_changed_in_placement_by_hand(placement, pconf, db, api, tag):
-    """Drift: an operator reserved the provider in Placement; acceld would still bind it."""
+def test_inventory_reserved_in_placement_by_hand(placement, pconf, db, api, tag):
+    """An operator reserved the provider in Placement (draining it): that reserved is the
+    operator's (docs/placement.md, "Ownership"), not drift; it keeps the provider from
+    Placement's candidates, so it is the reason the provider cannot serve."""
     hosts, accs, rc, trait = fleet(placement, pconf, db, tag)
     rp = accs[0]["rp"]
     current = placement.get(f"/resource_providers/{rp}/inventories").json()
@@ -149,11 +154,86 @@ def test_inventory_changed_in_placement_by_hand(placement, pconf, db, api, tag):
     assert body["verdict"] == f"satisfiable on 1 host: {hosts[1]}"
     entry = provider(body, rp)
     assert entry["placement"] == "not_offered"
-    assert entry["reasons"] == [{"code": "placement_drift", "message": (
+    assert entry["reasons"] == [{"code": "operator_reserved", "message": (
         "acceld would bind it but Placement offers no candidate on it for this group: "
-        f"Placement holds {rc} total=1 reserved=1; acceld's is total=1 reserved=0")}]
+        f"Placement holds {rc} total=1 reserved=1, of which 1 reserved by an operator beyond "
+        "acceld's 0 (the operator's, kept by acceld's sync)")}]
     host = next(h for h in body["hosts"] if h["hostname"] == hosts[0])
-    assert host["satisfiable"] is False and "Placement holds" in host["groups"][0]["reasons"][0]
+    assert host["satisfiable"] is False and "reserved by an operator" in \
+        host["groups"][0]["reasons"][0]
+    assert "differs" not in body["verdict"]
+    everyone = explain(api, hostname=hosts[0])
+    assert everyone["verdict"].endswith("(1 reserved by an operator in Placement)"), \
+        everyone["verdict"]
+
+
+def test_total_raised_by_hand_on_an_offered_provider_is_a_warning(placement, pconf, db, api,
+                                                                  tag):
+    """Placement offers the provider with a total raised by hand: drift, but a claim there
+    binds at the same moment, so explain says usable and warns (issue 40)."""
+    hosts, accs, rc, trait = fleet(placement, pconf, db, tag, hosts=1)
+    rp = accs[0]["rp"]
+    current = placement.get(f"/resource_providers/{rp}/inventories").json()
+    resp = placement.put(f"/resource_providers/{rp}/inventories", {
+        "resource_provider_generation": current["resource_provider_generation"],
+        "inventories": {rc: {"total": 2, "reserved": 0, "max_unit": 2}}})
+    assert resp.status_code == 200, resp.text
+    profile(api, rc, trait)
+    body = explain(api, hostname=hosts[0])
+    assert body["verdict"] == f"satisfiable on 1 host: {hosts[0]}", body["verdict"]
+    entry = provider(body, rp)
+    assert entry["placement"] == "offered" and entry["usable"] is True
+    assert entry["reasons"] == []
+    assert entry["warnings"] == [{"code": "placement_drift", "message": (
+        f"Placement offers a capacity of 2 {rc}; acceld's is 1")}]
+    from acceld.conductor.binding.worker import BindWorker  # noqa: F401 - the real binder
+    from tests.support.binds import run_binds
+    claimed = api.simulate_post("/accelerator/v2/accelerator_requests", headers={
+        **ADMIN, **version("2.8")}, json={"device_profile_name": "dp",
+                                          "claim": {"hostname": hosts[0]}})
+    assert claimed.status_code == 201, claimed.text
+    run_binds(pconf, db)
+    [arq] = claimed.json["arqs"]
+    shown = api.simulate_get(f"/accelerator/v2/accelerator_requests/{arq['uuid']}",
+                             headers={**ADMIN, **version("2.8")}).json
+    assert shown["state"] == "Bound", shown
+
+
+def test_an_operators_reserved_and_traits_are_not_drift(placement, pconf, db, api, tag):
+    """Ownership: an operator's reserved on a provider acceld offers two of, and a trait of
+    the operator's, are kept by the sync and are neither drift nor warnings."""
+    host = f"ex-{tag.lower()}-own"
+    rc, trait = f"CUSTOM_EXPLAIN_{tag}", f"CUSTOM_T_{tag}"
+    placement.create_compute_node(host)
+    acc = add_accelerator(db, host, rc, trait, handles=2)
+    assert not PlacementSync(pconf, db).sync_once().failed
+    rp = acc["rp"]
+    current = placement.get(f"/resource_providers/{rp}/inventories").json()
+    assert placement.put(f"/resource_providers/{rp}/inventories", {
+        "resource_provider_generation": current["resource_provider_generation"],
+        "inventories": {rc: {"total": 2, "reserved": 1, "max_unit": 2}}}).status_code == 200
+    assert placement.put(f"/traits/CUSTOM_OPERATOR_{tag}", None).status_code in (201, 204)
+    traits = placement.get(f"/resource_providers/{rp}/traits").json()
+    assert placement.put(f"/resource_providers/{rp}/traits", {
+        "resource_provider_generation": traits["resource_provider_generation"],
+        "traits": traits["traits"] + [f"CUSTOM_OPERATOR_{tag}"]}).status_code == 200
+    profile(api, rc, trait)
+    # Before acceld's audit has seen them (read back, judged by the sync's rule) and after.
+    for audited in (False, True):
+        if audited:
+            assert PlacementSync(pconf, db).audit([host]).repaired == {}
+        entry = provider(explain(api, hostname=host), rp)
+        assert entry["placement"] == "offered"
+        assert (entry["usable"], entry["reasons"], entry["warnings"]) == (True, [], []), \
+            (audited, entry)
+    # The operator's reserved raised to all of it: Placement no longer offers the
+    # provider, and explain says whose reservation keeps it.
+    current = placement.get(f"/resource_providers/{rp}/inventories").json()
+    assert placement.put(f"/resource_providers/{rp}/inventories", {
+        "resource_provider_generation": current["resource_provider_generation"],
+        "inventories": {rc: {"total": 2, "reserved": 2, "max_unit": 2}}}).status_code == 200
+    entry = provider(explain(api, hostname=host), rp)
+    assert [r["code"] for r in entry["reasons"]] == ["operator_reserved"], entry
 
 
 def test_disabled_device_not_yet_synced(placement, pconf, db, api, tag):
@@ -167,8 +247,8 @@ def test_disabled_device_not_yet_synced(placement, pconf, db, api, tag):
     body = explain(api)
     entry = provider(body, accs[0]["rp"])
     assert entry["placement"] == "offered"
-    assert [r["code"] for r in entry["reasons"]] == ["disabled", "placement_drift"]
-    assert entry["reasons"][1]["message"] == (
+    assert [r["code"] for r in entry["reasons"]] == ["disabled"]
+    assert entry["warnings"][0]["message"] == (
         f"Placement offers a capacity of 1 {rc}; acceld's is 0 (the conductor's sync has not "
         "written acceld's change yet)")
     PlacementSync(pconf, db).sync_once()
@@ -238,9 +318,14 @@ def test_host_without_a_compute_node_in_placement(placement, pconf, db, api, tag
     assert body["placement"]["status"] == "no_compute_node"
     assert f"host {host} has no compute-node resource provider in Placement" in \
         body["placement"]["message"]
-    codes = [r["code"] for r in provider(body, acc["rp"])["reasons"]]
-    assert codes == ["placement_drift"]
-    assert provider(body, acc["rp"])["reasons"][0]["message"].startswith(
+    entry = provider(body, acc["rp"])
+    assert [r["code"] for r in entry["reasons"]] == ["placement_drift"]
+    assert entry["reasons"][0]["message"] == (
+        "acceld would bind it but Placement offers no candidate on it for this group: "
+        f"host {host} has no compute-node resource provider in Placement (Nova creates it "
+        "when nova-compute starts)")
+    assert [w["code"] for w in entry["warnings"]] == ["placement_drift"]
+    assert entry["warnings"][0]["message"].startswith(
         "acceld has not written this provider to Placement yet")
 
 

@@ -625,3 +625,22 @@ def test_an_audit_that_meets_a_placement_outage_stops_without_touching_the_outag
     finally:
         placement.start()
     assert not outages.process_log().is_down(outages.PLACEMENT)
+
+
+def test_a_refused_claim_reads_placements_text_on_one_line(placement, pconf, db, api, tag):
+    """A profile naming a trait Placement does not know: Placement refuses the candidates
+    query, and the administrator's 409 quotes its text cleaned (one line, no blank lines),
+    before anything is created (issue 40)."""
+    hosts, rps, rc = fleet(placement, pconf, db, tag, hosts=1)
+    result = api.simulate_post("/accelerator/v2/device_profiles", headers=ADMIN, json=[
+        {"name": "dp", "groups": [{f"resources:{rc}": "1",
+                                   f"trait:CUSTOM_CT_{tag}": "required",
+                                   f"trait:CUSTOM_NEVER_{tag}": "forbidden"}]}])
+    assert result.status_code == 201
+    refused = api.simulate_post(ARQS, json={"device_profile_name": "dp",
+                                            "claim": {"hostname": hosts[0]}},
+                                headers={**ADMIN, **version("2.8")})
+    assert refused.status_code == 409, refused.text
+    text = fault(refused)
+    assert f"CUSTOM_NEVER_{tag}" in text
+    assert "\n" not in text and "  " not in text and "<" not in text, text

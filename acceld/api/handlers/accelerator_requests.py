@@ -222,10 +222,11 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
         raise errors.BadRequest(
             f"Device profile {name} asks for {sum(counts)} accelerators; one request may "
             f"create at most {limit} ARQs ([api] max_arqs_per_create).")
+    groups = orjson.loads(profile.profile_json)
+    full = api.policy.allows(EXPLAIN_RULE, ctx)
     try:  # before any transaction: it may ask Placement
-        targets = claim_targets.choose(
-            api.db, api.placement(), profile.name, orjson.loads(profile.profile_json),
-            hostname, ctx.project_id, api.policy.allows(EXPLAIN_RULE, ctx))
+        targets = claim_targets.choose(api.db, api.placement(), profile.name, groups,
+                                       hostname, ctx.project_id, full)
     except claim_targets.UnknownHost as exc:
         raise errors.BadRequest(str(exc)) from None
     except claim_targets.NoCapacity as exc:
@@ -240,6 +241,11 @@ def _claim(req: falcon.Request, resp: falcon.Response, body: dict) -> None:
         again = profiles_db.get_by_name(conn, name)
         if again is None or again.id != profile.id:
             raise errors.NotFound(f"Device profile {name!r} could not be found.")
+        try:  # the choice, judged again under the chosen deployables' locks
+            claim_targets.confirm(conn, profile.name, groups, targets, hostname,
+                                  project_id, full)
+        except claim_targets.NoCapacity as exc:
+            raise errors.Conflict(str(exc)) from None
         quota.check(len(targets))  # 403: all or nothing
         created = []
         # One consumer for all (the caller's), or each ARQ its own (its uuid).

@@ -28,23 +28,9 @@ import dataclasses
 from typing import Any
 
 from acceld.clients import placement as pl
-from acceld.placement_model import DesiredProvider
-
-
-@dataclasses.dataclass(frozen=True)
-class Record:
-    """What acceld remembers of a provider (a ``placement_sync`` row's ownership columns)."""
-
-    reserved: int | None = None  # the inventory's reserved as acceld last wrote or read it
-    operator_reserved: int = 0
-    traits: frozenset[str] = frozenset()  # every trait acceld has written on the provider
-
-    @classmethod
-    def of(cls, row: Any) -> "Record":
-        if row is None:
-            return cls()
-        return cls(reserved=row.reserved, operator_reserved=row.operator_reserved or 0,
-                   traits=frozenset((row.traits or "").split()))
+# The rule itself lives below the API and the conductor (explain judges by it too).
+from acceld.placement_model import (DesiredProvider, Record, inventories_for,  # noqa: F401
+                                    operator_reserved, own_traits, traits_for)
 
 
 @dataclasses.dataclass
@@ -55,35 +41,6 @@ class Written:
     changes: list[str]  # what acceld changed, one phrase each (empty: nothing)
     operator: str  # what of the operator's is kept ("" when nothing)
     record: dict[str, Any]  # the ownership columns to store
-
-
-def own_traits(want: DesiredProvider) -> set[str]:
-    return set(want.traits) | {pl.OWNER_TRAIT}
-
-
-def operator_reserved(want: DesiredProvider, inventories: dict[str, dict[str, Any]],
-                      record: Record) -> int:
-    """The operator's reserved on the provider, from what Placement holds now."""
-    current = inventories.get(want.resource_class or "")
-    if current is None:
-        return record.operator_reserved
-    last = record.reserved if record.reserved is not None else want.reserved
-    return int(current["reserved"]) if current["reserved"] != last else record.operator_reserved
-
-
-def inventories_for(want: DesiredProvider, operator: int) -> dict[str, dict[str, Any]]:
-    """The inventories the provider should hold: acceld's, with the operator's reserved."""
-    if not want.resource_class or want.total <= 0:
-        return {}
-    return {want.resource_class: {
-        "total": want.total, "max_unit": want.total, "min_unit": 1, "step_size": 1,
-        "reserved": min(want.total, max(want.reserved, operator, 0)), "allocation_ratio": 1.0}}
-
-
-def traits_for(want: DesiredProvider, current: set[str], record: Record) -> set[str]:
-    """The traits the provider should hold: acceld's own and the operator's."""
-    own = own_traits(want)
-    return own | (current - own - record.traits)
 
 
 def inventory_text(inventories: dict[str, dict[str, Any]]) -> str:
