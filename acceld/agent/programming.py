@@ -192,25 +192,23 @@ class Programming:
                 "/deployables/fence": {"POST": self.on_fence}}
 
     def on_fence(self, req: falcon.Request, resp: falcon.Response) -> None:
-        try:
-            answer = self.fence(json_body(req))
-        except ProgramFailed as exc:
-            raise falcon.HTTPError(exc.status, description=exc.message) from None
-        respond(resp, answer)
+        _serve(self.fence, req, resp)
 
     def on_resolve(self, req: falcon.Request, resp: falcon.Response) -> None:
-        try:
-            answer = self.resolve(json_body(req))
-        except ProgramFailed as exc:
-            raise falcon.HTTPError(exc.status, description=exc.message) from None
-        respond(resp, answer)
+        _serve(self.resolve, req, resp)
 
     def on_program(self, req: falcon.Request, resp: falcon.Response) -> None:
-        try:
-            answer = self.program(json_body(req))
-        except ProgramFailed as exc:
-            raise falcon.HTTPError(exc.status, description=exc.message) from None
-        respond(resp, answer)
+        _serve(self.program, req, resp)
+
+
+def _serve(handler: Callable[[Any], dict], req: falcon.Request,
+           resp: falcon.Response) -> None:
+    """``handler``'s answer to the request's JSON body; a ProgramFailed its status."""
+    try:
+        answer = handler(json_body(req))
+    except ProgramFailed as exc:
+        raise falcon.HTTPError(exc.status, description=exc.message) from None
+    respond(resp, answer)
 
 
 def _parse(request: Any) -> tuple[str, str, str, str | None, str | None]:
