@@ -39,8 +39,9 @@ def keystone_hung(monkeypatch):
     on oslo.config's global CONF, where oslo.limit reads them)."""
     peer = StallingPeer("silent").start()
     limit_opts.register_opts(cfg.CONF)
-    cfg.CONF.register_opts(ks_loading.get_auth_plugin_conf_options("password"),
-                           group="oslo_limit")  # oslo.limit registers them as it loads
+    plugin_opts = ks_loading.get_auth_plugin_conf_options("password")
+    cfg.CONF.register_opts(plugin_opts, group="oslo_limit")  # oslo.limit registers them
+    # as it loads
     settings = {"auth_url": f"{peer.url}/v3", "auth_type": "password", "username": "cyborg",
                 "password": "secret", "user_domain_id": "default", "system_scope": "all",
                 "endpoint_service_type": "accelerator", "endpoint_region_name": "RegionOne",
@@ -55,6 +56,10 @@ def keystone_hung(monkeypatch):
         peer.stop()
         for name in settings:
             cfg.CONF.clear_override(name, group="oslo_limit")
+        # The password plugin's options include a required auth_url: left registered on
+        # the global CONF, every later in-process load of it (the CLI's tests) would fail.
+        cfg.CONF.clear()
+        cfg.CONF.unregister_opts(plugin_opts, group="oslo_limit")
 
 
 @pytest.fixture
