@@ -86,6 +86,9 @@ class Phase(enum.Enum):
     LINGER = "linger"  # answered and half-closed: waiting for the client's FIN
 
 
+# A connection in these phases has a request on its way that a graceful stop still serves.
+_ARRIVING = frozenset((Phase.HANDSHAKE, Phase.HEAD, Phase.BODY))
+
 _CHUNKED = -1  # Conn.request_end while a chunked body's end is not yet in the buffer
 
 
@@ -242,12 +245,21 @@ class ConnectionLoop:
                 except (OSError, ValueError):
                     pass
 
+    @property
+    def arriving(self) -> int:
+        """Connections whose request is on its way (a handshake, a head or a body being
+        read): accepted by this loop, so no other worker will answer them."""
+        with self._lock:
+            return sum(1 for conn in self._conns.values() if conn.phase in _ARRIVING)
+
     def stop(self, grace: float = 0.0) -> None:
-        """Stop accepting; wait up to ``grace`` seconds for requests being served; then
-        end the threads and close every connection (the listeners are the caller's)."""
+        """Stop accepting; wait up to ``grace`` seconds for requests being served and for
+        those on their way (each also bounded by its header or body deadline); then end the
+        threads and close every connection, idle kept-alive ones at once (the listeners
+        are the caller's)."""
         self.stop_accepting()
         until = time.monotonic() + grace
-        while self.serving and time.monotonic() < until:
+        while (self.serving or self.arriving) and time.monotonic() < until:
             time.sleep(0.05)
         self._stopping = True
         try:

@@ -344,6 +344,34 @@ def test_stop_waits_for_a_request_being_served():
     srv.listener.close()
 
 
+def test_stop_serves_a_request_already_on_its_way():
+    """A graceful stop (gunicorn's SIGHUP or SIGTERM) serves a connection it accepted whose
+    request has not arrived whole yet, within the grace: closing it left the client with
+    'Remote end closed connection without response' (seen in test_sighup's reload)."""
+    srv = Server()
+    sock = srv.connect()
+    _wait_until(lambda: len(srv.loop._conns) == 1)  # accepted, no byte of its request yet
+    stopper = threading.Thread(target=srv.loop.stop, kwargs={"grace": 10})
+    stopper.start()
+    _wait_until(lambda: not srv.loop._accepting)
+    sock.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert _answer(sock) == b"late!"
+    stopper.join(10)
+    assert not stopper.is_alive()
+    srv.listener.close()
+
+
+def test_stop_does_not_wait_for_idle_kept_alive_connections():
+    srv = Server()
+    sock = srv.connect()
+    assert _get(sock, "first") == b"first!"  # now idle, kept alive
+    started = time.monotonic()
+    srv.loop.stop(grace=10)
+    assert time.monotonic() - started < 2
+    assert _closed_within(sock, 2)
+    srv.listener.close()
+
+
 # The serving slot (acceld.serving.serving_slot): one thread at a time handles events.
 
 def test_with_a_slot_one_thread_serves_while_none_waits_elsewhere():
