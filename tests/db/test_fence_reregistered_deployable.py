@@ -26,8 +26,8 @@ import pytest
 
 from acceld.conductor.programming import Programmer, ProgramError
 from tests.db.test_fence_keys import retire_and_register_again
-from tests.db.test_fencing import IMAGE, FencedNode, _dep_uuid
-from tests.unit.test_attach_handles import SECRET
+from tests.db.test_fencing import IMAGE, FencedNode, _dep_uuid, bind_while_a_program_stalls
+from tests.unit.test_attach_handles import SECRET, Node
 
 OTHER = str(uuid.uuid4())  # the stale program's image: a write would change the digest
 
@@ -50,18 +50,11 @@ def test_a_program_stalled_across_a_reregistration_does_not_write_under_a_bound_
     old = _dep_uuid(node)
     assert programmer.program(old, "bitstream", image_id=IMAGE) == IMAGE
     written = node.fake.programmed("FakeDevice")
-    real_call = Programmer._call_agent
-    later: dict[str, str] = {}
+    def reregister(node: Node) -> None:
+        retire_and_register_again(node)
+        assert _dep_uuid(node) != old
 
-    def stall_then_resume(self, url, hostname, request, path="/program"):  # type: ignore[no-untyped-def]
-        if path == "/program" and "arq" not in later:
-            retire_and_register_again(node)
-            assert _dep_uuid(node) != old
-            later["arq"] = node.bind()
-            assert node.arq(later["arq"])["state"] == "Bound"
-        return real_call(self, url, hostname, request, path)
-
-    monkeypatch.setattr(Programmer, "_call_agent", stall_then_resume)
+    later = bind_while_a_program_stalls(node, monkeypatch, reregister)
     with pytest.raises(ProgramError) as refused:
         programmer.program(old, "bitstream", image_id=OTHER)
     assert refused.value.status == 409 and refused.value.message.startswith("Fenced:")

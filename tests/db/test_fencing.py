@@ -23,6 +23,7 @@ import datetime as dt
 import logging
 import types
 import uuid
+from typing import Callable
 
 import pytest
 from sqlalchemy import select, update
@@ -95,6 +96,26 @@ def lapse_bind_jobs(node: Node) -> None:
 def lapse_marks(node: Node) -> None:
     with node.db.write() as conn:
         conn.execute(update(deployables).values(programming_until=utcnow() - PAST))
+
+
+def bind_while_a_program_stalls(node: Node, monkeypatch: pytest.MonkeyPatch,
+                                meanwhile: Callable[[Node], None] = lapse_marks
+                                ) -> dict[str, str]:
+    """Stall the next program's call to its agent (after the conductor's last check): while
+    it stalls, ``meanwhile(node)`` runs and a bind goes Bound; then the call goes on. The
+    dict holds that bind's ARQ (``"arq"``) once the call was made."""
+    real_call = Programmer._call_agent
+    later: dict[str, str] = {}
+
+    def stall_then_resume(self, url, hostname, request, path="/program"):  # type: ignore[no-untyped-def]
+        if path == "/program" and "arq" not in later:
+            meanwhile(node)
+            later["arq"] = node.bind()
+            assert node.arq(later["arq"])["state"] == "Bound"
+        return real_call(self, url, hostname, request, path)
+
+    monkeypatch.setattr(Programmer, "_call_agent", stall_then_resume)
+    return later
 
 
 def run_binds(node: Node, worker: BindWorker | None = None) -> None:
@@ -196,17 +217,7 @@ def _dep_uuid(node: Node) -> str:
 def test_a_stalled_program_does_not_write_under_a_bound_arq(node, monkeypatch):
     """A marked the deployable and stalls at its agent call; the mark lapses and a bind goes
     Bound on the deployable (its prepare tells the agent); A's program is refused."""
-    real_call = Programmer._call_agent
-    later: dict[str, str] = {}
-
-    def stall_then_resume(self, url, hostname, request, path="/program"):  # type: ignore[no-untyped-def]
-        if path == "/program" and "arq" not in later:
-            lapse_marks(node)
-            later["arq"] = node.bind()
-            assert node.arq(later["arq"])["state"] == "Bound"
-        return real_call(self, url, hostname, request, path)
-
-    monkeypatch.setattr(Programmer, "_call_agent", stall_then_resume)
+    later = bind_while_a_program_stalls(node, monkeypatch)
     with pytest.raises(ProgramError) as refused:
         Programmer(node.conf, node.db, SECRET).program(_dep_uuid(node), "bitstream",
                                                        image_id=IMAGE)

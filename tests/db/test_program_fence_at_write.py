@@ -36,7 +36,8 @@ from acceld.db import fences
 from acceld.db.models import agents, deployables
 from acceld.internal.auth import agent_destination
 from acceld.internal.server import InternalServer, build_app as internal_app
-from tests.db.test_fencing import IMAGE, FencedNode, _dep_uuid, lapse_marks
+from tests.db.test_fencing import (IMAGE, FencedNode, _dep_uuid, bind_while_a_program_stalls,
+                                   lapse_marks)
 from tests.unit.test_attach_handles import HOST, SECRET
 
 
@@ -58,17 +59,7 @@ def test_a_program_stalled_after_its_last_check_is_refused_after_a_pci_bind(node
     programmer = Programmer(node.conf, node.db, SECRET)
     assert programmer.program(_dep_uuid(node), "bitstream", image_id=IMAGE) == IMAGE
     written = node.fake.programmed("FakeDevice")
-    real_call = Programmer._call_agent
-    later: dict[str, str] = {}
-
-    def stall_then_resume(self, url, hostname, request, path="/program"):  # type: ignore[no-untyped-def]
-        if path == "/program" and "arq" not in later:
-            lapse_marks(node)
-            later["arq"] = node.bind()
-            assert node.arq(later["arq"])["state"] == "Bound"
-        return real_call(self, url, hostname, request, path)
-
-    monkeypatch.setattr(Programmer, "_call_agent", stall_then_resume)
+    later = bind_while_a_program_stalls(node, monkeypatch)
     with pytest.raises(ProgramError) as refused:
         programmer.program(_dep_uuid(node), "bitstream", image_id=OTHER)
     assert refused.value.status == 409 and refused.value.message.startswith("Fenced:")
